@@ -1,0 +1,55 @@
+# gpufleet.hygiene — the two commands users need:
+#   make run    set everything up, then run the main job (preflight)
+#   make test   set everything up, then run every test
+# Everything else here is what those two call.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV := .venv
+PY := $(VENV)/bin/python
+COLL_LINK := .ansible/collections/ansible_collections/gpufleet/hygiene
+SANITY_ROOT := build/sanity/ansible_collections/gpufleet/hygiene
+PYTEST_WORKERS ?= 2
+
+.PHONY: setup run test unit sanity lint changelog-lint clean
+
+setup: $(VENV)/.stamp $(COLL_LINK)
+
+$(VENV)/.stamp: requirements/dev.txt scripts/setup-host.sh
+	bash scripts/setup-host.sh
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	touch $@
+
+$(COLL_LINK):
+	mkdir -p $(dir $(COLL_LINK))
+	ln -sfn ../../../.. $(COLL_LINK)
+
+run: setup
+	$(VENV)/bin/ansible-playbook playbooks/preflight.yml $(RUN_ARGS)
+
+test: setup
+	$(MAKE) unit
+	$(MAKE) sanity
+	$(MAKE) lint
+	@echo "make test: every suite passed"
+
+unit:
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) tests/unit
+
+# ansible-test needs the collection under ansible_collections/<ns>/<name>: copy what git
+# tracks (and untracked, not ignored files) there and run it on this Python.
+sanity:
+	rm -rf build/sanity
+	mkdir -p $(SANITY_ROOT)
+	git ls-files -co --exclude-standard -z | xargs -0 tar -cf - | tar -xf - -C $(SANITY_ROOT)
+	bash scripts/ansible-test-bootstrap.sh
+	cd $(SANITY_ROOT) && $(CURDIR)/$(VENV)/bin/ansible-test sanity --python 3.11 --color no
+
+lint:
+	$(VENV)/bin/ruff check plugins tests benchmarks
+	$(VENV)/bin/ansible-lint --profile production
+	$(VENV)/bin/antsibull-changelog lint
+
+clean:
+	rm -rf build tests/output

@@ -1,0 +1,268 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Find and remove packages built for another CUDA major, restoring what they clobbered.
+
+Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+import tempfile
+import time
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import reference, scan
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import (
+    DistError,
+    canonical_name,
+    environment_site_dirs,
+    file_digest,
+    iter_distributions,
+    venv_python,
+)
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._pkgtool import Installer, shell_join
+
+
+class RemediationError(Exception):
+    """A failure after something may have changed; carries the partial result."""
+
+    def __init__(self, msg, partial):
+        super(RemediationError, self).__init__(msg)
+        self.partial = partial
+
+
+class VenvLock(object):
+    """An exclusive flock on ``<venv>/.gpufleet-hygiene.lock`` so two runs never remove at once."""
+
+    def __init__(self, venv, timeout):
+        self.path = os.path.join(venv, ".gpufleet-hygiene.lock")
+        self.timeout = timeout
+        self.fd = None
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except (IOError, OSError) as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    os.close(self.fd)
+                    raise DistError(
+                        "another run holds %s for more than %ss; wait for it or raise lock_timeout"
+                        % (self.path, self.timeout))
+                time.sleep(0.1)
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def _pkg_lines(dists):
+    return "".join("%s==%s\n" % (d.name, d.version) for d in sorted(dists, key=lambda d: d.key))
+
+
+class Contamination(object):
+    """The scan, and with ``remove`` the remediation, of one venv."""
+
+    def __init__(self, venv, run, expected_cuda=None, protect=("torch",), also_remove=(),
+                 find_links=None, no_index=False, installer="auto", scan_binaries=True,
+                 lock_timeout=60, check_mode=False, path_env=None):
+        self.venv = venv
+        self.run_cmd = run
+        self.expected_cuda = expected_cuda
+        self.protect = set(canonical_name(p) for p in protect)
+        self.also_remove = [canonical_name(n) for n in also_remove]
+        self.find_links = find_links
+        self.no_index = no_index
+        self.installer_pref = installer
+        self.scan_binaries = scan_binaries
+        self.lock_timeout = lock_timeout
+        self.check_mode = check_mode
+        self.path_env = path_env
+        clash = sorted(set(self.also_remove) & self.protect)
+        if clash:
+            raise DistError(
+                "%s is both protected and in also_remove; a protected package is never removed: "
+                "drop it from also_remove or from protect" % ", ".join(clash))
+        if find_links and not os.path.isdir(find_links):
+            raise DistError("find_links %s is not a directory of wheels" % find_links)
+        self.python = venv_python(venv)
+        self.sites = environment_site_dirs(venv, self.python, self._run)
+        root = os.path.realpath(venv) + os.sep
+        self.own_sites = set(os.path.realpath(s) for s in self.sites if os.path.realpath(s).startswith(root))
+
+    def _run(self, argv):
+        return self.run_cmd(argv)
+
+    def _inventory(self):
+        dists, _shadowed = iter_distributions(self.sites)
+        return dists
+
+    def scan(self):
+        dists = self._inventory()
+        ref, warnings = reference(dists, self.expected_cuda)
+        contaminants, unknown, clobbered, shared = scan(dists, ref["cuda_major"], self.scan_binaries)
+        problems = []
+        for dist in dists:
+            problems.extend(dist.problems)
+        result = {
+            "reference": ref,
+            "contaminants": contaminants,
+            "clobbered": [dict((k, v) for k, v in c.items() if k != "file") for c in clobbered],
+            "unknown": unknown,
+            "clean": not contaminants,
+            "scanned": len(dists),
+            "problems": problems,
+            "warnings": warnings,
+        }
+        return result, dists, clobbered, shared
+
+    # ------------------------------------------------------------------ removal
+    def plan(self, dists, contaminants, shared):
+        by_key = dict((d.key, d) for d in dists)
+        remove, kept = [], []
+        for item in contaminants:
+            key = canonical_name(item["name"])
+            dist = by_key[key]
+            if key in self.protect:
+                kept.append({"name": item["name"], "reason": "protected"})
+            elif os.path.realpath(dist.site_dir) not in self.own_sites:
+                kept.append({"name": item["name"], "reason": "installed outside the venv, in %s" % dist.site_dir})
+            else:
+                remove.append(dist)
+        for key in self.also_remove:
+            dist = by_key.get(key)
+            if dist is None or dist in remove:
+                continue
+            if os.path.realpath(dist.site_dir) not in self.own_sites:
+                kept.append({"name": dist.name, "reason": "installed outside the venv, in %s" % dist.site_dir})
+                continue
+            remove.append(dist)
+        removing = set(d.key for d in remove)
+        preserve = []  # (abs_path, keeper) whose current content a keeper still needs
+        reinstall = {}  # key -> dist whose shared files no longer match its RECORD
+        for abs_path, group in shared.items():
+            if not any(d.key in removing for d, _r, _a, _h in group):
+                continue
+            keepers = [(d, a, h) for d, _r, a, h in group if d.key not in removing]
+            if not keepers:
+                continue
+            for dist, algo, digest in keepers:
+                ok = False
+                if os.path.lexists(abs_path):
+                    if not digest:
+                        ok = True
+                    else:
+                        try:
+                            ok = file_digest(abs_path, algo) == digest
+                        except (IOError, OSError, ValueError):
+                            ok = False
+                if ok:
+                    preserve.append(abs_path)
+                else:
+                    reinstall[dist.key] = dist
+        return remove, kept, sorted(set(preserve)), sorted(reinstall.values(), key=lambda d: d.key)
+
+    def remediate(self, result, dists, shared):
+        remove, kept, preserve, reinstall = self.plan(dists, result["contaminants"], shared)
+        result["kept"] = kept
+        result["removed"] = [{"name": d.name, "version": d.version} for d in remove]
+        result["restored"] = [{"name": d.name, "version": d.version} for d in reinstall]
+        result["preserved_files"] = len(preserve)
+        before = _pkg_lines(dists)
+        removing = set(d.key for d in remove)
+        result["diff"] = {"before": before, "after": _pkg_lines([d for d in dists if d.key not in removing])}
+        if not remove:
+            result["changed"] = False
+            return result
+        result["changed"] = True
+        installer = Installer.choose(self.installer_pref, self.venv, self.python, self.sites, self.path_env)
+        result["installer"] = installer.tool
+        if self.check_mode:
+            return result
+        with VenvLock(self.venv, self.lock_timeout):
+            return self._execute(result, dists, remove, preserve, reinstall, installer)
+
+    def _execute(self, result, dists, remove, preserve, reinstall, installer):
+        stash = tempfile.mkdtemp(prefix=".gpufleet-preserve-", dir=self.venv)
+        saved = []
+        try:
+            for index, path in enumerate(preserve):
+                target = os.path.join(stash, str(index))
+                try:
+                    os.link(path, target)
+                except OSError:
+                    shutil.copy2(path, target)
+                saved.append((path, target))
+            argv = installer.uninstall([d.name for d in remove])
+            rc, out, err = self._run(argv)
+            for path, target in saved:
+                if not os.path.lexists(path):
+                    parent = os.path.dirname(path)
+                    if not os.path.isdir(parent):
+                        os.makedirs(parent)
+                    os.rename(target, path)
+        finally:
+            shutil.rmtree(stash, ignore_errors=True)
+
+        after = self._inventory()
+        present = set(d.key for d in after)
+        removed = [d for d in remove if d.key not in present]
+        failed = [d for d in remove if d.key in present]
+        result["removed"] = [{"name": d.name, "version": d.version} for d in removed]
+        lost = [d for d in dists if d.key not in present and d not in remove]
+
+        pins = [(d.name, d.version) for d in reinstall if d.key in present or d in lost]
+        restore_failed = None
+        if pins:
+            rargv = installer.reinstall(pins, self.find_links, self.no_index)
+            rrc, rout, rerr = self._run(rargv)
+            if rrc != 0:
+                restore_failed = (rargv, (rerr or rout or "").strip())
+        after = self._inventory()
+        result["diff"]["after"] = _pkg_lines(after)
+        result["restored"] = [] if restore_failed else [{"name": n, "version": v} for n, v in pins]
+        present = set(d.key for d in after)
+        lost = [d.name for d in dists if d.key not in present and d not in remove]
+        damaged = []
+        for dist in after:
+            if dist.key in set(canonical_name(n) for n, _v in pins):
+                missing, modified, _checked = dist.verify()
+                if missing or modified:
+                    damaged.append("%s (%d missing, %d modified)" % (dist.name, len(missing), len(modified)))
+        new_result, _d, _c, _s = self.scan()
+        result["clean"] = new_result["clean"]
+        result["clobbered_after"] = new_result["clobbered"]
+
+        errors = []
+        if rc != 0 or failed:
+            errors.append(
+                "the uninstall failed part-way (%s exited %s): removed %s; still installed %s: %s"
+                % (installer.tool, rc, ", ".join(d.name for d in removed) or "nothing",
+                   ", ".join(d.name for d in failed) or "nothing", (err or out or "").strip()[:600]))
+        if restore_failed:
+            rargv, text = restore_failed
+            hint = list(rargv)
+            if not self.find_links:
+                hint[-len(pins):-len(pins)] = ["--find-links", "<a directory holding these wheels>"]
+            errors.append(
+                "could not reinstall %s, whose files the removed packages had overwritten: no "
+                "configured source has them. Restore them with: %s (%s)"
+                % (", ".join("%s==%s" % p for p in pins), shell_join(hint), text[-400:]))
+        if lost:
+            errors.append("packages that were not asked for disappeared: %s" % ", ".join(lost))
+        if damaged and not restore_failed:
+            errors.append("restored packages still differ from their RECORD: %s" % ", ".join(damaged))
+        if errors:
+            raise RemediationError("; ".join(errors), result)
+        return result

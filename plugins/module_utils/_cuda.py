@@ -1,0 +1,321 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Which CUDA major each installed package was built for, and the evidence.
+
+Layers, strongest first (see docs/contamination.md):
+
+1. the local version label (``+cu128`` is 12.8, ``+cu130`` is 13.0);
+2. the name family (``nvidia-cudnn-cu13``, ``cupy-cuda12x``, ``jax-cuda13-plugin``), or a
+   toolkit wheel whose version is the CUDA version (``nvidia-cublas`` 13.x);
+3. the files the package installed (``nvidia/cu13/lib/``, ``libcudart.so.13``);
+4. DT_NEEDED of the package's ELF objects;
+5. requirements naming another major's packages (weak).
+
+Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import canonical_name, file_digest
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._elf import dt_needed
+
+# Name families, kept as data: (regular expression on the canonical name, what it is).
+# The named group ``cuda`` holds the digits: "12" is CUDA 12, "128" is CUDA 12.8.
+NAME_FAMILIES = (
+    (r"^cupy-cuda(?P<cuda>\d{2,3})x?$", "CuPy build for CUDA {cuda}"),
+    (r"^jax-cuda(?P<cuda>\d{2})-(plugin|pjrt)$", "JAX CUDA {cuda} plugin"),
+    (r"^jaxlib-cuda(?P<cuda>\d{2})$", "jaxlib CUDA {cuda} build"),
+    (r"^tensorrt-cu(?P<cuda>\d{2})(-.+)?$", "TensorRT for CUDA {cuda}"),
+    (r"^(?:.+-)?cu(?P<cuda>\d{2,3})(?:-.+)?$", "name suffix -cu{cuda_digits}"),
+    (r"^(?P<base>.+)-cuda(?P<cuda>\d{2,3})x?$", "name suffix -cuda{cuda_digits}"),
+)
+_NAME_FAMILIES = tuple((re.compile(p), text) for p, text in NAME_FAMILIES)
+
+# Unsuffixed toolkit wheels whose version major is the CUDA major (CUDA 13 dropped the
+# -cuNN suffix). Not cuFFT, cuRAND, cuSOLVER or cuSPARSE: their versions do not follow CUDA.
+VERSION_IS_CUDA = frozenset((
+    "nvidia-cuda-runtime", "nvidia-cuda-nvrtc", "nvidia-cuda-cupti", "nvidia-cuda-nvcc",
+    "nvidia-cuda-cccl", "nvidia-nvjitlink", "nvidia-cublas", "nvidia-nvtx",
+    "cuda-bindings", "cuda-python", "cuda-toolkit",
+))
+
+# Sonames whose major is the CUDA major (libcudart.so.12 is CUDA 12). Not libcufft,
+# libcusparse, libcusolver or libcurand: their sonames do not follow CUDA.
+CUDA_SONAMES = ("libcudart", "libcublas", "libcublasLt", "libnvrtc", "libnvrtc-builtins", "libnvJitLink")
+_SONAME_RE = re.compile(r"^(%s)\.so\.(\d+)" % "|".join(re.escape(s) for s in CUDA_SONAMES))
+_CU_DIR_RE = re.compile(r"(?:^|/)nvidia/cu(\d{2})/")
+_LABEL_RE = re.compile(r"cu(\d{2,3})(?!\d)")
+_SHARED_OBJECT_RE = re.compile(r"\.so(\.\d+)*$")
+_REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_EXPECTED_RE = re.compile(r"^(\d{1,2})(?:\.(\d{1,2}))?$")
+_TORCH_CUDA_RE = re.compile(r"^cuda\s*(?::[^=\n]*)?=\s*(None|['\"]([^'\"]*)['\"])", re.M)
+
+LAYERS = {1: "version label", 2: "name", 3: "files", 4: "binaries", 5: "requirements"}
+
+
+class CudaError(Exception):
+    """Bad input, or no reference CUDA: the message says what to fix."""
+
+
+def digits_to_cuda(digits):
+    """``"12"`` → (12, None); ``"128"`` → (12, "12.8"); ``"92"`` → (9, "9.2")."""
+    if len(digits) == 3:
+        return int(digits[:2]), "%s.%s" % (digits[:2], digits[2])
+    if digits[0] == "1":
+        return int(digits), None
+    return int(digits[0]), "%s.%s" % (digits[0], digits[1])
+
+
+def parse_expected(value):
+    """``expected_cuda`` ("12.8", "13") → (major, version text)."""
+    text = str(value).strip()
+    match = _EXPECTED_RE.match(text)
+    if not match or int(match.group(1)) == 0:
+        raise CudaError(
+            "expected_cuda %r is not a CUDA version: give a major or major.minor such as "
+            "'12.8' or '13'" % (value,))
+    return int(match.group(1)), text
+
+
+def label_cuda(version):
+    """CUDA named by a local version label, or None. ``2.8.0+cu128`` → (12, "12.8")."""
+    if not version or "+" not in version:
+        return None
+    label = version.split("+", 1)[1].lower()
+    match = _LABEL_RE.search(label)
+    if not match:
+        return None
+    return digits_to_cuda(match.group(1))
+
+
+def is_cpu_label(version):
+    return bool(version) and "+" in version and version.split("+", 1)[1].lower() in ("cpu", "cpuonly")
+
+
+def name_cuda(key, version):
+    """(major, reason) from the name family, or None."""
+    for regex, text in _NAME_FAMILIES:
+        match = regex.match(key)
+        if match:
+            digits = match.group("cuda")
+            major, _minor = digits_to_cuda(digits)
+            return major, text.format(cuda=major, cuda_digits=digits)
+    if key in VERSION_IS_CUDA and version:
+        head = version.split(".", 1)[0]
+        if head.isdigit() and int(head) >= 9:
+            return int(head), "toolkit wheel whose version is the CUDA version (%s)" % version
+    return None
+
+
+def file_cuda(rel_path):
+    """(major, reason) from one installed file's path, or None."""
+    match = _CU_DIR_RE.search(rel_path)
+    if match:
+        return int(match.group(1)), "installs %s (the CUDA %s layout)" % (rel_path, match.group(1))
+    base = rel_path.rsplit("/", 1)[-1]
+    match = _SONAME_RE.match(base)
+    if match:
+        return int(match.group(2)), "ships %s" % rel_path
+    return None
+
+
+def soname_cuda(soname):
+    match = _SONAME_RE.match(soname)
+    return int(match.group(2)) if match else None
+
+
+def torch_reference(dists):
+    """The reference CUDA from torch: (major, version, source) or None; 'cpu' if CPU-only."""
+    torch = None
+    for dist in dists:
+        if dist.key == "torch":
+            torch = dist
+            break
+    if torch is None:
+        return None
+    found = label_cuda(torch.version)
+    if found:
+        major, version = found
+        return major, version or str(major), "torch %s (local version label)" % torch.version
+    path = os.path.join(torch.site_dir, "torch", "version.py")
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except (IOError, OSError):
+        return "cpu" if is_cpu_label(torch.version) else None
+    match = _TORCH_CUDA_RE.search(text)
+    if not match or match.group(1) == "None" or not match.group(2):
+        return "cpu"
+    try:
+        major, version = parse_expected(match.group(2))
+    except CudaError:
+        return None
+    return major, version, "torch %s (torch/version.py: cuda = '%s')" % (torch.version, match.group(2))
+
+
+def reference(dists, expected_cuda):
+    """Decide the reference: expected_cuda if given, else torch's CUDA.
+
+    Returns ``(ref_dict, warnings)``; raises CudaError naming expected_cuda when neither.
+    """
+    warnings = []
+    from_torch = torch_reference(dists)
+    if expected_cuda not in (None, ""):
+        major, version = parse_expected(expected_cuda)
+        if isinstance(from_torch, tuple) and from_torch[0] != major:
+            warnings.append(
+                "expected_cuda is %s but %s is built for CUDA %s: torch itself does not match"
+                % (version, from_torch[2].split(" (")[0], from_torch[1]))
+        return {"cuda_major": major, "cuda_version": version, "source": "expected_cuda"}, warnings
+    if from_torch is None:
+        raise CudaError(
+            "no reference CUDA: torch is not installed in this environment (or says no CUDA "
+            "version); set expected_cuda (for example '12.8' or '13')")
+    if from_torch == "cpu":
+        raise CudaError(
+            "no reference CUDA: torch here is a CPU-only build; set expected_cuda (for example "
+            "'12.8' or '13') to say which CUDA the environment should hold")
+    major, version, source = from_torch
+    return {"cuda_major": major, "cuda_version": version, "source": source}, warnings
+
+
+def classify(dist, scan_binaries=True):
+    """Evidence for one distribution: ``(layer, {major: [reasons]}, notes)``.
+
+    ``layer`` is the strongest layer that said anything (None: unknown). Only that layer
+    decides; weaker layers are not read once a stronger one has spoken.
+    """
+    found = label_cuda(dist.version)
+    if found:
+        return 1, {found[0]: ["version %s carries the local label for CUDA %s" % (dist.version, found[1] or found[0])]}
+    if is_cpu_label(dist.version):
+        return 0, {}
+    found = name_cuda(dist.key, dist.version)
+    if found:
+        return 2, {found[0]: ["name %s: %s" % (dist.name, found[1])]}
+    majors = {}
+    shared_objects = []
+    for abs_path, rel, _algo, _digest, _size in dist.record:
+        hit = file_cuda(rel)
+        if hit:
+            reasons = majors.setdefault(hit[0], [])
+            if len(reasons) < 3:
+                reasons.append(hit[1])
+        elif _SHARED_OBJECT_RE.search(rel):
+            shared_objects.append((abs_path, rel))
+    if majors:
+        return 3, majors
+    if scan_binaries:
+        for abs_path, rel in shared_objects:
+            for soname in dt_needed(abs_path) or ():
+                major = soname_cuda(soname)
+                if major is not None:
+                    reasons = majors.setdefault(major, [])
+                    if len(reasons) < 3:
+                        reasons.append("%s links %s (DT_NEEDED)" % (rel, soname))
+        if majors:
+            return 4, majors
+    for req in dist.requires_dist:
+        if "extra" in req.split(";", 1)[-1] and ";" in req:
+            continue  # an optional extra is not installed because of this package
+        match = _REQ_NAME_RE.match(req)
+        if not match:
+            continue
+        hit = name_cuda(canonical_name(match.group(1)), None)
+        if hit:
+            majors.setdefault(hit[0], []).append(
+                "requires %s (weak evidence: a requirement, not an installed file)" % req.strip())
+    if majors:
+        return 5, majors
+    return None, {}
+
+
+def find_clobbered(dists):
+    """Files owned by several packages whose content no longer matches an owner's RECORD.
+
+    Only paths listed by two or more packages are hashed, so a large venv costs little.
+    Returns ``(clobbered, shared)``: ``clobbered`` is a list of dicts; ``shared`` maps each
+    shared absolute path to its owners as ``[(dist, digest_or_None)]``.
+    """
+    owners = {}
+    for dist in dists:
+        for abs_path, rel, algo, digest, _size in dist.record:
+            if rel.endswith(".pyc") or "/__pycache__/" in rel:
+                continue
+            owners.setdefault(abs_path, []).append((dist, rel, algo, digest))
+    shared = {p: o for p, o in owners.items() if len(o) > 1}
+    clobbered = []
+    for abs_path, group in sorted(shared.items()):
+        actual = {}
+        exists = os.path.lexists(abs_path)
+
+        def current(algo):
+            if algo not in actual:
+                try:
+                    actual[algo] = file_digest(abs_path, algo)
+                except (IOError, OSError, ValueError):
+                    actual[algo] = None
+            return actual[algo]
+
+        matching = [d for d, _rel, algo, digest in group if digest and exists and current(algo) == digest]
+        for dist, rel, algo, digest in group:
+            if not digest or dist in matching:
+                continue
+            if not exists:
+                state = "missing"
+            elif matching:
+                state = "overwritten"
+            else:
+                state = "modified"
+            clobbered.append({
+                "path": rel,
+                "file": abs_path,
+                "owner": dist.name,
+                "owner_version": dist.version,
+                "state": state,
+                "overwritten_by": [d.name for d in matching],
+            })
+    return clobbered, shared
+
+
+def scan(dists, ref_major, scan_binaries=True):
+    """Classify every distribution against the reference major.
+
+    Returns ``(contaminants, unknown, clobbered, shared)``.
+    """
+    contaminants = []
+    unknown = []
+    clobbered, shared = find_clobbered(dists)
+    by_victim_overwriter = {}
+    for item in clobbered:
+        for name in item["overwritten_by"]:
+            by_victim_overwriter.setdefault(canonical_name(name), []).append(item)
+    for dist in dists:
+        layer, majors = classify(dist, scan_binaries)
+        if layer is None:
+            unknown.append(dist.name)
+            continue
+        if not majors or ref_major in majors:
+            continue
+        major = sorted(majors)[-1]
+        evidence = []
+        for m in sorted(majors):
+            evidence.extend(majors[m])
+        evidence = ["%s (%s evidence)" % (e, LAYERS[layer]) for e in evidence]
+        for item in by_victim_overwriter.get(dist.key, []):
+            evidence.append("overwrote %s of %s %s" % (item["path"], item["owner"], item["owner_version"]))
+        contaminants.append({
+            "name": dist.name,
+            "version": dist.version,
+            "cuda_major": major,
+            "evidence": evidence,
+            "layer": LAYERS[layer],
+            "location": dist.site_dir,
+        })
+    return contaminants, unknown, clobbered, shared

@@ -1,0 +1,385 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Installed Python distributions, read from ``*.dist-info`` on disk.
+
+Private to gpufleet.hygiene (leading underscore): not a public API.
+Standard library only: this runs on the target.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import glob
+import hashlib
+import io
+import json
+import os
+import re
+
+_NAME_RE = re.compile(r"[-_.]+")
+
+
+class DistError(Exception):
+    """Bad input that the user must fix (path, venv, baseline)."""
+
+
+def canonical_name(name):
+    """Normalise a project name as packaging.utils.canonicalize_name does (PEP 503)."""
+    return _NAME_RE.sub("-", name).lower()
+
+
+def _decode(data, what, problems):
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problems.append("%s is not valid UTF-8 (%s); read it as Latin-1" % (what, exc.reason))
+        return data.decode("latin-1")
+
+
+def parse_metadata(data, what="METADATA", problems=None):
+    """Parse the header block of a METADATA / PKG-INFO file.
+
+    Only the headers are read (the body is the long description). Returns a dict with
+    ``name``, ``version`` and ``requires_dist`` (list). Problems are appended to ``problems``.
+    """
+    if problems is None:
+        problems = []
+    text = _decode(data, what, problems)
+    fields = {"requires_dist": []}
+    last = None
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        if line[0] in " \t" and last is not None:
+            continue  # folded continuation of a long header: none we read is folded
+        key, sep, value = line.partition(":")
+        if not sep:
+            problems.append("%s has a malformed header line: %r" % (what, line[:80]))
+            last = None
+            continue
+        key = key.strip().lower()
+        value = value.strip()
+        last = key
+        if key == "name" and "name" not in fields:
+            fields["name"] = value
+        elif key == "version" and "version" not in fields:
+            fields["version"] = value
+        elif key == "requires-dist":
+            fields["requires_dist"].append(value)
+    return fields
+
+
+def parse_record(data, what="RECORD", problems=None):
+    """Parse a RECORD file into a list of ``(path, algorithm, digest, size)``.
+
+    ``algorithm``/``digest`` are ``None`` where the row has no hash (RECORD itself, .pyc);
+    ``size`` is ``None`` where absent or unreadable. Garbled rows are reported, not fatal.
+    """
+    if problems is None:
+        problems = []
+    text = _decode(data, what, problems)
+    rows = []
+    try:
+        reader = csv.reader(io.StringIO(text))
+        for lineno, row in enumerate(reader, 1):
+            if not row or not row[0]:
+                continue
+            path = row[0]
+            algo = digest = size = None
+            if len(row) > 1 and row[1]:
+                algo, sep, digest = row[1].partition("=")
+                if not sep or not digest:
+                    problems.append("%s line %d has a malformed hash %r" % (what, lineno, row[1][:40]))
+                    algo = digest = None
+            if len(row) > 2 and row[2]:
+                try:
+                    size = int(row[2])
+                except ValueError:
+                    problems.append("%s line %d has a malformed size %r" % (what, lineno, row[2][:20]))
+            rows.append((path, algo, digest, size))
+    except csv.Error as exc:
+        problems.append("%s is not valid CSV: %s" % (what, exc))
+    return rows
+
+
+def file_digest(path, algo="sha256"):
+    """Return the urlsafe-base64 digest (no padding) of a file, as RECORD writes it."""
+    h = hashlib.new(algo)
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            h.update(chunk)
+    return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
+
+
+class Distribution(object):
+    """One installed distribution: its dist-info directory and what it says."""
+
+    def __init__(self, site_dir, info_dir):
+        self.site_dir = site_dir
+        self.info_dir = info_dir
+        self.problems = []
+        self.is_egg_info = info_dir.endswith(".egg-info")
+        meta_name = "PKG-INFO" if self.is_egg_info else "METADATA"
+        data = self._read(meta_name)
+        if data is None:
+            fields = {"requires_dist": []}
+            self.problems.append("%s has no %s" % (os.path.basename(info_dir), meta_name))
+        else:
+            fields = parse_metadata(data, "%s/%s" % (os.path.basename(info_dir), meta_name), self.problems)
+        stem = os.path.basename(info_dir).rsplit(".", 1)[0]
+        dir_name, _sep, dir_version = stem.partition("-")
+        self.name = fields.get("name") or dir_name
+        self.version = fields.get("version") or dir_version or None
+        if not fields.get("name") or not fields.get("version"):
+            self.problems.append("%s lacks Name or Version; taken from the directory name" % os.path.basename(info_dir))
+        self.key = canonical_name(self.name)
+        self.requires_dist = fields["requires_dist"]
+        self._record = None
+        self._installer = False
+
+    def _read(self, fname):
+        try:
+            with open(os.path.join(self.info_dir, fname), "rb") as f:
+                return f.read()
+        except (IOError, OSError):
+            return None
+
+    @property
+    def installer(self):
+        if self._installer is False:
+            data = self._read("INSTALLER")
+            text = data.decode("utf-8", "replace").strip() if data is not None else ""
+            self._installer = text or None
+        return self._installer
+
+    @property
+    def record(self):
+        """RECORD rows as ``(abs_path, rel_path, algo, digest, size)``; [] when missing."""
+        if self._record is None:
+            data = self._read("RECORD")
+            rows = []
+            if data is None:
+                if not self.is_egg_info:
+                    self.problems.append("%s has no RECORD" % os.path.basename(self.info_dir))
+            else:
+                what = "%s/RECORD" % os.path.basename(self.info_dir)
+                for rel, algo, digest, size in parse_record(data, what, self.problems):
+                    abs_path = os.path.normpath(os.path.join(self.site_dir, rel))
+                    rows.append((abs_path, rel, algo, digest, size))
+            self._record = rows
+        return self._record
+
+    def as_dict(self):
+        return {
+            "name": self.name,
+            "version": self.version,
+            "location": self.site_dir,
+            "installer": self.installer,
+        }
+
+    def verify(self):
+        """Compare every hashed RECORD file with the disk, as debsums does.
+
+        Returns ``(missing, modified, checked)``: relative paths and the count checked.
+        Size is compared first so most mismatches cost no hashing.
+        """
+        missing, modified, checked = [], [], 0
+        for abs_path, rel, algo, digest, size in self.record:
+            if not digest:
+                continue
+            checked += 1
+            try:
+                st = os.stat(abs_path)
+            except OSError:
+                missing.append(rel)
+                continue
+            if size is not None and st.st_size != size:
+                modified.append(rel)
+                continue
+            try:
+                if file_digest(abs_path, algo) != digest:
+                    modified.append(rel)
+            except (IOError, OSError, ValueError):
+                modified.append(rel)
+        return missing, modified, checked
+
+
+def venv_python(venv):
+    """The interpreter of a virtual environment, or a DistError saying what is wrong."""
+    if not venv:
+        raise DistError("venv is empty: give the path of a virtual environment")
+    if not os.path.exists(venv):
+        raise DistError("venv %s does not exist" % venv)
+    if not os.path.isdir(venv):
+        raise DistError("venv %s is not a directory" % venv)
+    for cand in ("bin/python", "bin/python3"):
+        path = os.path.join(venv, cand)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise DistError(
+        "venv %s has no bin/python: it is not a virtual environment, or it is broken "
+        "(recreate it with 'python3 -m venv %s' or 'uv venv %s')" % (venv, venv, venv))
+
+
+def read_pyvenv_cfg(venv):
+    cfg = {}
+    try:
+        with open(os.path.join(venv, "pyvenv.cfg"), "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except (IOError, OSError):
+        return cfg
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            cfg[key.strip().lower()] = value.strip()
+    return cfg
+
+
+def venv_site_dirs(venv):
+    """site-packages of a venv, found on disk without starting its interpreter."""
+    found = []
+    seen = set()
+    for pattern in ("lib/python*/site-packages", "lib64/python*/site-packages", "Lib/site-packages"):
+        for path in sorted(glob.glob(os.path.join(venv, pattern))):
+            real = os.path.realpath(path)
+            if real not in seen and os.path.isdir(path):
+                seen.add(real)
+                found.append(path)
+    return found
+
+
+_SYS_PATH_CODE = "import json, sys; print(json.dumps(sys.path))"
+
+
+def interpreter_site_dirs(python, run):
+    """The directories an interpreter imports from (its sys.path), asked of it once.
+
+    ``run(argv)`` returns ``(rc, stdout, stderr)``. -E keeps PYTHONPATH out, as a fresh
+    training process started from a clean environment would.
+    """
+    rc, out, err = run([python, "-E", "-c", _SYS_PATH_CODE])
+    if rc != 0:
+        raise DistError("%s could not be run (rc=%s): %s" % (python, rc, (err or out or "").strip()[:400]))
+    try:
+        paths = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise DistError("%s printed no sys.path: %r" % (python, (out or "")[:200]))
+    return [p for p in paths if p and os.path.isdir(p)]
+
+
+def environment_site_dirs(venv, python, run):
+    """Where packages of a venv come from: its site-packages, then, when the venv was made
+    with --system-site-packages, the base interpreter's too (its sys.path, asked once)."""
+    sites = venv_site_dirs(venv)
+    if not sites:
+        raise DistError("venv %s has no lib/python*/site-packages: it is not a virtual environment" % venv)
+    cfg = read_pyvenv_cfg(venv)
+    if cfg.get("include-system-site-packages", "false").lower() == "true":
+        seen = set(os.path.realpath(s) for s in sites)
+        for path in interpreter_site_dirs(python, run):
+            if os.path.realpath(path) not in seen:
+                seen.add(os.path.realpath(path))
+                sites.append(path)
+    return sites
+
+
+def iter_distributions(site_dirs):
+    """Yield the distributions of every site directory, first on the path wins.
+
+    Returns ``(distributions, shadowed)``: later copies of the same project are shadowed.
+    """
+    dists = []
+    shadowed = []
+    seen = {}
+    for site in site_dirs:
+        try:
+            entries = sorted(os.listdir(site))
+        except OSError:
+            continue
+        for entry in entries:
+            if not (entry.endswith(".dist-info") or entry.endswith(".egg-info")):
+                continue
+            path = os.path.join(site, entry)
+            if not os.path.isdir(path):
+                continue
+            dist = Distribution(site, path)
+            if dist.key in seen:
+                shadowed.append(dist)
+                continue
+            seen[dist.key] = dist
+            dists.append(dist)
+    return dists, shadowed
+
+
+_REQ_LINE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)$")
+
+
+def parse_requirements(data, what):
+    """Parse a requirements / lock file (pip freeze, uv pip compile) into a dict.
+
+    ``{canonical_name: {"name": ..., "version": pinned version or None, "spec": text}}``.
+    Options (``-r``, ``--hash``, ``-e``), comments and environment markers are skipped.
+    """
+    problems = []
+    text = _decode(data, what, problems)
+    if problems:
+        raise DistError(problems[0])
+    wanted = {}
+    joined = text.replace("\\\n", " ")
+    for lineno, raw in enumerate(joined.splitlines(), 1):
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#") or line.startswith("-"):
+            continue
+        line = line.split(";", 1)[0].strip()
+        line = re.sub(r"\s--hash[= ]\S+", "", line).strip()
+        if "@" in line and "==" not in line:
+            name = line.split("@", 1)[0].strip()
+            wanted[canonical_name(name)] = {"name": name, "version": None, "spec": line}
+            continue
+        match = _REQ_LINE.match(line)
+        if not match:
+            raise DistError("%s line %d is not a requirement: %r" % (what, lineno, raw[:80]))
+        name, _extras, spec = match.groups()
+        spec = spec.strip()
+        version = None
+        if spec.startswith("==="):
+            version = spec[3:].strip()
+        elif spec.startswith("==") and "," not in spec and "*" not in spec:
+            version = spec[2:].strip()
+        wanted[canonical_name(name)] = {"name": name, "version": version, "spec": spec}
+    return wanted
+
+
+def versions_match(pinned, installed):
+    """``==pinned`` against an installed version, with PEP 440's local-label rule."""
+    if installed is None:
+        return False
+    pinned = pinned.strip().lower()
+    installed = installed.strip().lower()
+    if pinned == installed:
+        return True
+    if "+" not in pinned:
+        return installed.split("+", 1)[0] == pinned
+    return False
+
+
+def drift(dists, wanted):
+    """Compare an inventory with a parsed baseline: extra, missing, changed."""
+    have = {d.key: d for d in dists}
+    extra = [{"name": d.name, "version": d.version} for k, d in sorted(have.items()) if k not in wanted]
+    missing = []
+    changed = []
+    for key, want in sorted(wanted.items()):
+        dist = have.get(key)
+        if dist is None:
+            missing.append({"name": want["name"], "version": want["version"], "spec": want["spec"]})
+        elif want["version"] is not None and not versions_match(want["version"], dist.version):
+            changed.append({"name": dist.name, "baseline": want["version"], "installed": dist.version})
+    return {"extra": extra, "missing": missing, "changed": changed}

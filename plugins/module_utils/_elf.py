@@ -1,0 +1,112 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""DT_NEEDED of an ELF shared object, read with the standard library.
+
+Targets have no pyelftools and may have no binutils; a few struct reads through the
+program headers are all it takes, and a large library costs a handful of small reads.
+Private to gpufleet.hygiene (leading underscore): not a public API.
+"""
+
+from __future__ import annotations
+
+import struct
+
+PT_LOAD = 1
+PT_DYNAMIC = 2
+DT_NULL = 0
+DT_NEEDED = 1
+DT_STRTAB = 5
+DT_STRSZ = 10
+
+_MAX_DYNAMIC = 1 << 20
+_MAX_STRTAB = 16 << 20
+
+
+def dt_needed(path):
+    """Return the list of DT_NEEDED sonames of ``path``; None if it is not a readable ELF."""
+    try:
+        with open(path, "rb") as f:
+            return _read_needed(f)
+    except (IOError, OSError, struct.error, ValueError, OverflowError, MemoryError):
+        return None
+
+
+def _read_needed(f):
+    ident = f.read(16)
+    if len(ident) < 16 or ident[:4] != b"\x7fELF":
+        return None
+    cls, data = ident[4], ident[5]
+    if cls not in (1, 2) or data not in (1, 2):
+        return None
+    end = "<" if data == 1 else ">"
+    is64 = cls == 2
+    if is64:
+        hdr = struct.unpack(end + "HHIQQQIHHHHHH", f.read(48))
+        phoff, phentsize, phnum = hdr[4], hdr[8], hdr[9]
+        ph_fmt = end + "IIQQQQQQ"  # type, flags, offset, vaddr, paddr, filesz, memsz, align
+        dyn_fmt = end + "qQ"
+    else:
+        hdr = struct.unpack(end + "HHIIIIIHHHHHH", f.read(36))
+        phoff, phentsize, phnum = hdr[4], hdr[8], hdr[9]
+        ph_fmt = end + "IIIIIIII"  # type, offset, vaddr, paddr, filesz, memsz, flags, align
+        dyn_fmt = end + "iI"
+    if not phoff or not phnum or phentsize < struct.calcsize(ph_fmt) or phnum > 4096:
+        return None
+    f.seek(phoff)
+    table = f.read(phentsize * phnum)
+    loads = []
+    dynamic = None
+    size = struct.calcsize(ph_fmt)
+    for i in range(phnum):
+        raw = table[i * phentsize:i * phentsize + size]
+        if len(raw) < size:
+            return None
+        fields = struct.unpack(ph_fmt, raw)
+        if is64:
+            p_type, p_offset, p_vaddr, p_filesz = fields[0], fields[2], fields[3], fields[5]
+        else:
+            p_type, p_offset, p_vaddr, p_filesz = fields[0], fields[1], fields[2], fields[4]
+        if p_type == PT_LOAD:
+            loads.append((p_vaddr, p_offset, p_filesz))
+        elif p_type == PT_DYNAMIC:
+            dynamic = (p_offset, p_filesz)
+    if dynamic is None:
+        return []
+    f.seek(dynamic[0])
+    blob = f.read(min(dynamic[1], _MAX_DYNAMIC))
+    dsize = struct.calcsize(dyn_fmt)
+    needed_offsets = []
+    strtab = strsz = None
+    for i in range(len(blob) // dsize):
+        tag, val = struct.unpack(dyn_fmt, blob[i * dsize:(i + 1) * dsize])
+        if tag == DT_NULL:
+            break
+        if tag == DT_NEEDED:
+            needed_offsets.append(val)
+        elif tag == DT_STRTAB:
+            strtab = val
+        elif tag == DT_STRSZ:
+            strsz = val
+    if not needed_offsets:
+        return []
+    if strtab is None:
+        return None
+    file_off = None
+    for vaddr, offset, filesz in loads:
+        if vaddr <= strtab < vaddr + filesz:
+            file_off = strtab - vaddr + offset
+            break
+    if file_off is None:
+        file_off = strtab  # unrelocated or prelinked at 0: vaddr == offset
+    f.seek(file_off)
+    table = f.read(min(strsz or _MAX_STRTAB, _MAX_STRTAB))
+    names = []
+    for off in needed_offsets:
+        if off >= len(table):
+            continue
+        stop = table.find(b"\0", off)
+        names.append(table[off:stop if stop >= 0 else len(table)].decode("utf-8", "replace"))
+    return names
