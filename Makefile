@@ -8,7 +8,8 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 COLL_LINK := .ansible/collections/ansible_collections/gpufleet/hygiene
-SANITY_ROOT := build/sanity/ansible_collections/gpufleet/hygiene
+SANITY_BUILD ?= build/sanity
+SANITY_ROOT := $(SANITY_BUILD)/ansible_collections/gpufleet/hygiene
 PYTEST_WORKERS ?= 2
 
 .PHONY: setup run test unit sanity lint changelog-lint clean
@@ -40,7 +41,7 @@ unit:
 # ansible-test needs the collection under ansible_collections/<ns>/<name>: copy what git
 # tracks (and untracked, not ignored files) there and run it on this Python.
 sanity:
-	rm -rf build/sanity
+	rm -rf $(SANITY_BUILD)
 	mkdir -p $(SANITY_ROOT)
 	git ls-files -co --exclude-standard -z | xargs -0 tar -cf - | tar -xf - -C $(SANITY_ROOT)
 	bash scripts/ansible-test-bootstrap.sh
