@@ -59,7 +59,7 @@ class VenvLock(object):
                     os.close(self.fd)
                     raise DistError(
                         "another run holds %s for more than %ss; wait for it or raise lock_timeout"
-                        % (self.path, self.timeout))
+                        % (self.path, self.timeout)) from None
                 time.sleep(0.1)
 
     def __exit__(self, *exc):

@@ -54,7 +54,7 @@ _LABEL_RE = re.compile(r"cu(\d{2,3})(?!\d)")
 _SHARED_OBJECT_RE = re.compile(r"\.so(\.\d+)*$")
 _REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _EXPECTED_RE = re.compile(r"^(\d{1,2})(?:\.(\d{1,2}))?$")
-_TORCH_CUDA_RE = re.compile(r"^cuda\s*(?::[^=\n]*)?=\s*(None|['\"]([^'\"]*)['\"])", re.M)
+_TORCH_CUDA_RE = re.compile(r"^cuda\s*(?::[^=\n]*)?=\s*(None|['\"]([^'\"]*)['\"])", re.MULTILINE)
 
 LAYERS = {1: "version label", 2: "name", 3: "files", 4: "binaries", 5: "requirements"}
 
@@ -236,6 +236,15 @@ def classify(dist, scan_binaries=True):
     return None, {}
 
 
+def _cached_digest(cache, path, algo):
+    if algo not in cache:
+        try:
+            cache[algo] = file_digest(path, algo)
+        except (IOError, OSError, ValueError):
+            cache[algo] = None
+    return cache[algo]
+
+
 def find_clobbered(dists):
     """Files owned by several packages whose content no longer matches an owner's RECORD.
 
@@ -254,17 +263,9 @@ def find_clobbered(dists):
     for abs_path, group in sorted(shared.items()):
         actual = {}
         exists = os.path.lexists(abs_path)
-
-        def current(algo):
-            if algo not in actual:
-                try:
-                    actual[algo] = file_digest(abs_path, algo)
-                except (IOError, OSError, ValueError):
-                    actual[algo] = None
-            return actual[algo]
-
-        matching = [d for d, _rel, algo, digest in group if digest and exists and current(algo) == digest]
-        for dist, rel, algo, digest in group:
+        matching = [d for d, _rel, algo, digest in group
+                    if digest and exists and _cached_digest(actual, abs_path, algo) == digest]
+        for dist, rel, _algo, digest in group:
             if not digest or dist in matching:
                 continue
             if not exists:
@@ -303,7 +304,7 @@ def scan(dists, ref_major, scan_binaries=True):
             continue
         if not majors or ref_major in majors:
             continue
-        major = sorted(majors)[-1]
+        major = max(majors)
         evidence = []
         for m in sorted(majors):
             evidence.extend(majors[m])

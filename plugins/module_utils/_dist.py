@@ -264,13 +264,15 @@ def interpreter_site_dirs(python, run):
     ``run(argv)`` returns ``(rc, stdout, stderr)``. -E keeps PYTHONPATH out, as a fresh
     training process started from a clean environment would.
     """
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise DistError("python %s does not exist or is not executable" % python)
     rc, out, err = run([python, "-E", "-c", _SYS_PATH_CODE])
     if rc != 0:
         raise DistError("%s could not be run (rc=%s): %s" % (python, rc, (err or out or "").strip()[:400]))
     try:
         paths = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise DistError("%s printed no sys.path: %r" % (python, (out or "")[:200]))
+        raise DistError("%s printed no sys.path: %r" % (python, (out or "")[:200])) from None
     return [p for p in paths if p and os.path.isdir(p)]
 
 
@@ -304,7 +306,7 @@ def iter_distributions(site_dirs):
         except OSError:
             continue
         for entry in entries:
-            if not (entry.endswith(".dist-info") or entry.endswith(".egg-info")):
+            if not entry.endswith((".dist-info", ".egg-info")):
                 continue
             path = os.path.join(site, entry)
             if not os.path.isdir(path):
@@ -335,7 +337,7 @@ def parse_requirements(data, what):
     joined = text.replace("\\\n", " ")
     for lineno, raw in enumerate(joined.splitlines(), 1):
         line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#") or line.startswith("-"):
+        if not line or line.startswith(("#", "-")):
             continue
         line = line.split(";", 1)[0].strip()
         line = re.sub(r"\s--hash[= ]\S+", "", line).strip()

@@ -32,10 +32,7 @@ def find_uv(venv, path_env=None):
 
 
 def has_pip(site_dirs):
-    for site in site_dirs:
-        if os.path.isdir(os.path.join(site, "pip")):
-            return True
-    return False
+    return any(os.path.isdir(os.path.join(site, "pip")) for site in site_dirs)
 
 
 class Installer(object):

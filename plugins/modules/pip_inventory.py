@@ -86,7 +86,8 @@ packages:
     installer:
       description: The tool that installed it (its C(INSTALLER) file), when known.
       type: str
-  sample: [{"name": "torch", "version": "2.8.0+cu128", "location": "/root/venv/lib/python3.11/site-packages", "installer": "uv"}]
+  sample:
+    - {"name": "torch", "version": "2.8.0+cu128", "location": "/root/venv/lib/python3.11/site-packages", "installer": "uv"}
 count:
   description: Number of packages.
   returned: success
@@ -139,7 +140,11 @@ integrity:
       description: One entry per package with a problem (C(name), C(version), C(missing), C(modified)).
       type: list
       elements: dict
-  sample: {"ok": false, "files_checked": 1834, "packages": [{"name": "nvidia-nccl-cu12", "version": "2.27.3", "missing": [], "modified": ["nvidia/nccl/lib/libnccl.so.2"]}]}
+  sample:
+    ok: false
+    files_checked: 1834
+    packages:
+      - {"name": "nvidia-nccl-cu12", "version": "2.27.3", "missing": [], "modified": ["nvidia/nccl/lib/libnccl.so.2"]}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -176,7 +181,7 @@ def inventory(module):
             with open(params["baseline"], "rb") as f:
                 data = f.read()
         except (IOError, OSError) as exc:
-            raise DistError("baseline %s cannot be read: %s" % (params["baseline"], exc.strerror or exc))
+            raise DistError("baseline %s cannot be read: %s" % (params["baseline"], exc.strerror or exc)) from exc
         result["drift"] = drift(dists, parse_requirements(data, params["baseline"]))
     if params["verify_files"]:
         problems, checked = [], 0

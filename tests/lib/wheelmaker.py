@@ -39,9 +39,8 @@ def build_wheel(outdir, name, version, files=None, requires=(), tag="py3-none-an
     path = os.path.join(outdir, "%s-%s-%s.whl" % (dist, version.replace("-", "_"), tag))
     record = []
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for arc, data in sorted(files.items()):
-            if isinstance(data, str):
-                data = data.encode("utf-8")
+        for arc, content in sorted(files.items()):
+            data = content.encode("utf-8") if isinstance(content, str) else content
             zf.writestr(arc, data)
             record.append("%s,%s,%d" % (arc, _digest(data), len(data)))
         record.append("%s/RECORD,," % info)

@@ -20,9 +20,8 @@ def run_module(capsys):
             args["_ansible_check_mode"] = True
         if diff:
             args["_ansible_diff"] = True
-        with patch_module_args(args):
-            with pytest.raises(SystemExit) as exc:
-                main()
+        with patch_module_args(args), pytest.raises(SystemExit) as exc:
+            main()
         out = capsys.readouterr().out
         result = json.loads(out)
         assert bool(result.get("failed")) == (exc.value.code != 0)

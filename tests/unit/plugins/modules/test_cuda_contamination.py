@@ -1,0 +1,302 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""cuda_contamination on real venvs with real wheels installed by uv and pip."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+from cuda_fixtures import (
+    SEED_ADDED,
+    SEED_BASE,
+    SEED_CUDA13,
+    SEED_LEFTOVERS,
+    SHARED_LIBS,
+    build_cuda13_wheels,
+    build_seed_wheels,
+    install,
+    make_venv,
+)
+from wheelmaker import build_shared_object, build_wheel
+
+from ansible_collections.gpufleet.hygiene.plugins.modules import cuda_contamination, pip_inventory
+
+UV = shutil.which("uv", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+pytestmark = pytest.mark.slow
+
+
+def pins(pairs):
+    return ["%s==%s" % p for p in pairs]
+
+
+@pytest.fixture(scope="session")
+def seed_wheels(tmp_path_factory):
+    root = tmp_path_factory.mktemp("seed")
+    build_seed_wheels(str(root / "wheels"), str(root / "work"))
+    return str(root / "wheels")
+
+
+@pytest.fixture(scope="session")
+def cuda13_wheels(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cu13")
+    build_cuda13_wheels(str(root / "wheels"), str(root / "work"))
+    return str(root / "wheels")
+
+
+@pytest.fixture
+def seed_venv(tmp_path, seed_wheels):
+    """The seed's Frankenstein venv, installed in two steps as it happened."""
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, seed_wheels, pins(SEED_BASE))
+    install(UV, venv, seed_wheels, pins(SEED_ADDED))
+    return venv
+
+
+def inventory(run_module, venv, **kw):
+    result = run_module(pip_inventory.main, dict(venv=venv, **kw))
+    assert not result.get("failed"), result
+    return result
+
+
+def names_versions(inv):
+    return {p["name"]: p["version"] for p in inv["packages"]}
+
+
+@pytest.fixture(autouse=True)
+def uv_on_path(monkeypatch):
+    monkeypatch.setenv("PATH", os.path.dirname(UV) + os.pathsep + os.environ.get("PATH", ""))
+
+
+def test_seed_environment_flags_exactly_the_cuda13_packages(run_module, seed_venv):
+    result = run_module(cuda_contamination.main, dict(venv=seed_venv))
+    assert not result.get("failed"), result
+    assert result["reference"] == {"cuda_major": 12, "cuda_version": "12.8",
+                                   "source": "torch 2.8.0+cu128 (local version label)"}
+    flagged = {c["name"]: c for c in result["contaminants"]}
+    assert set(flagged) == SEED_CUDA13
+    assert result["clean"] is False
+    for item in flagged.values():
+        assert item["cuda_major"] == 13
+        assert item["evidence"], item
+    assert flagged["sglang-kernel"]["layer"] == "version label"
+    assert "0.4.2.post2+cu130" in flagged["sglang-kernel"]["evidence"][0]
+    assert flagged["nvidia-nccl-cu13"]["layer"] == "name"
+    assert any("overwrote nvidia/nccl/lib/libnccl.so.2 of nvidia-nccl-cu12 2.27.3" in e
+               for e in flagged["nvidia-nccl-cu13"]["evidence"])
+    clobbered = {(c["path"], c["owner"]) for c in result["clobbered"]}
+    assert clobbered == {(path, "nvidia-%s-cu12" % sub) for sub, path in SHARED_LIBS.items()}
+    assert all(c["state"] == "overwritten" and c["overwritten_by"] == [c["owner"].replace("cu12", "cu13")]
+               for c in result["clobbered"])
+    # The leftovers carry no CUDA evidence: unknown, not matches and not contaminants.
+    for name in ("flash-attn-4", "flashinfer-python", "sglang", "safetensors"):
+        assert name in result["unknown"]
+    assert result["changed"] is False
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_seed_remediation_removes_exactly_what_was_asked_and_restores_clobbered(
+        run_module, tmp_path, seed_wheels, installer):
+    venv = make_venv(str(tmp_path / "venv"), UV, seed_pip=(installer == "pip"))
+    install(UV, venv, seed_wheels, pins(SEED_BASE))
+    install(UV, venv, seed_wheels, pins(SEED_ADDED))
+    before = names_versions(inventory(run_module, venv))
+    args = dict(venv=venv, remove=True, also_remove=SEED_LEFTOVERS, find_links=seed_wheels,
+                no_index=True, installer=installer)
+
+    result = run_module(cuda_contamination.main, args, diff=True)
+    assert not result.get("failed"), result.get("msg", result)
+    assert result["changed"] is True
+    assert result["installer"] == installer
+    assert {r["name"] for r in result["removed"]} == {n for n, _v in SEED_ADDED}
+    assert {r["name"] for r in result["restored"]} == {"nvidia-%s-cu12" % s for s in SHARED_LIBS}
+    assert result["clean"] is True
+    assert "sglang-kernel==0.4.2.post2+cu130" in result["diff"]["before"]
+    assert "sglang-kernel" not in result["diff"]["after"]
+
+    after = inventory(run_module, venv, verify_files=True)
+    expected = {n: v for n, v in before.items() if n not in {a for a, _v in SEED_ADDED}}
+    assert names_versions(after) == expected
+    assert after["integrity"]["ok"], after["integrity"]
+    # The restored CUDA 12 libraries are the cu12 bytes again, needing libcudart.so.12.
+    site = after["site_dirs"][0]
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils._elf import dt_needed
+    for path in SHARED_LIBS.values():
+        assert "libcudart.so.12" in dt_needed(os.path.join(site, path))
+    # Files every nvidia package shares (nvidia/__init__.py) survived the uninstall.
+    assert os.path.isfile(os.path.join(site, "nvidia", "__init__.py"))
+
+    again = run_module(cuda_contamination.main, args)
+    assert again["changed"] is False
+    assert again["contaminants"] == [] and again["removed"] == [] and again["clean"] is True
+
+
+def test_check_mode_reports_the_plan_and_changes_nothing(run_module, seed_venv, seed_wheels):
+    before = inventory(run_module, seed_venv, verify_files=True)
+    result = run_module(cuda_contamination.main, dict(
+        venv=seed_venv, remove=True, also_remove=SEED_LEFTOVERS, find_links=seed_wheels, no_index=True),
+        check_mode=True, diff=True)
+    assert result["changed"] is True
+    assert {r["name"] for r in result["removed"]} == {n for n, _v in SEED_ADDED}
+    assert {r["name"] for r in result["restored"]} == {"nvidia-%s-cu12" % s for s in SHARED_LIBS}
+    assert result["clean"] is False
+    after = inventory(run_module, seed_venv, verify_files=True)
+    assert after["packages"] == before["packages"]
+    assert after["integrity"] == before["integrity"]
+
+
+def test_protected_contaminant_is_kept(run_module, seed_venv):
+    result = run_module(cuda_contamination.main, dict(
+        venv=seed_venv, remove=True, protect=["torch", "NVIDIA_NCCL_cu13"]), check_mode=True)
+    assert {"name": "nvidia-nccl-cu13", "reason": "protected"} in result["kept"]
+    assert "nvidia-nccl-cu13" not in {r["name"] for r in result["removed"]}
+
+
+def test_protected_and_also_remove_is_refused(run_module, seed_venv):
+    before = inventory(run_module, seed_venv)
+    result = run_module(cuda_contamination.main, dict(venv=seed_venv, remove=True, also_remove=["torch"]))
+    assert result["failed"]
+    assert "torch is both protected and in also_remove" in result["msg"]
+    assert inventory(run_module, seed_venv)["packages"] == before["packages"]
+
+
+def test_consistent_cuda13_environment_is_clean(run_module, tmp_path, cuda13_wheels):
+    from cuda_fixtures import CUDA13_ENV
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, cuda13_wheels, pins(CUDA13_ENV))
+    result = run_module(cuda_contamination.main, dict(venv=venv))
+    assert result["reference"]["cuda_major"] == 13
+    assert result["contaminants"] == []
+    assert result["clean"] is True
+    # nvidia-cufft 12.x is a CUDA 13 wheel: its files, under nvidia/cu13/lib, say so.
+    assert "nvidia-cufft" not in result["unknown"]
+    assert result["clobbered"] == []
+
+
+def test_torch_version_py_is_the_reference_when_unlabelled(run_module, tmp_path):
+    wheels = str(tmp_path / "w")
+    os.makedirs(wheels)
+    build_wheel(wheels, "torch", "2.11.0", {"torch/__init__.py": "", "torch/version.py":
+                                            "__version__ = '2.11.0'\ncuda: Optional[str] = '13.0'\n"})
+    build_wheel(wheels, "nvidia-nccl-cu12", "2.27.3", {"nvidia/nccl/__init__.py": ""})
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, wheels, ["torch==2.11.0", "nvidia-nccl-cu12==2.27.3"])
+    result = run_module(cuda_contamination.main, dict(venv=venv))
+    assert result["reference"]["source"] == "torch 2.11.0 (torch/version.py: cuda = '13.0')"
+    assert [c["name"] for c in result["contaminants"]] == ["nvidia-nccl-cu12"]
+
+
+def test_binaries_and_requirements_evidence(run_module, tmp_path):
+    wheels, work = str(tmp_path / "w"), str(tmp_path / "work")
+    os.makedirs(wheels)
+    build_wheel(wheels, "torch", "2.8.0+cu128", {"torch/__init__.py": ""})
+    so = build_shared_object(work, "_ops.so", ["libcudart.so.13"])
+    build_wheel(wheels, "mystery-ops", "1.0", {"mystery_ops/_ops.so": so})
+    build_wheel(wheels, "serving-shim", "0.1", {"serving_shim/__init__.py": ""}, requires=["nvidia-nccl-cu13>=2"])
+    build_wheel(wheels, "plain", "1.0", {"plain/__init__.py": ""})
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, wheels, ["torch==2.8.0+cu128", "mystery-ops==1.0", "plain==1.0"])
+    install(UV, venv, wheels, ["--no-deps", "serving-shim==0.1"])
+    result = run_module(cuda_contamination.main, dict(venv=venv))
+    flagged = {c["name"]: c for c in result["contaminants"]}
+    assert set(flagged) == {"mystery-ops", "serving-shim"}
+    assert flagged["mystery-ops"]["layer"] == "binaries"
+    assert "mystery_ops/_ops.so links libcudart.so.13 (DT_NEEDED)" in flagged["mystery-ops"]["evidence"][0]
+    assert flagged["serving-shim"]["layer"] == "requirements"
+    assert "weak evidence" in flagged["serving-shim"]["evidence"][0]
+    assert "plain" in result["unknown"]
+    off = run_module(cuda_contamination.main, dict(venv=venv, scan_binaries=False))
+    assert "mystery-ops" not in {c["name"] for c in off["contaminants"]}
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_uninstall_failing_half_way_reports_and_loses_nothing_else(run_module, tmp_path, seed_wheels, installer):
+    seed_venv = make_venv(str(tmp_path / "venv"), UV, seed_pip=(installer == "pip"))
+    install(UV, seed_venv, seed_wheels, pins(SEED_BASE))
+    install(UV, seed_venv, seed_wheels, pins(SEED_ADDED))
+    site = inventory(run_module, seed_venv)["site_dirs"][0]
+    # A package whose RECORD is gone cannot be uninstalled by pip or uv.
+    os.remove(os.path.join(site, "sglang_kernel-0.4.2.post2+cu130.dist-info", "RECORD"))
+    before = names_versions(inventory(run_module, seed_venv))
+    result = run_module(cuda_contamination.main, dict(
+        venv=seed_venv, remove=True, also_remove=["sglang"], installer=installer,
+        find_links=seed_wheels, no_index=True))
+    assert result["failed"]
+    assert "still installed sglang-kernel" in result["msg"]
+    after = names_versions(inventory(run_module, seed_venv))
+    gone = set(before) - set(after)
+    assert gone == {r["name"] for r in result["removed"]}
+    assert gone <= SEED_CUDA13 | {"sglang"}
+    assert "sglang-kernel" in after
+
+
+def test_restore_without_a_source_names_the_packages_and_the_command(run_module, tmp_path, seed_wheels):
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, seed_wheels, pins(SEED_BASE))
+    install(UV, venv, seed_wheels, ["nvidia-nccl-cu13==2.28.9"])
+    empty = str(tmp_path / "empty")
+    os.makedirs(empty)
+    result = run_module(cuda_contamination.main, dict(venv=venv, remove=True, find_links=empty, no_index=True))
+    assert result["failed"]
+    assert "could not reinstall nvidia-nccl-cu12==2.27.3" in result["msg"]
+    assert "Restore them with:" in result["msg"] and "nvidia-nccl-cu12==2.27.3" in result["msg"]
+    assert [r["name"] for r in result["removed"]] == ["nvidia-nccl-cu13"]
+    assert "nvidia-nccl-cu12" in names_versions(inventory(run_module, venv))
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(venv="/nonexistent/venv"), "venv /nonexistent/venv does not exist"),
+    (dict(expected_cuda="twelve"), "expected_cuda 'twelve' is not a CUDA version"),
+    (dict(expected_cuda="12.8.1"), "expected_cuda '12.8.1' is not a CUDA version"),
+    (dict(expected_cuda="0"), "expected_cuda '0' is not a CUDA version"),
+])
+def test_bad_input_is_a_clear_error(run_module, tmp_path, args, message):
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    result = run_module(cuda_contamination.main, dict({"venv": venv}, **args))
+    assert result["failed"]
+    assert message in result["msg"]
+
+
+def test_no_reference_names_expected_cuda(run_module, tmp_path):
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    result = run_module(cuda_contamination.main, dict(venv=venv))
+    assert result["failed"]
+    assert "set expected_cuda" in result["msg"]
+    ok = run_module(cuda_contamination.main, dict(venv=venv, expected_cuda="13"))
+    assert ok["reference"] == {"cuda_major": 13, "cuda_version": "13", "source": "expected_cuda"}
+
+
+def test_venv_without_python(run_module, tmp_path):
+    venv = tmp_path / "broken"
+    (venv / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    result = run_module(cuda_contamination.main, dict(venv=str(venv), expected_cuda="12"))
+    assert result["failed"]
+    assert "has no bin/python" in result["msg"]
+
+
+def test_garbled_metadata_and_record_are_reported_not_fatal(run_module, seed_venv):
+    site = inventory(run_module, seed_venv)["site_dirs"][0]
+    meta = os.path.join(site, "safetensors-0.6.2.dist-info", "METADATA")
+    with open(meta, "wb") as f:
+        f.write(b"Metadata-Version: 2.1\nName: safetensors\nVersion: 0.6.2\nSummary: caf\xe9 \xff\n\n")
+    record = os.path.join(site, "nvidia_cudnn_cu13-9.19.0.56.dist-info", "RECORD")
+    with open(record, "ab") as f:
+        f.write(b'"unterminated,\xff\xfe\n')
+    result = run_module(cuda_contamination.main, dict(venv=seed_venv))
+    assert not result.get("failed"), result
+    assert any("safetensors-0.6.2.dist-info/METADATA is not valid UTF-8" in p for p in result["problems"])
+    assert any("nvidia_cudnn_cu13-9.19.0.56.dist-info/RECORD" in p for p in result["problems"])
+    assert {c["name"] for c in result["contaminants"]} == SEED_CUDA13
+
+
+def test_expected_cuda_overrides_torch_and_warns(run_module, seed_venv):
+    result = run_module(cuda_contamination.main, dict(venv=seed_venv, expected_cuda="13"))
+    flagged = {c["name"] for c in result["contaminants"]}
+    assert "torch" in flagged and "nvidia-nccl-cu12" in flagged
+    assert not flagged & SEED_CUDA13
+    warnings = [w["event"]["msg"] for w in result["warnings"]]
+    assert any("torch itself does not match" in w for w in warnings)
