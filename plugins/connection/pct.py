@@ -1,0 +1,552 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import selectors
+import shlex
+import subprocess
+import time
+
+from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound, AnsibleOptionsError
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.plugins.connection import ConnectionBase
+from ansible.utils.display import Display
+
+DOCUMENTATION = r"""
+name: pct
+short_description: Run tasks inside a Proxmox VE LXC container through its node
+description:
+  - Connects to the Proxmox VE node with OpenSSH and runs every command inside the container
+    with C(pct exec <vmid> -- ...), or with C(lxc-attach -n <vmid> -- ...) as a faster path.
+  - One SSH master connection per node (ControlMaster/ControlPersist), shared by all the
+    containers of that node and by every task; no PTY; pipelining on by default.
+  - Files are streamed over stdin (C(put_file)) and stdout (C(fetch_file)), never held in memory.
+  - Every argument that reaches the node's shell is quoted; the vmid must be an integer.
+  - Privilege escalation (C(become)) happens inside the container. Commands start there as
+    root, so C(become_method=su) needs no password; C(sudo) with a password works without a
+    TTY (it reads the password from stdin).
+author: gpufleet.hygiene contributors
+version_added: 0.1.0
+options:
+  node_host:
+    description:
+      - Address or name of the Proxmox VE node the container lives on.
+    type: string
+    required: true
+    vars:
+      - name: ansible_host
+      - name: ansible_pct_node_host
+    env:
+      - name: GPUFLEET_PCT_NODE_HOST
+  node_port:
+    description: SSH port of the node.
+    type: int
+    default: 22
+    vars:
+      - name: ansible_port
+      - name: ansible_pct_node_port
+    env:
+      - name: GPUFLEET_PCT_NODE_PORT
+    ini:
+      - section: gpufleet_pct
+        key: node_port
+  node_user:
+    description:
+      - User to log in to the node as. It must be allowed to run C(pct exec) (normally root).
+      - Commands inside the container start as root; use C(become) to run as another user there.
+    type: string
+    default: root
+    vars:
+      - name: ansible_user
+      - name: ansible_pct_node_user
+    env:
+      - name: GPUFLEET_PCT_NODE_USER
+    ini:
+      - section: gpufleet_pct
+        key: node_user
+  private_key_file:
+    description: Private key for the node's SSH login (C(ssh -i), with C(IdentitiesOnly=yes)).
+    type: path
+    vars:
+      - name: ansible_private_key_file
+      - name: ansible_ssh_private_key_file
+      - name: ansible_pct_private_key_file
+    env:
+      - name: GPUFLEET_PCT_PRIVATE_KEY_FILE
+    ini:
+      - section: gpufleet_pct
+        key: private_key_file
+  vmid:
+    description:
+      - Proxmox VE ID of the container, an integer from 100 to 999999999.
+      - Anything else (text that is not only digits, a float, a boolean) is refused.
+    type: raw
+    required: true
+    vars:
+      - name: ansible_pct_vmid
+  method:
+    description:
+      - V(pct) runs C(pct exec <vmid> -- ...), as an operator would.
+      - V(lxc-attach) runs C(lxc-attach -n <vmid> -- ...) directly, skipping pct's start-up
+        cost (what C(pct exec) runs underneath).
+    type: string
+    default: pct
+    choices: [pct, lxc-attach]
+    vars:
+      - name: ansible_pct_method
+    env:
+      - name: GPUFLEET_PCT_METHOD
+    ini:
+      - section: gpufleet_pct
+        key: method
+  pct_path:
+    description: Name or path of the C(pct) command on the node.
+    type: string
+    default: pct
+    vars:
+      - name: ansible_pct_path
+    env:
+      - name: GPUFLEET_PCT_PATH
+    ini:
+      - section: gpufleet_pct
+        key: pct_path
+  lxc_path:
+    description:
+      - LXC path (C(lxc-attach -P)) of the node's containers, for O(method=lxc-attach).
+      - Leave unset on Proxmox VE, whose containers are in LXC's default path.
+    type: string
+    vars:
+      - name: ansible_pct_lxc_path
+    env:
+      - name: GPUFLEET_PCT_LXC_PATH
+    ini:
+      - section: gpufleet_pct
+        key: lxc_path
+  connect_timeout:
+    description: Seconds to wait for the SSH connection to the node (C(ConnectTimeout)).
+    type: int
+    default: 10
+    vars:
+      - name: ansible_pct_connect_timeout
+    env:
+      - name: GPUFLEET_PCT_CONNECT_TIMEOUT
+    ini:
+      - section: gpufleet_pct
+        key: connect_timeout
+  command_timeout:
+    description:
+      - Seconds one command (or one file transfer) may run before it is killed and the
+        connection reported as failed. V(0) means no limit.
+    type: int
+    default: 0
+    vars:
+      - name: ansible_pct_command_timeout
+    env:
+      - name: GPUFLEET_PCT_COMMAND_TIMEOUT
+    ini:
+      - section: gpufleet_pct
+        key: command_timeout
+  control_persist:
+    description: Seconds the node's SSH master connection stays open when idle (C(ControlPersist)).
+    type: int
+    default: 60
+    vars:
+      - name: ansible_pct_control_persist
+    env:
+      - name: GPUFLEET_PCT_CONTROL_PERSIST
+    ini:
+      - section: gpufleet_pct
+        key: control_persist
+  control_path_dir:
+    description:
+      - Directory for the SSH master sockets. The socket is named after a hash of the node's
+        user, address and port, so every container of one node shares one master.
+    type: path
+    default: ~/.ansible/cp
+    vars:
+      - name: ansible_pct_control_path_dir
+    env:
+      - name: GPUFLEET_PCT_CONTROL_PATH_DIR
+    ini:
+      - section: gpufleet_pct
+        key: control_path_dir
+  host_key_checking:
+    description:
+      - Check the node's SSH host key (C(StrictHostKeyChecking=yes)). On by default.
+      - When off, host keys are neither checked nor recorded.
+    type: bool
+    default: true
+    vars:
+      - name: ansible_host_key_checking
+      - name: ansible_pct_host_key_checking
+    env:
+      - name: ANSIBLE_HOST_KEY_CHECKING
+      - name: GPUFLEET_PCT_HOST_KEY_CHECKING
+    ini:
+      - section: defaults
+        key: host_key_checking
+      - section: gpufleet_pct
+        key: host_key_checking
+  known_hosts_file:
+    description: Known-hosts file holding the nodes' host keys (C(UserKnownHostsFile)); ssh's default when unset.
+    type: path
+    vars:
+      - name: ansible_pct_known_hosts_file
+    env:
+      - name: GPUFLEET_PCT_KNOWN_HOSTS_FILE
+    ini:
+      - section: gpufleet_pct
+        key: known_hosts_file
+  ssh_executable:
+    description: The OpenSSH client to run.
+    type: string
+    default: ssh
+    vars:
+      - name: ansible_pct_ssh_executable
+    env:
+      - name: GPUFLEET_PCT_SSH_EXECUTABLE
+    ini:
+      - section: gpufleet_pct
+        key: ssh_executable
+  ssh_extra_args:
+    description:
+      - Extra arguments for ssh, split like a shell would (for example C(-o ProxyJump=bastion)).
+      - They are passed as separate arguments, never through a shell.
+    type: string
+    default: ''
+    vars:
+      - name: ansible_pct_ssh_extra_args
+    env:
+      - name: GPUFLEET_PCT_SSH_EXTRA_ARGS
+    ini:
+      - section: gpufleet_pct
+        key: ssh_extra_args
+  pipelining:
+    description:
+      - Send modules over stdin instead of copying them into the container first.
+      - On by default for this connection; set V(false) to copy modules as files.
+    type: bool
+    default: true
+    vars:
+      - name: ansible_pipelining
+      - name: ansible_pct_pipelining
+    env:
+      - name: ANSIBLE_PIPELINING
+    ini:
+      - section: defaults
+        key: pipelining
+      - section: connection
+        key: pipelining
+  become_success_timeout:
+    description: Seconds to wait for privilege escalation inside the container to succeed.
+    type: int
+    default: 10
+    vars:
+      - name: ansible_pct_become_success_timeout
+notes:
+  - Errors are distinct AnsibleConnectionFailure messages for an unreachable node, a failed SSH
+    login, a node host key that does not match, a missing container, a stopped container and a
+    missing C(pct) (or C(lxc-attach)) on the node.
+seealso:
+  - plugin: gpufleet.hygiene.proxmox_lxc
+    plugin_type: inventory
+"""
+
+EXAMPLES = r"""
+# inventory (YAML): one container reached through its node
+# all:
+#   hosts:
+#     train-101:
+#       ansible_connection: gpufleet.hygiene.pct
+#       ansible_pct_node_host: pve1.example.com
+#       ansible_pct_vmid: 101
+#       ansible_pct_method: lxc-attach   # optional fast path
+
+- name: Check a container's venv through its Proxmox node
+  hosts: train-101
+  gather_facts: false
+  tasks:
+    - name: List the venv's packages
+      gpufleet.hygiene.pip_inventory:
+        venv: /opt/venv
+"""
+
+display = Display()
+
+VMID_MIN = 100
+VMID_MAX = 999999999
+
+_SSH_UNREACHABLE = (
+    "Connection refused", "Connection timed out", "No route to host", "Network is unreachable",
+    "Could not resolve hostname", "Connection closed by", "Connection reset by", "kex_exchange_identification",
+    "Operation timed out",
+)
+_SSH_AUTH = ("Permission denied (", "Too many authentication failures", "No more authentication methods")
+_SSH_HOSTKEY = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED", "No ED25519 host key is known",
+                "host key is known for")
+
+
+def validate_vmid(value):
+    """Return the vmid as an int; refuse anything that is not an integer in Proxmox's range."""
+    if isinstance(value, bool):
+        vmid = None
+    elif isinstance(value, int):
+        vmid = value
+    elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value):
+        vmid = int(value)
+    else:
+        vmid = None
+    if vmid is None or not VMID_MIN <= vmid <= VMID_MAX:
+        raise AnsibleOptionsError(
+            "gpufleet.hygiene.pct: vmid must be an integer from %d to %d (ansible_pct_vmid), got %r"
+            % (VMID_MIN, VMID_MAX, value if not isinstance(value, str) else str(value))
+        )
+    return vmid
+
+
+def control_path(directory, user, host, port):
+    """One socket per node: the hash covers user, address and port, not the container."""
+    digest = hashlib.sha1(to_bytes("%s@%s:%s" % (user, host, port))).hexdigest()[:16]
+    return os.path.join(directory, "pct-%s" % digest)
+
+
+class Connection(ConnectionBase):
+    """Run commands in a Proxmox VE container through its node (ssh + pct exec)."""
+
+    transport = "gpufleet.hygiene.pct"
+    has_pipelining = True
+    has_tty = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._vmid = None
+
+    # ------------------------------------------------------------------ argv
+
+    def _ssh_argv(self, remote_command, *ssh_opts):
+        """Full ssh argv for one remote command string (already quoted for the node's shell)."""
+        host = self.get_option("node_host")
+        if not host:
+            raise AnsibleOptionsError("gpufleet.hygiene.pct: node_host is required (ansible_pct_node_host)")
+        user = self.get_option("node_user")
+        port = self.get_option("node_port")
+        cpdir = os.path.expanduser(self.get_option("control_path_dir"))
+        argv = [
+            self.get_option("ssh_executable"), "-T",
+            "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=%d" % self.get_option("connect_timeout"),
+            "-o", "ControlMaster=auto",
+            "-o", "ControlPersist=%ds" % self.get_option("control_persist"),
+            "-o", "ControlPath=%s" % control_path(cpdir, user, host, port),
+        ]
+        if self.get_option("host_key_checking"):
+            argv += ["-o", "StrictHostKeyChecking=yes"]
+            if self.get_option("known_hosts_file"):
+                argv += ["-o", "UserKnownHostsFile=%s" % self.get_option("known_hosts_file")]
+        else:
+            argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+        key = self.get_option("private_key_file")
+        if key:
+            argv += ["-o", "IdentitiesOnly=yes", "-i", key]
+        argv += ["-p", str(port), "-l", user]
+        argv += shlex.split(self.get_option("ssh_extra_args") or "")
+        argv += list(ssh_opts)
+        argv += ["--", host]
+        if remote_command is not None:
+            argv.append(remote_command)
+        return argv
+
+    def _container_argv(self, argv):
+        """The node-side argv that runs argv inside the container."""
+        vmid = str(self._vmid)
+        if self.get_option("method") == "lxc-attach":
+            head = ["lxc-attach", "-n", vmid]
+            if self.get_option("lxc_path"):
+                head += ["-P", self.get_option("lxc_path")]
+            return head + ["--"] + list(argv)
+        return [self.get_option("pct_path"), "exec", vmid, "--"] + list(argv)
+
+    @staticmethod
+    def _quote(argv):
+        return " ".join(shlex.quote(to_text(a)) for a in argv)
+
+    def _in_container(self, argv):
+        """ssh argv running argv in the container; the single remote string is quoted per argument."""
+        return self._ssh_argv(self._quote(self._container_argv(argv)))
+
+    def _shell_executable(self):
+        return getattr(self._play_context, "executable", None) or "/bin/sh"
+
+    # ------------------------------------------------------------------ connection
+
+    def _connect(self):
+        if not self._connected:
+            self._vmid = validate_vmid(self.get_option("vmid"))
+            cpdir = os.path.expanduser(self.get_option("control_path_dir"))
+            try:
+                os.makedirs(cpdir, mode=0o700, exist_ok=True)
+            except OSError as exc:
+                raise AnsibleConnectionFailure("gpufleet.hygiene.pct: cannot create control_path_dir %s: %s" % (cpdir, exc)) from exc
+            display.vvv("PCT CONNECT node=%s:%s vmid=%s method=%s" % (
+                self.get_option("node_host"), self.get_option("node_port"), self._vmid, self.get_option("method")),
+                host=self.get_option("node_host"))
+            self._connected = True
+        return self
+
+    def _popen(self, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE):
+        display.vvv("PCT EXEC %s" % self._quote(argv), host=self.get_option("node_host"))
+        try:
+            return subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, bufsize=0)
+        except OSError as exc:
+            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: cannot run %s: %s" % (argv[0], exc)) from exc
+
+    def _communicate(self, proc, in_data=None):
+        timeout = self.get_option("command_timeout") or None
+        try:
+            return proc.communicate(in_data, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.communicate()
+            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: command in container %s timed out after %ss" % (self._vmid, timeout)) from exc
+
+    def exec_command(self, cmd, in_data=None, sudoable=True):
+        super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
+        proc = self._popen(self._in_container([self._shell_executable(), "-c", cmd]))
+        b_out, b_err = self._ensure_become_success(proc, sudoable)
+        stdout, stderr = self._communicate(proc, in_data)
+        stdout, stderr = b_out + (stdout or b""), b_err + (stderr or b"")
+        if proc.returncode:
+            self._raise_for_failure(proc.returncode, stdout, stderr)
+        return proc.returncode, stdout, stderr
+
+    def _ensure_become_success(self, proc, sudoable):
+        """Wait for the become plugin's success marker (sending a password if prompted); strip it."""
+        become = self.become
+        if not become or not sudoable or not getattr(become, "_id", None):
+            return b"", b""
+        expect_prompt = become.expect_prompt()
+        out, err = bytearray(), bytearray()
+        sent_password = False
+        deadline = time.monotonic() + max(1, self.get_option("become_success_timeout"))
+        os.set_blocking(proc.stdout.fileno(), False)
+        os.set_blocking(proc.stderr.fileno(), False)
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(proc.stdout, selectors.EVENT_READ, out)
+                sel.register(proc.stderr, selectors.EVENT_READ, err)
+                while not become.check_success(bytes(out)):
+                    if not sel.get_map():
+                        # The command ended before escalating: give its output back as it was.
+                        return bytes(out), bytes(err)
+                    if expect_prompt and not sent_password and (
+                            become.check_password_prompt(bytes(out)) or become.check_password_prompt(bytes(err))):
+                        proc.stdin.write(to_bytes(become.get_option("become_pass") or "") + b"\n")
+                        proc.stdin.flush()
+                        sent_password = True
+                    left = deadline - time.monotonic()
+                    events = sel.select(left) if left > 0 else []
+                    if not events:
+                        proc.kill()
+                        raise AnsibleConnectionFailure(
+                            "gpufleet.hygiene.pct: timed out waiting for privilege escalation in container %s:\n%s"
+                            % (self._vmid, to_text(bytes(out + err))))
+                    for key, _ in events:
+                        chunk = key.fileobj.read()
+                        if chunk:
+                            key.data.extend(chunk)
+                        elif chunk is not None:
+                            sel.unregister(key.fileobj)
+        finally:
+            os.set_blocking(proc.stdout.fileno(), True)
+            os.set_blocking(proc.stderr.fileno(), True)
+        return become.strip_become_success(become.strip_become_prompt(bytes(out))), become.strip_become_prompt(bytes(err))
+
+    # ------------------------------------------------------------------ errors
+
+    def _raise_for_failure(self, rc, stdout, stderr):
+        """Turn the failures of the transport (not of the user's command) into distinct errors."""
+        err = to_text(stderr, errors="surrogate_or_replace")
+        node = "%s@%s:%s" % (self.get_option("node_user"), self.get_option("node_host"), self.get_option("node_port"))
+        vmid = str(self._vmid)
+        lines = [line.strip() for line in err.splitlines()]
+        if "container '%s' not running!" % vmid in lines:
+            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s on node %s is not running (stopped)" % (vmid, node))
+        if any(re.fullmatch(r"Configuration file '[^']*/%s\.conf' does not exist" % vmid, line) for line in lines):
+            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s does not exist on node %s" % (vmid, node))
+        tool = self.get_option("pct_path") if self.get_option("method") == "pct" else "lxc-attach"
+        missing_tool = re.compile(r"(^|: )%s: (command not found|not found|No such file or directory)$" % re.escape(tool))
+        if rc == 127 and not stdout and any(missing_tool.search(line) for line in lines):
+            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: %s not found on node %s (is it a Proxmox VE node?)" % (tool, node))
+        if self.get_option("method") == "lxc-attach" and any("Failed to get init pid" in line for line in lines):
+            self._explain_attach_failure(node, vmid, err)
+        if rc == 255 and not stdout:
+            if any(any(p in line for p in _SSH_HOSTKEY) for line in lines):
+                raise AnsibleConnectionFailure(
+                    "gpufleet.hygiene.pct: host key of node %s is unknown or does not match (host key checking is on): %s" % (node, err.strip()))
+            if any(any(p in line for p in _SSH_AUTH) for line in lines):
+                raise AnsibleConnectionFailure("gpufleet.hygiene.pct: SSH authentication to node %s failed: %s" % (node, err.strip()))
+            if any(any(p in line for p in _SSH_UNREACHABLE) for line in lines):
+                raise AnsibleConnectionFailure("gpufleet.hygiene.pct: node %s is unreachable: %s" % (node, err.strip()))
+
+    def _explain_attach_failure(self, node, vmid, err):
+        """lxc-attach says the same for a stopped and a missing container; ask pct which it is."""
+        proc = self._popen(self._ssh_argv(self._quote([self.get_option("pct_path"), "status", vmid])))
+        out, perr = self._communicate(proc)
+        text = to_text(out + perr)
+        if "status: stopped" in text:
+            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s on node %s is not running (stopped)" % (vmid, node))
+        if "does not exist" in text:
+            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s does not exist on node %s" % (vmid, node))
+        raise AnsibleConnectionFailure("gpufleet.hygiene.pct: lxc-attach to container %s on node %s failed: %s" % (vmid, node, err.strip()))
+
+    # ------------------------------------------------------------------ files
+
+    def put_file(self, in_path, out_path):
+        super().put_file(in_path, out_path)
+        display.vvv("PUT %s TO %s" % (in_path, out_path), host=self.get_option("node_host"))
+        try:
+            with open(to_bytes(in_path, errors="surrogate_or_strict"), "rb") as src:
+                # The file descriptor is ssh's stdin: the file streams through, never read whole here.
+                proc = self._popen(self._in_container(["/bin/sh", "-c", "cat > %s" % shlex.quote(out_path)]), stdin=src)
+                stdout, stderr = self._communicate(proc)
+        except OSError as exc:
+            raise AnsibleFileNotFound("gpufleet.hygiene.pct: cannot read local file %s: %s" % (in_path, exc.strerror)) from exc
+        if proc.returncode:
+            self._raise_for_failure(proc.returncode, stdout, stderr)
+            raise AnsibleError("gpufleet.hygiene.pct: failed to write %s in container %s: %s" % (out_path, self._vmid, to_text(stderr).strip()))
+
+    def fetch_file(self, in_path, out_path):
+        super().fetch_file(in_path, out_path)
+        display.vvv("FETCH %s TO %s" % (in_path, out_path), host=self.get_option("node_host"))
+        b_out = to_bytes(out_path, errors="surrogate_or_strict")
+        try:
+            with open(b_out, "wb") as dst:
+                proc = self._popen(self._in_container(["cat", "--", in_path]), stdout=dst)
+                _, stderr = self._communicate(proc)
+        except OSError as exc:
+            raise AnsibleError("gpufleet.hygiene.pct: cannot write local file %s: %s" % (out_path, exc.strerror)) from exc
+        if proc.returncode:
+            os.unlink(b_out)
+            self._raise_for_failure(proc.returncode, b"", stderr)
+            msg = "gpufleet.hygiene.pct: failed to read %s in container %s: %s" % (in_path, self._vmid, to_text(stderr).strip())
+            if "No such file or directory" in to_text(stderr):
+                raise AnsibleFileNotFound(msg)
+            raise AnsibleError(msg)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def reset(self):
+        """Stop the node's SSH master (meta: reset_connection); the next task opens a new one."""
+        if self.get_option("node_host"):
+            proc = self._popen(self._ssh_argv(None, "-O", "exit"))
+            self._communicate(proc)
+        self.close()
+
+    def close(self):
+        # The node's master connection is shared with other containers and tasks: keep it.
+        self._connected = False
