@@ -1,0 +1,439 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Processes that hold GPUs, read from /proc, and their safe termination.
+
+- Node vantage: a holder's host PID maps to its LXC container through /proc/<pid>/cgroup
+  (``.../lxc/<vmid>/...`` as Proxmox VE writes it, or ``lxc.payload.<vmid>``) and to its
+  PID inside the container through ``NSpid:`` in /proc/<pid>/status.
+- Container vantage: holders are the processes with an open handle on a device file
+  matching the patterns (``/dev/nvidia*``) in /proc/*/fd.
+- Termination: SIGTERM, a grace period, SIGKILL; a PID is signalled only while its start
+  time (field 22 of /proc/<pid>/stat) is the one recorded when it was chosen, through a
+  pidfd where the kernel has them (no window for PID reuse), never PID 1 (of the node or of
+  a container), never this process or its ancestors.
+
+Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fnmatch
+import os
+import pwd
+import re
+import signal
+import subprocess
+import time
+
+PROC = "/proc"
+DEFAULT_DEVICE_PATTERNS = ("/dev/nvidia*",)
+
+_VMID_RES = (
+    re.compile(r"/lxc/(\d+)(?:/|$)"),
+    re.compile(r"(?:^|/)lxc\.payload\.(\d+)(?:/|$)"),
+    re.compile(r"(?:^|/)lxc\.payload/(\d+)(?:/|$)"),
+)
+_MINOR_RE = re.compile(r"nvidia(\d+)$")
+
+
+class ProcError(Exception):
+    pass
+
+
+def _read(path, binary=False):
+    with open(path, "rb" if binary else "r") as f:
+        return f.read()
+
+
+# --------------------------------------------------------------------------- one process
+
+
+def parse_stat(text):
+    """(comm, state, ppid, start_time) from /proc/<pid>/stat; comm may hold spaces and ')'."""
+    left = text.index("(")
+    right = text.rindex(")")
+    comm = text[left + 1:right]
+    rest = text[right + 2:].split()
+    # rest[0] is field 3 (state); field 22 (starttime, clock ticks since boot) is rest[19].
+    return comm, rest[0], int(rest[1]), int(rest[19])
+
+
+def read_stat(pid, proc=PROC):
+    """parse_stat() of a live PID, or None when it is gone."""
+    try:
+        return parse_stat(_read("%s/%d/stat" % (proc, pid)))
+    except (IOError, OSError, ValueError, IndexError):
+        return None
+
+
+def start_time(pid, proc=PROC):
+    st = read_stat(pid, proc)
+    return None if st is None else st[3]
+
+
+def is_alive(pid, started, proc=PROC):
+    """The process chosen at ``started`` still exists (not a zombie, not a reused PID)."""
+    st = read_stat(pid, proc)
+    return st is not None and st[1] not in ("Z", "X") and st[3] == started
+
+
+def parse_status(text):
+    """(real uid, NSpid list) from /proc/<pid>/status."""
+    uid, nspid = None, []
+    for line in text.splitlines():
+        if line.startswith("Uid:"):
+            uid = int(line.split()[1])
+        elif line.startswith("NSpid:"):
+            nspid = [int(x) for x in line.split()[1:]]
+    return uid, nspid
+
+
+def vmid_from_cgroup(text):
+    """The LXC container a process lives in, from /proc/<pid>/cgroup text, or None."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        if "lxc.monitor" in path:
+            continue  # the container's monitor runs on the node, outside it
+        for rx in _VMID_RES:
+            m = rx.search(path)
+            if m:
+                return int(m.group(1))
+    return None
+
+
+_USER_NAMES = {}
+
+
+def user_name(uid):
+    if uid is None:
+        return None
+    if uid not in _USER_NAMES:
+        try:
+            _USER_NAMES[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            _USER_NAMES[uid] = str(uid)
+    return _USER_NAMES[uid]
+
+
+def describe(pid, proc=PROC):
+    """What /proc says about a PID: a dict, or None when it is gone."""
+    st = read_stat(pid, proc)
+    if st is None or st[1] in ("Z", "X"):
+        return None
+    comm, _state, ppid, started = st
+    info = {"pid": pid, "ppid": ppid, "start_time": started, "comm": comm, "uid": None, "user": None,
+            "cmdline": "", "container_pid": None, "vmid": None}
+    with contextlib.suppress(IOError, OSError):
+        argv = _read("%s/%d/cmdline" % (proc, pid), binary=True).split(b"\0")
+        info["cmdline"] = " ".join(a.decode("utf-8", "replace") for a in argv if a)
+    try:
+        uid, nspid = parse_status(_read("%s/%d/status" % (proc, pid)))
+        info["uid"], info["user"] = uid, user_name(uid)
+        if nspid:
+            info["container_pid"] = nspid[-1]
+    except (IOError, OSError, ValueError):
+        pass
+    with contextlib.suppress(IOError, OSError):
+        info["vmid"] = vmid_from_cgroup(_read("%s/%d/cgroup" % (proc, pid)))
+    return info
+
+
+def ancestors(pid=None, proc=PROC):
+    """This process and every ancestor up to PID 1 (the PIDs a module must never signal)."""
+    pid = os.getpid() if pid is None else pid
+    seen = set()
+    while pid and pid not in seen:
+        seen.add(pid)
+        st = read_stat(pid, proc)
+        if st is None:
+            break
+        pid = st[2]
+    return seen
+
+
+def all_pids(proc=PROC):
+    return [int(e) for e in os.listdir(proc) if e.isdigit()]
+
+
+def children_map(proc=PROC):
+    kids = {}
+    for pid in all_pids(proc):
+        st = read_stat(pid, proc)
+        if st is not None:
+            kids.setdefault(st[2], []).append(pid)
+    return kids
+
+
+def descendants(roots, proc=PROC):
+    kids = children_map(proc)
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        found.add(pid)
+        todo.extend(kids.get(pid, []))
+    return found
+
+
+# --------------------------------------------------------------------------- container vantage
+
+
+def device_minor(path):
+    m = _MINOR_RE.search(os.path.basename(path))
+    return int(m.group(1)) if m else None
+
+
+def scan_device_holders(patterns=DEFAULT_DEVICE_PATTERNS, proc=PROC, exclude=()):
+    """{pid: sorted device paths} for processes with an open fd on a matching path; and the
+    number of processes whose fds could not be read (another user's, without privilege)."""
+    holders, unreadable = {}, 0
+    for pid in all_pids(proc):
+        if pid in exclude:
+            continue
+        fd_dir = "%s/%d/fd" % (proc, pid)
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM):
+                unreadable += 1
+            continue
+        found = set()
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            target = target.removesuffix(" (deleted)")
+            for pat in patterns:
+                if fnmatch.fnmatchcase(target, pat):
+                    found.add(target)
+                    break
+        if found:
+            holders[pid] = sorted(found)
+    return holders, unreadable
+
+
+def driver_minor_uuids(proc=PROC):
+    """{device minor: GPU UUID} from /proc/driver/nvidia/gpus/*/information, where present."""
+    out = {}
+    base = os.path.join(proc, "driver", "nvidia", "gpus")
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        return out
+    for entry in entries:
+        try:
+            text = _read(os.path.join(base, entry, "information"))
+        except (IOError, OSError):
+            continue
+        minor = uuid = None
+        for line in text.splitlines():
+            key, _sep, value = line.partition(":")
+            key = key.strip()
+            if key == "Device Minor":
+                with contextlib.suppress(ValueError):
+                    minor = int(value.strip())
+            elif key == "GPU UUID":
+                uuid = value.strip()
+        if minor is not None and uuid:
+            out[minor] = uuid
+    return out
+
+
+# --------------------------------------------------------------------------- vantage
+
+
+def detect_vantage(root="/"):
+    """'container' when this runs inside a container (LXC, systemd-nspawn, Docker, Podman), else 'node'."""
+    for marker in ("run/systemd/container", ".dockerenv", "run/.containerenv"):
+        if os.path.exists(os.path.join(root, marker)):
+            return "container"
+    try:
+        env = _read(os.path.join(root, "proc", "1", "environ"), binary=True)
+        if any(v.startswith(b"container=") for v in env.split(b"\0")):
+            return "container"
+    except (IOError, OSError):
+        pass
+    return "node"
+
+
+# --------------------------------------------------------------------------- scope
+
+
+def tmux_pane_pids(session, socket=None, timeout=10):
+    """PIDs of the panes of a tmux session, or raise ProcError."""
+    argv = ["tmux"]
+    if socket:
+        argv += ["-S", socket]
+    argv += ["list-panes", "-s", "-t", "=" + session, "-F", "#{pane_pid}"]
+    try:
+        res = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, timeout=timeout, check=False)
+    except FileNotFoundError as exc:
+        raise ProcError("scope.tmux_session is set but tmux is not installed on the target") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ProcError("tmux did not answer within %ss" % timeout) from exc
+    if res.returncode != 0:
+        return None  # no server, no such session: nothing is in it
+    return set(int(x) for x in res.stdout.decode("ascii", "replace").split() if x.isdigit())
+
+
+class Scope(object):
+    """Which processes may be terminated. Every criterion given must match (AND);
+    within one criterion any item may match (OR). An empty scope matches nothing."""
+
+    def __init__(self, name=None, cmdline=None, users=None, vmids=None, tmux_session=None,
+                 tmux_socket=None, proc=PROC):
+        try:
+            self.name = [re.compile(p) for p in (name or [])]
+            self.cmdline = [re.compile(p) for p in (cmdline or [])]
+        except re.error as exc:
+            raise ProcError("scope has an invalid regular expression: %s" % exc) from exc
+        self.users = [str(u) for u in (users or [])]
+        self.vmids = [int(v) for v in (vmids or [])]
+        self.tmux_session = tmux_session
+        self.tmux_socket = tmux_socket
+        self.proc = proc
+        self._tmux = None
+        self.notes = []
+
+    def empty(self):
+        return not (self.name or self.cmdline or self.users or self.vmids or self.tmux_session)
+
+    def _tmux_members(self):
+        if self._tmux is None:
+            panes = tmux_pane_pids(self.tmux_session, self.tmux_socket)
+            if panes is None:
+                self.notes.append("tmux session %r was not found: nothing is in it" % self.tmux_session)
+                panes = set()
+            self._tmux = descendants(panes, self.proc) if panes else set()
+        return self._tmux
+
+    def matches(self, proc_info, smi_name=None):
+        """(bool, reason) for a dict from describe()."""
+        if self.empty():
+            return False, "the scope is empty"
+        if self.name:
+            names = [n for n in (proc_info.get("comm"), smi_name) if n]
+            names += [os.path.basename(n) for n in names]
+            if proc_info.get("cmdline"):
+                names.append(os.path.basename(proc_info["cmdline"].split(" ")[0]))
+            if not any(rx.search(n) for rx in self.name for n in names):
+                return False, "name does not match scope.name"
+        if self.cmdline and not any(rx.search(proc_info.get("cmdline") or "") for rx in self.cmdline):
+            return False, "command line does not match scope.cmdline"
+        if self.users and not (str(proc_info.get("uid")) in self.users or proc_info.get("user") in self.users):
+            return False, "user %s is not in scope.users" % proc_info.get("user")
+        if self.vmids and proc_info.get("vmid") not in self.vmids:
+            return False, "vmid %s is not in scope.vmids" % proc_info.get("vmid")
+        if self.tmux_session and proc_info["pid"] not in self._tmux_members():
+            return False, "not in tmux session %s" % self.tmux_session
+        return True, "in scope"
+
+
+# --------------------------------------------------------------------------- termination
+
+
+class _Handle(object):
+    """A target PID, pinned by a pidfd where possible, verified against its start time."""
+
+    def __init__(self, pid, started, proc=PROC):
+        self.pid = pid
+        self.started = started
+        self.proc = proc
+        self.fd = None
+        pidfd_open = getattr(os, "pidfd_open", None)
+        if pidfd_open is not None:
+            try:
+                self.fd = pidfd_open(pid)
+            except OSError:
+                self.fd = None  # gone (checked below) or no pidfd support in this kernel
+
+    def valid(self):
+        """The PID still names the process that was chosen."""
+        st = read_stat(self.pid, self.proc)
+        return st is not None and st[3] == self.started
+
+    def alive(self):
+        return is_alive(self.pid, self.started, self.proc)
+
+    def send(self, sig):
+        """Send sig if (and only if) the PID is still the chosen process; True when sent."""
+        if not self.valid():
+            return False
+        try:
+            if self.fd is not None and hasattr(signal, "pidfd_send_signal"):
+                signal.pidfd_send_signal(self.fd, sig)
+            else:
+                os.kill(self.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _wait_gone(handles, deadline, interval=0.02):
+    while True:
+        living = [h for h in handles if h.alive()]
+        if not living or time.monotonic() >= deadline:
+            return living
+        time.sleep(interval)
+
+
+def terminate(targets, grace, kill_wait=5.0, proc=PROC):
+    """SIGTERM every target, SIGKILL those alive after ``grace`` seconds.
+
+    targets: dicts with ``pid`` and ``start_time`` (as chosen). Returns a dict per target
+    with ``signals`` (names sent) and ``outcome``: terminated (gone after SIGTERM), killed
+    (gone after SIGKILL), already_gone, pid_reused (the PID now names another process:
+    nothing sent), survived (alive after SIGKILL, e.g. stuck in the driver).
+    """
+    results, handles = {}, []
+    for t in targets:
+        pid, started = t["pid"], t["start_time"]
+        results[pid] = {"signals": [], "outcome": None}
+        h = _Handle(pid, started, proc)  # pin the PID first, then check who it names
+        st = read_stat(pid, proc)
+        if st is not None and st[3] != started:
+            results[pid]["outcome"] = "pid_reused"
+            h.close()
+            continue
+        if st is None or st[1] in ("Z", "X"):
+            results[pid]["outcome"] = "already_gone"
+            h.close()
+            continue
+        if h.send(signal.SIGTERM):
+            results[pid]["signals"].append("SIGTERM")
+            handles.append(h)
+        else:
+            results[pid]["outcome"] = "pid_reused" if start_time(pid, proc) not in (None, started) else "already_gone"
+            h.close()
+    try:
+        living = _wait_gone(handles, time.monotonic() + grace)
+        for h in handles:
+            if h not in living:
+                results[h.pid]["outcome"] = "terminated"
+        killed = []
+        for h in living:
+            if h.send(signal.SIGKILL):
+                results[h.pid]["signals"].append("SIGKILL")
+                killed.append(h)
+            else:
+                results[h.pid]["outcome"] = "terminated"
+        still = _wait_gone(killed, time.monotonic() + kill_wait)
+        for h in killed:
+            results[h.pid]["outcome"] = "survived" if h in still else "killed"
+    finally:
+        for h in handles:
+            h.close()
+    return results

@@ -1,0 +1,283 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The gpu_state module's logic: one reading per GPU with its holders, drain, ensure idle.
+
+Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu import (
+    NO_GPU_KINDS,
+    GpuError,
+    read_gpus,
+)
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
+    PROC,
+    ProcError,
+    ancestors,
+    describe,
+    detect_vantage,
+    device_minor,
+    driver_minor_uuids,
+    scan_device_holders,
+    terminate,
+)
+
+PROCESS_KEYS = ("pid", "name", "used_memory_mib", "vmid", "container_pid", "user", "cmdline", "start_time")
+
+
+class DrainTimeout(GpuError):
+    def __init__(self, msg, result):
+        super(DrainTimeout, self).__init__(msg, kind="drain_timeout")
+        self.result = result
+
+
+def _process(pid, info, name=None, used=None):
+    entry = dict.fromkeys(PROCESS_KEYS)
+    entry["pid"] = pid
+    entry["used_memory_mib"] = used
+    if info is not None:
+        for key in ("vmid", "container_pid", "user", "cmdline", "start_time"):
+            entry[key] = info[key]
+        entry["name"] = name or info["comm"]
+        entry["comm"] = info["comm"]
+        entry["uid"] = info["uid"]
+    else:
+        entry["name"] = name
+    return entry
+
+
+def _label(gpu):
+    return "GPU %s (%s, %s)" % (gpu["index"], gpu["name"] or "unknown model", gpu["uuid"] or "no UUID")
+
+
+def _holder_text(p):
+    text = "pid %s %s" % (p["pid"], p["name"] or "?")
+    where = []
+    if p.get("vmid") is not None:
+        where.append("vmid %s" % p["vmid"])
+        if p.get("container_pid") is not None:
+            where.append("pid %s in the container" % p["container_pid"])
+    if p.get("used_memory_mib") is not None:
+        where.append("%s MiB" % p["used_memory_mib"])
+    if p.get("start_time") is None:
+        where.append("not visible in this /proc")
+    return text + (" (%s)" % ", ".join(where) if where else "")
+
+
+class GpuState(object):
+    def __init__(self, backend="auto", nvidia_smi=None, command_timeout=15, vantage="auto",
+                 device_patterns=None, threshold_mib=64, proc=PROC, pynvml=None):
+        self.backend = backend
+        self.nvidia_smi = nvidia_smi
+        self.command_timeout = command_timeout
+        self.vantage = vantage
+        self.device_patterns = list(device_patterns or ["/dev/nvidia*"])
+        self.threshold_mib = threshold_mib
+        self.proc = proc
+        self.pynvml = pynvml
+        self.notes = []
+        self._decided = None
+
+    # ------------------------------------------------------------------ one reading
+
+    def snapshot(self):
+        gpus, apps, backend, seconds = read_gpus(self.backend, self.nvidia_smi, self.command_timeout,
+                                                 pynvml=self.pynvml)
+        for gpu in gpus:
+            gpu["processes"] = []
+        vantage = self._decided or (self.vantage if self.vantage != "auto" else detect_vantage())
+        if vantage == "node":
+            unresolved = self._node_holders(gpus, apps)
+            if unresolved and self.vantage == "auto" and not self._decided and len(unresolved) == len(apps):
+                self._note("nvidia-smi named PIDs this /proc does not have (%s): holders were found "
+                           "through open device handles instead" % ", ".join(str(p) for p in unresolved))
+                for gpu in gpus:
+                    gpu["processes"] = []
+                vantage = "container"
+        if vantage == "container":
+            self._container_holders(gpus, apps)
+        self._decided = vantage  # later readings (drain polls) keep the same vantage
+        for gpu in gpus:
+            used = gpu["memory_used_mib"]
+            gpu["idle"] = (used is None or used <= self.threshold_mib) and not gpu["processes"]
+        return {"gpus": gpus, "vantage": vantage, "backend": backend, "query_seconds": round(seconds, 4)}
+
+    def _note(self, text):
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def _node_holders(self, gpus, apps):
+        by_uuid = dict((g["uuid"], g) for g in gpus)
+        unresolved = []
+        for app in apps:
+            info = describe(app["pid"], self.proc)
+            if info is None:
+                unresolved.append(app["pid"])
+            gpu = by_uuid.get(app["gpu_uuid"])
+            if gpu is None and len(gpus) == 1:
+                gpu = gpus[0]
+            if gpu is not None:
+                gpu["processes"].append(_process(app["pid"], info, app["name"], app["used_memory_mib"]))
+        return unresolved
+
+    def _container_holders(self, gpus, apps):
+        holders, unreadable = scan_device_holders(self.device_patterns, self.proc, exclude={os.getpid()})
+        if unreadable:
+            self._note("the open files of %d processes could not be read (run as root to see every holder)"
+                       % unreadable)
+        by_uuid = dict((g["uuid"], g) for g in gpus)
+        by_index = dict((g["index"], g) for g in gpus)
+        minor_uuid = driver_minor_uuids(self.proc)
+        used = dict(((a["pid"], a["gpu_uuid"]), a["used_memory_mib"]) for a in apps)
+        for pid in sorted(holders):
+            info = describe(pid, self.proc)
+            if info is None:
+                continue  # exited since the scan
+            for dev in holders[pid]:
+                minor = device_minor(dev)
+                if minor is None:
+                    continue  # nvidiactl, nvidia-uvm: not one GPU
+                gpu = by_uuid.get(minor_uuid.get(minor)) or by_index.get(minor)
+                if gpu is None or any(p["pid"] == pid for p in gpu["processes"]):
+                    continue
+                entry = _process(pid, info, None, used.get((pid, gpu["uuid"])))
+                entry["devices"] = [dev]
+                gpu["processes"].append(entry)
+
+    # ------------------------------------------------------------------ selection
+
+    @staticmethod
+    def select(gpus, wanted):
+        if not wanted:
+            return list(gpus)
+        chosen = []
+        for item in wanted:
+            w = str(item).strip()
+            match = [g for g in gpus if str(g["index"]) == w or (g["uuid"] and g["uuid"].lower() == w.lower())]
+            if not match:
+                have = ", ".join("%s (%s)" % (g["index"], g["uuid"]) for g in gpus) or "none"
+                raise GpuError("GPU %r was not found; this host has: %s" % (w, have), kind="selection")
+            for g in match:
+                if g not in chosen:
+                    chosen.append(g)
+        return chosen
+
+    # ------------------------------------------------------------------ drain
+
+    def wait_drain(self, wanted, timeout, interval, started=None):
+        """Poll until every wanted GPU is idle. Returns (snapshot, selected, seconds)."""
+        started = time.monotonic() if started is None else started
+        deadline = time.monotonic() + timeout
+        while True:
+            snap = self.snapshot()
+            selected = self.select(snap["gpus"], wanted)
+            busy = [g for g in selected if not g["idle"]]
+            if not busy:
+                return snap, selected, time.monotonic() - started
+            if time.monotonic() >= deadline:
+                raise DrainTimeout(self._drain_message(busy, timeout), self._result(snap, selected))
+            time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
+
+    def _drain_message(self, busy, timeout):
+        parts = []
+        for gpu in busy:
+            text = "%s did not drain within %ss: %s MiB used (threshold %s MiB)" % (
+                _label(gpu), timeout, gpu["memory_used_mib"], self.threshold_mib)
+            if gpu["processes"]:
+                text += ", held by " + "; ".join(_holder_text(p) for p in gpu["processes"])
+            else:
+                text += (", no holder visible from this vantage (memory not yet released by the driver, "
+                         "or held from another container)")
+            parts.append(text)
+        return ". ".join(parts)
+
+    def _result(self, snap, selected):
+        return {"gpus": selected, "idle": all(g["idle"] for g in selected), "vantage": snap["vantage"],
+                "backend": snap["backend"], "query_seconds": snap["query_seconds"], "gpu_available": True}
+
+    # ------------------------------------------------------------------ the module's run
+
+    def run(self, state="query", wanted=None, scope=None, grace=10.0, timeout=60.0, interval=0.25,
+            check_mode=False):
+        snap = self.snapshot()
+        selected = self.select(snap["gpus"], wanted)
+        result = self._result(snap, selected)
+        result["changed"] = False
+        if state == "query":
+            return result
+        if state == "drained":
+            snap, selected, seconds = self.wait_drain(wanted, timeout, interval)
+            result = self._result(snap, selected)
+            result.update(changed=False, drain_seconds=round(seconds, 3))
+            return result
+        return self._ensure_idle(result, selected, wanted, scope, grace, timeout, interval, check_mode)
+
+    def _ensure_idle(self, result, selected, wanted, scope, grace, timeout, interval, check_mode):
+        if scope is None or scope.empty():
+            raise ProcError("state=idle needs a scope (name, cmdline, users, vmids or tmux_session): "
+                            "the module never terminates processes outside one")
+        own = ancestors(proc=self.proc)
+        targets, out_of_scope, protected, seen = [], [], [], set()
+        for gpu in selected:
+            for p in gpu["processes"]:
+                if p["pid"] in seen:
+                    continue
+                seen.add(p["pid"])
+                entry = dict((k, p.get(k)) for k in PROCESS_KEYS)
+                entry["gpu"] = gpu["index"]
+                if p["start_time"] is None:
+                    entry["reason"] = "not visible in this /proc: cannot be checked or signalled"
+                    out_of_scope.append(entry)
+                elif p["pid"] == 1 or p.get("container_pid") == 1:
+                    entry["reason"] = "PID 1 (of the node or of a container) is never signalled"
+                    protected.append(entry)
+                elif p["pid"] in own:
+                    entry["reason"] = "this module's own process or one of its ancestors"
+                    protected.append(entry)
+                else:
+                    ok, why = scope.matches(p, p.get("name"))
+                    if ok:
+                        targets.append(entry)
+                    else:
+                        entry["reason"] = why
+                        out_of_scope.append(entry)
+        for note in scope.notes:
+            self._note(note)
+        result.update(out_of_scope=out_of_scope, protected=protected)
+        if check_mode:
+            for t in targets:
+                t.update(signals=[], outcome="would_signal")
+            result.update(terminated=targets, changed=bool(targets))
+            return result
+        started = time.monotonic()
+        outcomes = terminate(targets, grace, proc=self.proc) if targets else {}
+        for t in targets:
+            t.update(outcomes[t["pid"]])
+        result["terminated"] = targets
+        result["changed"] = any(t["signals"] for t in targets)
+        result["terminate_seconds"] = round(time.monotonic() - started, 3)
+        try:
+            snap, selected, seconds = self.wait_drain(wanted, timeout, interval, started=started)
+        except DrainTimeout as exc:
+            exc.result.update(terminated=targets, out_of_scope=out_of_scope, protected=protected,
+                              changed=result["changed"], terminate_seconds=result["terminate_seconds"])
+            raise
+        result.update(self._result(snap, selected))
+        result["drain_seconds"] = round(seconds, 3)
+        return result
+
+
+def no_gpu_result(exc):
+    """The result for a host without a GPU when require_gpu=false; None when exc is not that."""
+    if exc.kind not in NO_GPU_KINDS:
+        return None
+    return {"changed": False, "gpus": [], "idle": True, "gpu_available": False, "vantage": None,
+            "backend": None, "query_seconds": None, "reason": str(exc)}

@@ -1,0 +1,373 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_state
+short_description: Report GPU memory and its holders, wait for drain, and terminate scoped holders
+version_added: 0.1.0
+author: gpufleet.hygiene maintainers (@gpufleet)
+description:
+  - Reads every GPU (index, UUID, model, memory used and total, utilisation) and the processes
+    that hold it, in one call, from nvidia-smi's query interface or from NVML.
+  - On a Proxmox VE node (O(vantage=node)) the holders are the processes nvidia-smi reports, each
+    mapped to its LXC container (the vmid from C(/proc/<pid>/cgroup)) and its PID inside the
+    container (C(NSpid) in C(/proc/<pid>/status)).
+  - Inside a container (O(vantage=container)), where nvidia-smi cannot name the holders, they are
+    the processes with an open handle on a device file matching O(device_patterns), found in
+    C(/proc/*/fd).
+  - With O(state=drained), polls until every selected GPU is idle (memory used at most
+    O(threshold_mib) and no holder), instead of a fixed sleep; fails on O(timeout) naming the GPU
+    and its holders.
+  - With O(state=idle), terminates the holders of the selected GPUs that match O(scope) (SIGTERM,
+    O(grace_period), SIGKILL), then waits for drain as O(state=drained) does. Holders outside the
+    scope are reported in RV(out_of_scope) and never signalled.
+extends_documentation_fragment:
+  - gpufleet.hygiene.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - With O(state=idle), lists in RV(terminated) what would be signalled; signals nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details:
+      - A second O(state=idle) run finds nothing to terminate and reports no change.
+options:
+  state:
+    description:
+      - V(query) reads the GPUs and their holders.
+      - V(drained) also waits until the selected GPUs are idle.
+      - V(idle) terminates the holders in O(scope), then waits until the selected GPUs are idle.
+    type: str
+    choices: [query, drained, idle]
+    default: query
+  gpus:
+    description:
+      - The GPUs to act on and report, by index (V(0)) or UUID. All GPUs when empty.
+    type: list
+    elements: str
+    default: []
+  scope:
+    description:
+      - Which holders O(state=idle) may terminate. Every criterion given must match; within one
+        criterion any item may match. Required with O(state=idle).
+      - PID 1 (of the node or of a container) and the module's own process and its ancestors are
+        never signalled, whatever the scope.
+    type: dict
+    suboptions:
+      name:
+        description: Python regular expressions searched in the process name (C(comm), the name nvidia-smi reports, the basename of C(argv[0])).
+        type: list
+        elements: str
+      cmdline:
+        description: Python regular expressions searched in the command line (arguments joined by spaces).
+        type: list
+        elements: str
+      users:
+        description:
+          - User names or numeric UIDs, as seen from where the module runs (on a node, the UIDs of an
+            unprivileged container are shifted, for example V(100000)).
+        type: list
+        elements: str
+      vmids:
+        description: Containers whose processes are in scope (O(vantage=node) only).
+        type: list
+        elements: int
+      tmux_session:
+        description: The processes of this tmux session's panes and their descendants.
+        type: str
+      tmux_socket:
+        description: The tmux server socket to ask (C(tmux -S)); the module user's default server when unset.
+        type: path
+  threshold_mib:
+    description: A GPU is idle when its memory used is at most this many MiB and no process holds it.
+    type: int
+    default: 64
+  timeout:
+    description: Seconds to wait for drain with O(state=drained) or O(state=idle).
+    type: float
+    default: 60
+  poll_interval:
+    description: Seconds between two readings while waiting for drain.
+    type: float
+    default: 0.25
+  grace_period:
+    description: Seconds a holder has to exit after SIGTERM before it gets SIGKILL.
+    type: float
+    default: 10
+  vantage:
+    description:
+      - Where the module runs. V(auto) takes V(container) when the target is a container (systemd's
+        C(/run/systemd/container), C(container=) in PID 1's environment, Docker's or Podman's
+        marker file), else V(node); when every PID nvidia-smi names is missing from C(/proc), it
+        falls back to V(container) and says so in a warning.
+    type: str
+    choices: [auto, node, container]
+    default: auto
+  backend:
+    description:
+      - How GPUs are read. V(auto) uses NVML through the C(pynvml) module (nvidia-ml-py) when the
+        target's Python can import it and NVML initialises, else nvidia-smi. NVML is never required.
+      - When O(nvidia_smi) is given, V(auto) means V(nvidia-smi): the named program is asked.
+    type: str
+    choices: [auto, nvidia-smi, nvml]
+    default: auto
+  nvidia_smi:
+    description: Path of nvidia-smi. Searched on C(PATH) (and the usual sbin directories) when unset.
+    type: path
+  command_timeout:
+    description:
+      - Seconds one nvidia-smi call may take before it is killed and the module fails (a GPU or
+        driver in trouble can make nvidia-smi hang).
+    type: float
+    default: 15
+  device_patterns:
+    description:
+      - Shell patterns of the device files whose open handles make a process a holder
+        (O(vantage=container)). A file whose name ends in C(nvidia<N>) belongs to the GPU with
+        device minor N (from C(/proc/driver/nvidia/gpus/*/information), else index N).
+    type: list
+    elements: str
+    default: ['/dev/nvidia*']
+  require_gpu:
+    description:
+      - When V(false), a host without a usable GPU (no nvidia-smi, no devices, the driver not
+        loaded, NVML missing) passes with RV(gpu_available=false) instead of failing, so one
+        preflight runs on CPU hosts too. A GPU fallen off the bus or a hanging nvidia-smi still fails.
+    type: bool
+    default: true
+notes:
+  - Signals are sent through a pidfd where the kernel provides them, after checking that the PID
+    still has the start time (field 22 of C(/proc/<pid>/stat)) it had when it was chosen, so a
+    reused PID is never signalled.
+  - The driver frees a dead process's memory a moment after it exits; O(state=drained) waits for
+    the memory, not only for the process.
+seealso:
+  - module: gpufleet.hygiene.cuda_contamination
+"""
+
+EXAMPLES = r"""
+- name: What holds the GPUs on this node?
+  gpufleet.hygiene.gpu_state:
+  register: gpu
+
+- name: Show each holder with its container
+  ansible.builtin.debug:
+    msg: "GPU {{ item.0.index }}: pid {{ item.1.pid }} in CT {{ item.1.vmid }} ({{ item.1.used_memory_mib }} MiB)"
+  loop: "{{ gpu.gpus | subelements('processes') }}"
+
+- name: Preflight that also passes on CPU hosts
+  gpufleet.hygiene.gpu_state:
+    require_gpu: false
+  register: gpu
+  failed_when: not gpu.idle
+
+- name: Wait until GPUs 0 and 1 are really free instead of sleep 5
+  gpufleet.hygiene.gpu_state:
+    state: drained
+    gpus: ["0", "1"]
+    timeout: 120
+
+- name: Stop the stale training run of container 200, then wait for its memory to be freed
+  gpufleet.hygiene.gpu_state:
+    state: idle
+    scope:
+      vmids: [200]
+      cmdline: ['train_dflash\.py']
+    grace_period: 30
+    timeout: 120
+  register: stopped
+
+- name: Inside a container, stop what runs in the tmux session "train"
+  gpufleet.hygiene.gpu_state:
+    state: idle
+    vantage: container
+    scope:
+      tmux_session: train
+"""
+
+RETURN = r"""
+gpus:
+  description: The selected GPUs (all when O(gpus) is empty), as last read.
+  returned: success, and on drain timeout
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: nvidia-smi's index.
+      type: int
+    uuid:
+      description: The GPU's UUID.
+      type: str
+    name:
+      description: The GPU model.
+      type: str
+    memory_used_mib:
+      description: Memory used, MiB; null when the driver does not say.
+      type: int
+    memory_total_mib:
+      description: Memory total, MiB.
+      type: int
+    utilization_pct:
+      description: GPU utilisation, percent; null when not supported.
+      type: int
+    idle:
+      description: Memory used at most O(threshold_mib) (or unknown) and no holder.
+      type: bool
+    processes:
+      description:
+        - The holders. C(pid), C(name), C(used_memory_mib) (null when unknown, as inside a
+          container), C(vmid) and C(container_pid) (the container and the PID inside it, on a node;
+          null on the node itself), C(user), C(uid), C(cmdline), C(start_time) (clock ticks after boot,
+          field 22 of C(/proc/<pid>/stat); null when the PID is not visible in this C(/proc)), and
+          with O(vantage=container) C(devices), the device files it holds open.
+      type: list
+      elements: dict
+  sample:
+    - index: 0
+      uuid: GPU-5d3c1f7e-8a8b-4c6e-9f0e-0c1a2b3c4d5e
+      name: NVIDIA H200
+      memory_used_mib: 41498
+      memory_total_mib: 143771
+      utilization_pct: 0
+      idle: false
+      processes:
+        - {pid: 48211, name: python3, used_memory_mib: 41488, vmid: 200, container_pid: 1731, user: "100000",
+           uid: 100000, cmdline: python3 train_dflash.py, start_time: 8851230}
+idle:
+  description: Every selected GPU is idle.
+  returned: success, and on drain timeout
+  type: bool
+gpu_available:
+  description: GPUs could be read. V(false) only with O(require_gpu=false) on a host without a usable GPU.
+  returned: always
+  type: bool
+reason:
+  description: Why no GPU could be read.
+  returned: when RV(gpu_available=false)
+  type: str
+vantage:
+  description: The vantage used, V(node) or V(container).
+  returned: when RV(gpu_available=true)
+  type: str
+backend:
+  description: What read the GPUs, V(nvidia-smi) or V(nvml).
+  returned: when RV(gpu_available=true)
+  type: str
+query_seconds:
+  description: Seconds the last reading of the GPUs took (both nvidia-smi queries, run concurrently, or NVML).
+  returned: when RV(gpu_available=true)
+  type: float
+drain_seconds:
+  description:
+    - Seconds until the selected GPUs were seen idle, from the first signal (O(state=idle)) or from
+      the start of the wait (O(state=drained)). V(0.0)-ish when they were idle at once.
+  returned: when O(state) is V(drained) or V(idle), outside check mode
+  type: float
+terminate_seconds:
+  description: Seconds from the first SIGTERM until every signalled holder was gone.
+  returned: when O(state=idle), outside check mode
+  type: float
+terminated:
+  description:
+    - The holders in scope, with C(gpu), C(signals) (names sent) and C(outcome) - V(terminated) (gone
+      after SIGTERM), V(killed) (gone after SIGKILL), V(already_gone), V(pid_reused) (the PID names
+      another process now; nothing sent), V(survived) (alive after SIGKILL), or V(would_signal) in
+      check mode.
+  returned: when O(state=idle)
+  type: list
+  elements: dict
+out_of_scope:
+  description: Holders of the selected GPUs that the scope does not cover, with the C(reason); never signalled.
+  returned: when O(state=idle)
+  type: list
+  elements: dict
+protected:
+  description: Holders in scope that are never signalled (PID 1, the module itself or its ancestors), with the C(reason).
+  returned: when O(state=idle)
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu import GpuError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import ProcError, Scope
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpustate import (
+    DrainTimeout,
+    GpuState,
+    no_gpu_result,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", default="query", choices=["query", "drained", "idle"]),
+            gpus=dict(type="list", elements="str", default=[]),
+            scope=dict(type="dict", options=dict(
+                name=dict(type="list", elements="str"),
+                cmdline=dict(type="list", elements="str"),
+                users=dict(type="list", elements="str"),
+                vmids=dict(type="list", elements="int"),
+                tmux_session=dict(type="str"),
+                tmux_socket=dict(type="path"),
+            )),
+            threshold_mib=dict(type="int", default=64),
+            timeout=dict(type="float", default=60),
+            poll_interval=dict(type="float", default=0.25),
+            grace_period=dict(type="float", default=10),
+            vantage=dict(type="str", default="auto", choices=["auto", "node", "container"]),
+            backend=dict(type="str", default="auto", choices=["auto", "nvidia-smi", "nvml"]),
+            nvidia_smi=dict(type="path"),
+            command_timeout=dict(type="float", default=15),
+            device_patterns=dict(type="list", elements="str", default=["/dev/nvidia*"]),
+            require_gpu=dict(type="bool", default=True),
+        ),
+        required_if=[("state", "idle", ("scope",))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    for key in ("timeout", "poll_interval", "grace_period", "command_timeout"):
+        if p[key] < 0:
+            module.fail_json(msg="%s must not be negative (got %s)" % (key, p[key]))
+    if p["command_timeout"] == 0:
+        module.fail_json(msg="command_timeout must be more than 0")
+    if p["scope"] and p["scope"]["vmids"] and p["vantage"] == "container":
+        module.fail_json(msg="scope.vmids needs vantage=node: a container does not see other containers")
+    nvidia_smi = p["nvidia_smi"] or module.get_bin_path("nvidia-smi")
+    backend = p["backend"]
+    if p["nvidia_smi"] and backend == "auto":
+        backend = "nvidia-smi"  # an explicit nvidia-smi is what the user wants asked, not NVML
+    state = GpuState(backend=backend, nvidia_smi=nvidia_smi, command_timeout=p["command_timeout"],
+                     vantage=p["vantage"], device_patterns=p["device_patterns"], threshold_mib=p["threshold_mib"])
+    try:
+        scope = Scope(**p["scope"]) if p["scope"] else None
+        result = state.run(state=p["state"], wanted=p["gpus"], scope=scope, grace=p["grace_period"],
+                           timeout=p["timeout"], interval=p["poll_interval"], check_mode=module.check_mode)
+    except DrainTimeout as exc:
+        for note in state.notes:
+            module.warn(note)
+        module.fail_json(msg=str(exc), **exc.result)
+    except GpuError as exc:
+        fallback = None if p["require_gpu"] else no_gpu_result(exc)
+        if fallback is None:
+            module.fail_json(msg=str(exc), gpu_available=False, error_kind=exc.kind, rc=exc.rc)
+        module.warn("no usable GPU, passing because require_gpu=false: %s" % exc)
+        module.exit_json(**fallback)
+    except ProcError as exc:
+        module.fail_json(msg=str(exc))
+    for note in state.notes:
+        module.warn(note)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
