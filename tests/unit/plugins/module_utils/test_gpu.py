@@ -1,0 +1,253 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""nvidia-smi argv, runner and CSV parsing; the NVML reader against a fake pynvml."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import types
+
+import pytest
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils import _gpu
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu import (
+    GpuError,
+    GpuParseError,
+    parse_apps,
+    parse_gpus,
+    query_apps_argv,
+    query_gpu_argv,
+    read_gpus,
+    split_row,
+)
+from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
+
+GPU_ARGV = ["/usr/bin/nvidia-smi", "--query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu",
+            "--format=csv,noheader,nounits"]
+APPS_ARGV = ["/usr/bin/nvidia-smi", "--query-compute-apps=gpu_uuid,pid,used_memory,process_name",
+             "--format=csv,noheader,nounits"]
+
+
+def test_argv_exact():
+    assert query_gpu_argv("/usr/bin/nvidia-smi") == GPU_ARGV
+    assert query_apps_argv("/usr/bin/nvidia-smi") == APPS_ARGV
+    # the free-text field is last, whatever else is asked
+    assert _gpu.QUERY_APP_FIELDS[-1] == "process_name"
+
+
+@pytest.mark.parametrize("line, n, free, expected", [
+    ("0, GPU-a, NVIDIA H200, 3, 143771, 0", 6, 2, ["0", "GPU-a", "NVIDIA H200", "3", "143771", "0"]),
+    # a model name with commas: the free-text field absorbs them, the others keep their place
+    ("1, GPU-b, Weird, Inc. GPU, 5, 100, 7", 6, 2, ["1", "GPU-b", "Weird, Inc. GPU", "5", "100", "7"]),
+    ("GPU-a, 42, 100, /opt/my app, v2/python3", 4, 3, ["GPU-a", "42", "100", "/opt/my app, v2/python3"]),
+])
+def test_split_row(line, n, free, expected):
+    assert split_row(line, n, free) == expected
+
+
+def test_split_row_too_few_fields():
+    with pytest.raises(GpuParseError, match="2 fields where 6"):
+        split_row("0, GPU-a", 6, 2)
+
+
+def test_parse_gpus_placeholders_and_units():
+    text = ("0, GPU-aaa, NVIDIA H200, 41498, 143771, 87\n"
+            "1, GPU-bbb, NVIDIA H200, [N/A], 143771, [Not Supported]\n"
+            "\n"
+            "2, GPU-ccc, NVIDIA A100-SXM4-80GB, 4 MiB, 81920 MiB, 0 %\n")
+    assert parse_gpus(text) == [
+        {"index": 0, "uuid": "GPU-aaa", "name": "NVIDIA H200", "memory_used_mib": 41498,
+         "memory_total_mib": 143771, "utilization_pct": 87},
+        {"index": 1, "uuid": "GPU-bbb", "name": "NVIDIA H200", "memory_used_mib": None,
+         "memory_total_mib": 143771, "utilization_pct": None},
+        {"index": 2, "uuid": "GPU-ccc", "name": "NVIDIA A100-SXM4-80GB", "memory_used_mib": 4,
+         "memory_total_mib": 81920, "utilization_pct": 0},
+    ]
+
+
+def test_parse_gpus_skips_a_header_line():
+    text = ("index, uuid, name, memory.used [MiB], memory.total [MiB], utilization.gpu [%]\n"
+            "0, GPU-aaa, NVIDIA H200, 0 MiB, 143771 MiB, 0 %\n")
+    assert [g["index"] for g in parse_gpus(text)] == [0]
+
+
+def test_parse_gpus_garbage_is_a_clear_error():
+    with pytest.raises(GpuParseError, match="'lots' for memory.used"):
+        parse_gpus("0, GPU-aaa, NVIDIA H200, lots, 143771, 0\n")
+
+
+@pytest.mark.parametrize("text", ["", "\n", "No running processes found\n"])
+def test_parse_apps_none(text):
+    assert parse_apps(text) == []
+
+
+def test_parse_apps_names_with_commas_and_spaces():
+    text = ("GPU-aaa, 40170, 185, /opt/rh/rh-python38/root/usr/bin/python3\n"
+            "GPU-aaa, 40171, [N/A], /srv/my runs/train, v2.py\n"
+            "GPU-bbb, [N/A], 10, ghost\n")
+    assert parse_apps(text) == [
+        {"gpu_uuid": "GPU-aaa", "pid": 40170, "used_memory_mib": 185, "name": "/opt/rh/rh-python38/root/usr/bin/python3"},
+        {"gpu_uuid": "GPU-aaa", "pid": 40171, "used_memory_mib": None, "name": "/srv/my runs/train, v2.py"},
+    ]
+
+
+class FakePopen(object):
+    """Records argv; answers with canned (rc, stdout) per query kind."""
+
+    calls = []
+    answers = {}
+
+    def __init__(self, argv, **kwargs):
+        FakePopen.calls.append(list(argv))
+        assert kwargs["start_new_session"] is True
+        assert kwargs["env"]["LC_ALL"] == "C"
+        kind = "gpu" if argv[1].startswith("--query-gpu") else "apps"
+        self.returncode, self._out = FakePopen.answers[kind]
+        self.pid = 999999
+
+    def communicate(self, timeout=None):
+        return self._out.encode(), b""
+
+
+@pytest.fixture
+def fake_smi(monkeypatch):
+    FakePopen.calls = []
+    monkeypatch.setattr(_gpu.subprocess, "Popen", FakePopen)
+    return FakePopen
+
+
+def test_read_gpus_mocked(fake_smi):
+    fake_smi.answers = {
+        "gpu": (0, "0, GPU-aaa, NVIDIA H200, 41498, 143771, 87\n"),
+        "apps": (0, "GPU-aaa, 48211, 41488, python3\n"),
+    }
+    gpus, apps, backend, seconds = read_gpus("nvidia-smi", "/usr/bin/nvidia-smi", 5)
+    assert fake_smi.calls == [GPU_ARGV, APPS_ARGV]
+    assert backend == "nvidia-smi" and seconds >= 0
+    assert gpus == [{"index": 0, "uuid": "GPU-aaa", "name": "NVIDIA H200", "memory_used_mib": 41498,
+                     "memory_total_mib": 143771, "utilization_pct": 87}]
+    assert apps == [{"gpu_uuid": "GPU-aaa", "pid": 48211, "used_memory_mib": 41488, "name": "python3"}]
+
+
+@pytest.mark.parametrize("rc, kind, words", [
+    (9, "driver", "driver is not loaded"),
+    (12, "nvml", "libnvidia-ml.so was not found"),
+    (15, "bus", "fallen off the bus"),
+    (6, "no_devices", "found no NVIDIA GPU"),
+    (77, "failed", "nvidia-smi failed"),
+])
+def test_exit_codes_mocked(fake_smi, rc, kind, words):
+    fake_smi.answers = {"gpu": (rc, "some driver text"), "apps": (0, "")}
+    with pytest.raises(GpuError) as exc:
+        read_gpus("nvidia-smi", "/usr/bin/nvidia-smi", 5)
+    assert exc.value.kind == kind and exc.value.rc == rc
+    assert words in str(exc.value) and "some driver text" in str(exc.value)
+
+
+def test_missing_binary_is_kind_missing(tmp_path):
+    with pytest.raises(GpuError) as exc:
+        read_gpus("nvidia-smi", str(tmp_path / "nvidia-smi"), 5)
+    assert exc.value.kind == "missing"
+    with pytest.raises(GpuError, match="not found on PATH") as exc:
+        read_gpus("nvidia-smi", None, 5)
+    assert exc.value.kind == "missing"
+
+
+@pytest.fixture
+def standin(tmp_path):
+    state = gpu_standin.make_state(tmp_path / "gpu", gpus=2)
+    return state, gpu_standin.install_nvidia_smi(tmp_path / "bin", state)
+
+
+@pytest.mark.parametrize("rc, kind", [(9, "driver"), (12, "nvml"), (15, "bus")])
+def test_exit_codes_from_the_standin(standin, rc, kind):
+    state, smi = standin
+    gpu_standin.configure(state, fault="exit:%d" % rc)
+    with pytest.raises(GpuError) as exc:
+        read_gpus("nvidia-smi", smi, 10)
+    assert (exc.value.kind, exc.value.rc) == (kind, rc)
+
+
+def test_hang_is_bounded_and_killed(standin):
+    state, smi = standin
+    gpu_standin.configure(state, fault="hang", hang_seconds=60)
+    started = time.monotonic()
+    with pytest.raises(GpuError, match="did not answer within 0.5s") as exc:
+        read_gpus("nvidia-smi", smi, 0.5)
+    assert exc.value.kind == "timeout"
+    assert time.monotonic() - started < 5
+    # the hung process was killed, not left behind
+    out = subprocess.run(["ps", "-eo", "args"], stdout=subprocess.PIPE, check=True).stdout.decode()
+    assert not [line for line in out.splitlines() if state in line and "nvidia_smi.py" in line]
+
+
+def test_standin_header_units_and_field_order(standin):
+    _state, smi = standin
+    out = subprocess.run([smi, "--query-gpu=memory.total,index,name", "--format=csv"],
+                         stdout=subprocess.PIPE, check=True).stdout.decode()
+    assert out.splitlines() == ["memory.total [MiB], index, name", "143771 MiB, 0, NVIDIA H200",
+                                "143771 MiB, 1, NVIDIA H200"]
+    bad = subprocess.run([smi, "--query-gpu=index,bogus", "--format=csv"], stdout=subprocess.PIPE, check=False)
+    assert bad.returncode == 2 and b'Field "bogus" is not a valid field' in bad.stdout
+
+
+# ----------------------------------------------------------------------------- NVML
+
+
+class _NVMLError(Exception):
+    pass
+
+
+class _DriverNotLoaded(_NVMLError):
+    pass
+
+
+def fake_pynvml(fail_init=None):
+    calls = []
+    mod = types.SimpleNamespace(NVMLError=_NVMLError, NVMLError_DriverNotLoaded=_DriverNotLoaded)
+
+    def init():
+        calls.append("init")
+        if fail_init:
+            raise fail_init
+    mod.nvmlInit = init
+    mod.nvmlShutdown = lambda: calls.append("shutdown")
+    mod.nvmlDeviceGetCount = lambda: 1
+    mod.nvmlDeviceGetHandleByIndex = lambda i: "h%d" % i
+    mod.nvmlDeviceGetUUID = lambda h: b"GPU-aaa"
+    mod.nvmlDeviceGetName = lambda h: "NVIDIA H200"
+    mod.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=41498 * 1048576 + 5, total=143771 * 1048576)
+
+    def util(h):
+        raise _NVMLError("Not Supported")
+    mod.nvmlDeviceGetUtilizationRates = util
+    mod.nvmlDeviceGetComputeRunningProcesses = lambda h: [
+        types.SimpleNamespace(pid=48211, usedGpuMemory=41488 * 1048576),
+        types.SimpleNamespace(pid=48212, usedGpuMemory=None)]
+    mod.nvmlSystemGetProcessName = lambda pid: b"python3"
+    mod.calls = calls
+    return mod
+
+
+def test_nvml_reader():
+    lib = fake_pynvml()
+    gpus, apps, backend, _s = read_gpus("auto", "/usr/bin/nvidia-smi", 5, pynvml=lib)
+    assert backend == "nvml" and lib.calls == ["init", "shutdown"]
+    assert gpus == [{"index": 0, "uuid": "GPU-aaa", "name": "NVIDIA H200", "memory_used_mib": 41498,
+                     "memory_total_mib": 143771, "utilization_pct": None}]
+    assert apps == [{"gpu_uuid": "GPU-aaa", "pid": 48211, "used_memory_mib": 41488, "name": "python3"},
+                    {"gpu_uuid": "GPU-aaa", "pid": 48212, "used_memory_mib": None, "name": "python3"}]
+
+
+def test_nvml_failure_falls_back_to_nvidia_smi_in_auto(fake_smi):
+    fake_smi.answers = {"gpu": (9, "NVIDIA-SMI has failed"), "apps": (0, "")}
+    lib = fake_pynvml(fail_init=_DriverNotLoaded("Driver Not Loaded"))
+    with pytest.raises(GpuError) as exc:
+        read_gpus("auto", "/usr/bin/nvidia-smi", 5, pynvml=lib)
+    assert exc.value.kind == "driver" and exc.value.rc == 9  # nvidia-smi's word, with its exit code
+    with pytest.raises(GpuError, match="NVML initialisation failed") as exc:
+        read_gpus("nvml", "/usr/bin/nvidia-smi", 5, pynvml=lib)
+    assert exc.value.kind == "driver"

@@ -1,0 +1,233 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""/proc reading (start time, cgroup -> vmid, NSpid), fd scans, scope, and real signals."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils import _gpuproc
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
+    ProcError,
+    Scope,
+    ancestors,
+    describe,
+    detect_vantage,
+    device_minor,
+    driver_minor_uuids,
+    parse_stat,
+    parse_status,
+    scan_device_holders,
+    start_time,
+    terminate,
+    vmid_from_cgroup,
+)
+from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
+
+STAT = ("48211 (pt_main (thread)) S 1 48211 48211 0 -1 4194560 1234 0 0 0 10 20 0 0 20 0 12 0 "
+        "8851230 123456789 2048 18446744073709551615 1 1 0 0 0 0 0 4096 17663 0 0 0 17 3 0 0 0 0 0")
+
+
+def test_parse_stat_field_22_with_parens_in_comm():
+    assert parse_stat(STAT) == ("pt_main (thread)", "S", 1, 8851230)
+
+
+def test_parse_status():
+    text = "Name:\tpython3\nUid:\t100000\t100000\t100000\t100000\nNSpid:\t48211\t1731\n"
+    assert parse_status(text) == (100000, [48211, 1731])
+
+
+@pytest.mark.parametrize("text, vmid", [
+    ("0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope\n", 200),      # PVE, cgroup v2
+    ("12:pids:/lxc/105/ns\n11:memory:/lxc/105/ns\n0::/lxc/105/ns/init.scope\n", 105),
+    ("0::/lxc.payload.300/system.slice/ssh.service\n", 300),               # plain LXC 4+
+    ("0::/lxc.monitor/200\n", None),                                       # the monitor, on the node
+    ("0::/lxc.monitor.200\n", None),
+    ("0::/user.slice/user-0.slice/session-1.scope\n", None),               # the node itself
+    ("0::/system.slice/lxc-200.service\n", None),
+])
+def test_vmid_from_cgroup(text, vmid):
+    assert vmid_from_cgroup(text) == vmid
+
+
+def _fake_proc(root, pid, comm="python3", ppid=1, started=777, cgroup="0::/lxc/200/ns/init.scope\n",
+               uid=100000, nspid=(48211, 1731), cmdline=b"python3\0train_dflash.py\0"):
+    d = root / str(pid)
+    d.mkdir(parents=True)
+    (d / "stat").write_text("%d (%s) S %d 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0"
+                            % (pid, comm, ppid, started))
+    (d / "status").write_text("Name:\t%s\nUid:\t%d\t%d\t%d\t%d\nNSpid:\t%s\n"
+                              % (comm, uid, uid, uid, uid, "\t".join(str(n) for n in nspid)))
+    (d / "cgroup").write_text(cgroup)
+    (d / "cmdline").write_bytes(cmdline)
+    (d / "fd").mkdir()
+    return d
+
+
+def test_describe_on_a_node_names_container_and_inner_pid(tmp_path):
+    _fake_proc(tmp_path, 48211)
+    info = describe(48211, proc=str(tmp_path))
+    assert info["vmid"] == 200 and info["container_pid"] == 1731
+    assert info["start_time"] == 777 and info["uid"] == 100000
+    assert info["cmdline"] == "python3 train_dflash.py"
+    assert describe(48212, proc=str(tmp_path)) is None
+
+
+def test_scan_device_holders_fake_proc(tmp_path):
+    d = _fake_proc(tmp_path, 10)
+    os.symlink("/dev/nvidia3", str(d / "fd" / "5"))
+    os.symlink("/dev/nvidiactl", str(d / "fd" / "6"))
+    os.symlink("/dev/null", str(d / "fd" / "7"))
+    e = _fake_proc(tmp_path, 11)
+    os.symlink("/dev/nvidia0 (deleted)", str(e / "fd" / "3"))
+    _fake_proc(tmp_path, 12)
+    holders, unreadable = scan_device_holders(["/dev/nvidia*"], proc=str(tmp_path))
+    assert holders == {10: ["/dev/nvidia3", "/dev/nvidiactl"], 11: ["/dev/nvidia0"]}
+    assert unreadable == 0
+    assert [device_minor(p) for p in ("/dev/nvidia3", "/dev/nvidiactl", "/dev/nvidia-uvm", "/x/dev/nvidia12")] \
+        == [3, None, None, 12]
+
+
+def test_driver_minor_uuids(tmp_path):
+    info = tmp_path / "driver" / "nvidia" / "gpus" / "0000:18:00.0"
+    info.mkdir(parents=True)
+    (info / "information").write_text("Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-aaa\nDevice Minor: \t 2\n")
+    assert driver_minor_uuids(str(tmp_path)) == {2: "GPU-aaa"}
+    assert driver_minor_uuids(str(tmp_path / "nowhere")) == {}
+
+
+def test_detect_vantage(tmp_path):
+    assert detect_vantage(str(tmp_path)) == "node"
+    (tmp_path / "proc" / "1").mkdir(parents=True)
+    (tmp_path / "proc" / "1" / "environ").write_bytes(b"PATH=/bin\0container=lxc\0")
+    assert detect_vantage(str(tmp_path)) == "container"
+    other = tmp_path / "other"
+    (other / "run" / "systemd").mkdir(parents=True)
+    (other / "run" / "systemd" / "container").write_text("lxc\n")
+    assert detect_vantage(str(other)) == "container"
+
+
+def test_ancestors_contain_self_and_parent():
+    own = ancestors()
+    assert os.getpid() in own and os.getppid() in own
+
+
+# ----------------------------------------------------------------------------- real processes
+
+
+@pytest.fixture
+def gpu(tmp_path):
+    state = gpu_standin.make_state(tmp_path / "gpu", gpus=2)
+    with gpu_standin.Trainers(state) as trainers:
+        yield state, trainers
+
+
+def _target(proc):
+    return {"pid": proc.pid, "start_time": start_time(proc.pid)}
+
+
+def test_scan_sees_real_standin_handles(gpu):
+    state, trainers = gpu
+    a = trainers.start(gpu=0, mib=100)
+    b = trainers.start(gpu=1, mib=100)
+    holders, _unreadable = scan_device_holders([os.path.join(state, "dev", "nvidia*")])
+    assert holders[a.pid] == [gpu_standin.device(state, 0)]
+    assert holders[b.pid] == [gpu_standin.device(state, 1)]
+    assert os.getpid() not in holders
+
+
+def test_terminate_sigterm(gpu):
+    _state, trainers = gpu
+    p = trainers.start(term_delay=0.1)
+    res = terminate([_target(p)], grace=5)
+    assert res[p.pid] == {"signals": ["SIGTERM"], "outcome": "terminated"}
+    assert gpu_standin.wait_exit(p) == 0  # exited by itself, after its "checkpoint"
+
+
+def test_terminate_escalates_to_sigkill(gpu):
+    _state, trainers = gpu
+    p = trainers.start(ignore_sigterm=True)
+    started = time.monotonic()
+    res = terminate([_target(p)], grace=0.3)
+    assert res[p.pid] == {"signals": ["SIGTERM", "SIGKILL"], "outcome": "killed"}
+    assert gpu_standin.wait_exit(p) == -9
+    assert 0.3 <= time.monotonic() - started < 5
+
+
+def test_terminate_refuses_a_reused_pid(gpu):
+    """A PID whose start time is not the one recorded names another process: no signal."""
+    _state, trainers = gpu
+    p = trainers.start()
+    res = terminate([{"pid": p.pid, "start_time": start_time(p.pid) - 1}], grace=0.2)
+    assert res[p.pid] == {"signals": [], "outcome": "pid_reused"}
+    time.sleep(0.1)
+    assert p.poll() is None  # still running
+
+
+def test_terminate_gone_and_zombie(gpu):
+    _state, trainers = gpu
+    p = trainers.start()
+    target = _target(p)
+    p.kill()
+    time.sleep(0.2)  # a zombie until reaped: not alive
+    assert terminate([target], grace=0.2)[p.pid]["outcome"] == "already_gone"
+    p.wait()
+    assert terminate([target], grace=0.2)[p.pid]["outcome"] == "already_gone"
+
+
+def test_terminate_without_pidfd(gpu, monkeypatch):
+    monkeypatch.delattr(_gpuproc.os, "pidfd_open", raising=False)
+    _state, trainers = gpu
+    p = trainers.start()
+    assert terminate([_target(p)], grace=2)[p.pid]["outcome"] == "terminated"
+
+
+def test_scope_criteria_are_anded(gpu):
+    _state, trainers = gpu
+    p = trainers.start(tag="run-a")
+    info = describe(p.pid)
+    me = str(os.getuid())
+    assert Scope(cmdline=["train_dflash"]).matches(info) == (True, "in scope")
+    assert Scope(cmdline=["train_dflash"], users=[me]).matches(info)[0]
+    ok, why = Scope(cmdline=["train_dflash"], users=["no-such-user"]).matches(info)
+    assert not ok and "scope.users" in why
+    assert not Scope(cmdline=["--tag run-b"]).matches(info)[0]
+    assert Scope(name=["^python"]).matches(info)[0]
+    assert not Scope(vmids=[200]).matches(info)[0]
+    assert Scope().matches(info) == (False, "the scope is empty")
+    with pytest.raises(ProcError, match="invalid regular expression"):
+        Scope(cmdline=["("])
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_scope_tmux_session(gpu, tmp_path):
+    state, trainers = gpu
+    sock = str(tmp_path / "tmux.sock")
+    outside = trainers.start(tag="outside")
+    cmd = "%s %s --state %s --gpu 1 --mib 10 --tag inside" % (sys.executable, gpu_standin.TRAINER, state)
+    subprocess.run(["tmux", "-S", sock, "new-session", "-d", "-s", "train", cmd], check=True)
+    try:
+        inside = None
+        for _i in range(100):
+            holders, _u = scan_device_holders([gpu_standin.device(state, 1)])
+            if holders:
+                inside = list(holders)[0]
+                break
+            time.sleep(0.05)
+        assert inside is not None
+        scope = Scope(tmux_session="train", tmux_socket=sock)
+        assert scope.matches(describe(inside))[0]
+        assert not scope.matches(describe(outside.pid))[0]
+        missing = Scope(tmux_session="nope", tmux_socket=sock)
+        assert not missing.matches(describe(inside))[0]
+        assert "was not found" in missing.notes[0]
+    finally:
+        subprocess.run(["tmux", "-S", sock, "kill-server"], check=False)
