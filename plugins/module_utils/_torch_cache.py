@@ -1,0 +1,827 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Compile caches of torch, Triton and CUDA: found, measured, cleared safely, kept fresh.
+
+Where each cache lives is decided the way the libraries decide it (see docs/torch_cache.md):
+
+- TorchInductor: ``TORCHINDUCTOR_CACHE_DIR``, else ``<tempfile.gettempdir()>/torchinductor_<user>``
+  (torch/_inductor/runtime/cache_dir_utils.py). Inductor puts Triton's kernels under
+  ``<inductor>/triton/<device>`` unless ``TRITON_CACHE_DIR`` is set.
+- Triton: ``TRITON_CACHE_DIR``, else ``<TRITON_HOME or ~>/.triton/cache`` (triton/knobs.py).
+- torch_extensions: ``TORCH_EXTENSIONS_DIR``, else ``<XDG_CACHE_HOME or ~/.cache>/torch_extensions``
+  (torch/utils/cpp_extension.py); torch adds a ``py<ver>_cu<ver>`` folder under the default
+  root only, never under the variable.
+- CUDA JIT: ``CUDA_CACHE_PATH``, else ``~/.nv/ComputeCache``.
+
+Private to gpufleet.hygiene (leading underscore): not a public API.
+Standard library only: this runs on the target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import json
+import os
+import pwd
+import re
+import stat
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import (
+    torch_reference,
+)
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import (
+    environment_site_dirs,
+    iter_distributions,
+    venv_python,
+    venv_site_dirs,
+)
+
+CACHE_NAMES = ("inductor", "triton", "torch_extensions", "cuda")
+MARKER = ".gpufleet-hygiene-fingerprint.json"
+FINGERPRINT_KEYS = ("torch", "triton", "cuda")
+TRITON_NAMES = ("triton", "pytorch-triton", "pytorch-triton-rocm")
+
+# A cache root may never be one of these, nor lie inside one.
+FORBIDDEN_TREES = (
+    "/proc", "/sys", "/dev", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+    "/libx32", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec",
+    "/usr/include", "/usr/share", "/usr/src",
+)
+# Directories two levels down that belong to the system (/usr/local, /var/tmp, /run/user).
+SYSTEM_PARENTS = ("/usr", "/var", "/run", "/opt", "/srv", "/mnt", "/media", "/snap")
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_USER_UNSAFE = re.compile(r'[\\/:*?"<>|]')
+_PY_DIR = re.compile(r"python(\d+)\.(\d+)([a-z]*)$")
+
+
+class CacheError(Exception):
+    """Something the user must fix: the message says what. ``partial`` is returned with it."""
+
+    def __init__(self, msg, partial=None):
+        super().__init__(msg)
+        self.partial = partial or {}
+
+
+# --------------------------------------------------------------------------- who and where
+
+
+class Identity:
+    """The account the training job runs as and the environment it starts with."""
+
+    def __init__(self, user=None, home=None, environment=None, process_env=None):
+        process_env = os.environ if process_env is None else process_env
+        if environment is not None:
+            env = {str(k): None if v is None else str(v) for k, v in environment.items()}
+        elif user:
+            env = {}  # the module's own variables belong to the account running Ansible
+        else:
+            env = dict(process_env)
+        self.env = env
+        self.uid = self.gid = None
+        account = None
+        if user:
+            try:
+                account = pwd.getpwnam(user)
+            except KeyError:
+                raise CacheError(f"user {user} does not exist on this host: give an existing account, "
+                                 "or leave user out and set home and environment") from None
+        else:
+            try:
+                account = pwd.getpwuid(os.getuid())
+            except KeyError:
+                account = None
+        if account is not None:
+            self.uid, self.gid = account.pw_uid, account.pw_gid
+        self.account = account
+        # getpass.getuser(): LOGNAME, USER, LNAME, USERNAME, then the password database.
+        name = None
+        for var in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+            if env.get(var):
+                name = env[var]
+                break
+        if name is None:
+            name = user or (account.pw_name if account is not None else None)
+        self.name = name
+        # os.path.expanduser('~'): HOME when set, else the password database.
+        self.home_problem = None
+        if home:
+            self.home, self.home_source = home, "home option"
+        elif "HOME" in env:
+            self.home, self.home_source = env["HOME"], "HOME"
+        elif account is not None:
+            self.home, self.home_source = account.pw_dir, "password database"
+        else:
+            self.home, self.home_source = None, None
+        if not self.home:
+            self.home_problem = ("the home directory is unknown (HOME is empty or unset and the "
+                                 "account has no password entry): give home or user")
+        elif not os.path.isabs(self.home):
+            self.home_problem = f"the home directory {self.home!r} is not an absolute path: give home"
+
+    def tmpdir(self):
+        """tempfile.gettempdir() for the job: TMPDIR, TEMP, TMP, then /tmp, /var/tmp, /usr/tmp."""
+        notes = []
+        for var in ("TMPDIR", "TEMP", "TMP"):
+            value = self.env.get(var)
+            if not value:
+                continue
+            if not os.path.isabs(value):
+                notes.append(f"{var}={value} skipped: relative to the job's working directory")
+                continue
+            if os.path.isdir(value):
+                return value, var, notes
+            notes.append(f"{var}={value} skipped: not a directory")
+        for cand in ("/tmp", "/var/tmp", "/usr/tmp"):
+            if os.path.isdir(cand):
+                return cand, cand, notes
+        return "/tmp", "/tmp", notes
+
+
+class Location:
+    """Where one cache lives, as the job would compute it, and why."""
+
+    def __init__(self, name, path, source, problem=None, build_dir=None, notes=()):
+        self.name = name
+        self.path = path
+        self.source = source
+        self.problem = problem
+        self.build_dir = build_dir
+        self.notes = list(notes)
+
+
+def _from_variable(name, var, value):
+    if value is None or not value.strip():
+        return Location(name, None, var, f"{var} is set but empty: it names no cache directory (and "
+                        f"clearing ${var}/ would clear /); unset it or give it an absolute directory")
+    if not os.path.isabs(value):
+        return Location(name, value, var, f"{var}={value} is not an absolute path (it would depend on the "
+                        "job's working directory): give an absolute directory")
+    # Not normalised: "link/.." is resolved by the kernel through the link, and so is it here.
+    return Location(name, value, var)
+
+
+def _home_path(ident, name, rel, source):
+    if ident.home_problem:
+        return Location(name, None, source, ident.home_problem)
+    return Location(name, os.path.join(ident.home, rel), source)
+
+
+def python_tag(venv):
+    """``py311`` (``py313t`` for a free-threaded build) from the venv's lib/pythonX.Y dir."""
+    for site in venv_site_dirs(venv):
+        match = _PY_DIR.search(os.path.dirname(site))
+        if match:
+            return "py{}{}{}".format(*match.groups())
+    return None
+
+
+def locate(name, ident, fingerprint=None, pytag=None):
+    """The cache ``name`` as the job with ``ident`` would place it."""
+    env = ident.env
+    if name == "inductor":
+        if "TORCHINDUCTOR_CACHE_DIR" in env:
+            return _from_variable(name, "TORCHINDUCTOR_CACHE_DIR", env["TORCHINDUCTOR_CACHE_DIR"])
+        if not ident.name:
+            return Location(name, None, "default", "the user name is unknown: give user, or USER in environment")
+        tmp, tmp_source, notes = ident.tmpdir()
+        path = os.path.join(tmp, "torchinductor_" + _USER_UNSAFE.sub("_", ident.name))
+        return Location(name, path, f"default: <tmp>/torchinductor_<user> (tmp from {tmp_source})", notes=notes)
+    if name == "triton":
+        if "TRITON_CACHE_DIR" in env:
+            return _from_variable(name, "TRITON_CACHE_DIR", env["TRITON_CACHE_DIR"])
+        if "TRITON_HOME" in env:
+            loc = _from_variable(name, "TRITON_HOME", env["TRITON_HOME"])
+            if loc.problem:
+                return loc
+            return Location(name, os.path.join(loc.path, ".triton", "cache"), "default: $TRITON_HOME/.triton/cache")
+        return _home_path(ident, name, ".triton/cache", "default: ~/.triton/cache")
+    if name == "torch_extensions":
+        if "TORCH_EXTENSIONS_DIR" in env:
+            return _from_variable(name, "TORCH_EXTENSIONS_DIR", env["TORCH_EXTENSIONS_DIR"])
+        if "XDG_CACHE_HOME" in env:
+            loc = _from_variable(name, "XDG_CACHE_HOME", env["XDG_CACHE_HOME"])
+            if loc.problem:
+                return loc
+            loc = Location(name, os.path.join(loc.path, "torch_extensions"), "default: $XDG_CACHE_HOME/torch_extensions")
+        else:
+            loc = _home_path(ident, name, ".cache/torch_extensions", "default: ~/.cache/torch_extensions")
+        if loc.path and fingerprint and fingerprint.get("torch") and pytag:
+            cuda = fingerprint.get("cuda")
+            cu = "cu" + cuda.replace(".", "") if cuda and cuda != "cpu" else "cpu"
+            loc.build_dir = os.path.join(loc.path, f"{pytag}_{cu}")
+        return loc
+    if name == "cuda":
+        if "CUDA_CACHE_PATH" in env:
+            return _from_variable(name, "CUDA_CACHE_PATH", env["CUDA_CACHE_PATH"])
+        return _home_path(ident, name, ".nv/ComputeCache", "default: ~/.nv/ComputeCache")
+    raise CacheError("unknown cache {!r}: choose from {}".format(name, ", ".join(CACHE_NAMES)))
+
+
+# --------------------------------------------------------------------------- safety
+
+
+def protected_homes(extra=()):
+    """Every home directory of the password database, resolved, plus ``extra``."""
+    homes = set()
+    try:
+        entries = pwd.getpwall()
+    except (KeyError, OSError):  # a broken name service
+        entries = []
+    for entry in entries:
+        if entry.pw_dir and os.path.isabs(entry.pw_dir):
+            homes.add(os.path.realpath(entry.pw_dir))
+    for path in extra:
+        if path and os.path.isabs(path):
+            homes.add(os.path.realpath(path))
+    homes.discard("/")
+    return homes
+
+
+def _within(path, root):
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def unsafe_root(real, homes=(), venv=None):
+    """Why ``real`` (a resolved absolute path) may not be cleared, or None when it may."""
+    if real == "/":
+        return "is / itself"
+    for home in sorted(homes):
+        if real == home:
+            return f"is the home directory {home} itself"
+    parts = real.strip("/").split("/")
+    if len(parts) == 1:
+        return f"is the top-level directory {real}"
+    for tree in FORBIDDEN_TREES:
+        if _within(real, tree):
+            return f"lies in the system directory {tree}"
+    if len(parts) == 2 and "/" + parts[0] in SYSTEM_PARENTS:
+        return f"is the system directory {real}"
+    for home in sorted(homes):
+        if _within(home, real):
+            return f"contains the home directory {home}"
+    if venv:
+        real_venv = os.path.realpath(venv)
+        if _within(real_venv, real):
+            return f"contains the virtual environment {real_venv}"
+    return None
+
+
+def check_root(path, homes=(), venv=None):
+    """``(real_path, problem)`` for a cache root as configured; problem None when safe."""
+    if not path:
+        return None, "is empty"
+    if not os.path.isabs(path):
+        return None, "is not an absolute path"
+    # "/cache/", "/cache/." and "/cache" name the same directory: test the last real component.
+    last = path.rstrip("/") or "/"
+    while last.endswith("/.") and len(last) > 2:
+        last = last[:-2].rstrip("/") or "/"
+    if os.path.islink(last):
+        target = os.path.realpath(last)
+        return target, (f"is a symbolic link to {target}: the cache root itself must be a real directory; "
+                        "if that target is the cache, point the variable at it directly")
+    real = os.path.realpath(path)
+    why = unsafe_root(real, homes, venv)
+    if why:
+        return real, why
+    if os.path.lexists(real) and not os.path.isdir(real):
+        return real, "is not a directory"
+    return real, None
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def measure(root):
+    """``(size_bytes, entries, problems)`` of a directory tree, marker excluded.
+
+    Symbolic links are counted as entries, never followed; another file system mounted
+    inside is not entered; a hard-linked file is counted once.
+    """
+    size = entries = 0
+    problems = []
+    seen = set()
+    try:
+        dev = os.lstat(root).st_dev
+    except OSError as exc:
+        return 0, 0, [f"{root}: {exc.strerror}"]
+    stack = [(root, True)]
+    while stack:
+        path, top = stack.pop()
+        try:
+            with os.scandir(path) as it:
+                items = list(it)
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror}")
+            continue
+        for entry in items:
+            if top and entry.name == MARKER:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                problems.append(f"{entry.path}: {exc.strerror}")
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if st.st_dev == dev:
+                    stack.append((entry.path, False))
+                else:
+                    problems.append(f"{entry.path}: another file system is mounted here; not measured")
+                continue
+            entries += 1
+            if stat.S_ISREG(st.st_mode):
+                if st.st_nlink > 1:
+                    key = (st.st_dev, st.st_ino)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                size += st.st_size
+    return size, entries, problems
+
+
+def has_content(root, keep_marker=True):
+    """Whether the root holds anything (the marker aside when ``keep_marker``)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return True  # unreadable: let the clear report why
+    return any(not (keep_marker and n == MARKER) for n in names)
+
+
+# --------------------------------------------------------------------------- clearing
+
+
+class ClearResult:
+    def __init__(self):
+        self.removed = 0
+        self.dirs = 0
+        self.freed = 0
+        self.errors = []
+        self.kept = []
+
+
+def _clear_fd(dfd, path, dev, res, top):
+    with os.scandir(dfd) as it:
+        names = [e.name for e in it]
+    for name in names:
+        child = path.rstrip("/") + "/" + name
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            res.errors.append((child, exc))
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            if st.st_dev != dev:
+                res.kept.append(f"{child} (another file system is mounted here)")
+                continue
+            try:
+                cfd = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+            except OSError as exc:
+                res.errors.append((child, exc))
+                continue
+            try:
+                cst = os.fstat(cfd)
+                if (cst.st_dev, cst.st_ino) != (st.st_dev, st.st_ino):
+                    res.errors.append((child, OSError(errno.EAGAIN, "replaced while being cleared")))
+                    continue
+                _clear_fd(cfd, child, dev, res, False)
+            except OSError as exc:
+                res.errors.append((child, exc))
+                continue
+            finally:
+                os.close(cfd)
+            try:
+                os.rmdir(name, dir_fd=dfd)
+                res.dirs += 1
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    res.errors.append((child, exc))
+        else:
+            try:
+                os.unlink(name, dir_fd=dfd)  # a symbolic link goes, its target stays
+                res.removed += 1
+                if stat.S_ISREG(st.st_mode):
+                    res.freed += st.st_size
+            except OSError as exc:
+                res.errors.append((child, exc))
+
+
+def clear_root(real_root):
+    """Remove everything inside ``real_root`` and keep the directory itself.
+
+    Works on directory file descriptors opened with O_NOFOLLOW, so nothing outside the
+    root is reached even if a directory is swapped for a symbolic link while clearing.
+    The marker goes first, so an interrupted clear is never taken for a fresh cache.
+    """
+    res = ClearResult()
+    fd = os.open(real_root, _DIR_FLAGS)
+    try:
+        try:
+            os.unlink(MARKER, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            res.errors.append((os.path.join(real_root, MARKER), exc))
+        _clear_fd(fd, real_root, os.fstat(fd).st_dev, res, True)
+    finally:
+        os.close(fd)
+    return res
+
+
+def describe_errors(name, root, errors):
+    """A message for the failures of a clear that says what to fix."""
+    denied = [(p, e) for p, e in errors if getattr(e, "errno", None) in (errno.EACCES, errno.EPERM, errno.EROFS)]
+    first = errors[:3]
+    listed = "; ".join("{}: {}".format(p, getattr(e, "strerror", None) or e) for p, e in first)
+    if denied:
+        hint = ("run the task as the cache's owner or with become: true; a file marked immutable "
+                "(lsattr shows 'i') must be released with chattr -i first; a read-only mount must be "
+                "remounted read-write")
+        return (f"cannot clear the {name} cache {root}: permission denied on {len(denied)} of "
+                f"{len(errors)} paths ({listed}): {hint}")
+    return f"cannot clear the {name} cache {root}: {len(errors)} paths failed ({listed})"
+
+
+# --------------------------------------------------------------------------- holders
+
+
+def _strip_deleted(path):
+    return path.removesuffix(" (deleted)")
+
+
+def find_holders(roots, proc="/proc", skip_pids=None):
+    """Processes with a file, a mapping or their working directory under one of ``roots``.
+
+    Returns ``({root: [{pid, command, paths}]}, uninspected)``; ``uninspected`` counts
+    processes whose /proc entries could not be read (not root, or gone meanwhile).
+    """
+    skip = set(skip_pids or (os.getpid(),))
+    found = {r: {} for r in roots}
+    uninspected = 0
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        return {r: [] for r in roots}, 0
+
+    def hit(pid, path):
+        path = _strip_deleted(path)
+        for root in roots:
+            if _within(path, root):
+                paths = found[root].setdefault(pid, [])
+                if path not in paths and len(paths) < 5:
+                    paths.append(path)
+
+    for pid in pids:
+        if int(pid) in skip:
+            continue
+        base = os.path.join(proc, pid)
+        denied = False
+        try:
+            hit(pid, os.readlink(os.path.join(base, "cwd")))
+        except OSError as exc:
+            denied = denied or exc.errno in (errno.EACCES, errno.EPERM)
+        try:
+            fds = os.listdir(os.path.join(base, "fd"))
+        except OSError as exc:
+            fds = []
+            denied = denied or exc.errno in (errno.EACCES, errno.EPERM)
+        for fd in fds:
+            try:
+                hit(pid, os.readlink(os.path.join(base, "fd", fd)))
+            except OSError:
+                continue
+        try:
+            with open(os.path.join(base, "maps"), "rb") as f:
+                for line in f:
+                    fields = line.split(None, 5)
+                    if len(fields) == 6 and fields[5].startswith(b"/"):
+                        hit(pid, fields[5].rstrip(b"\n").decode("utf-8", "replace"))
+        except OSError as exc:
+            denied = denied or getattr(exc, "errno", None) in (errno.EACCES, errno.EPERM)
+        if denied:
+            uninspected += 1
+    result = {}
+    for root, by_pid in found.items():
+        result[root] = [
+            {"pid": int(pid), "command": _command(proc, pid), "paths": paths}
+            for pid, paths in sorted(by_pid.items(), key=lambda kv: int(kv[0]))
+        ]
+    return result, uninspected
+
+
+def _command(proc, pid):
+    try:
+        with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+        if argv:
+            text = " ".join(" ".join(argv).split())
+            return text if len(text) <= 200 else text[:197] + "..."
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(proc, pid, "comm"), "rb") as f:
+            return "[{}]".format(f.read().decode("utf-8", "replace").strip())
+    except OSError:
+        return "?"
+
+
+# --------------------------------------------------------------------------- fingerprint
+
+
+def venv_fingerprint(venv, run):
+    """``{torch, triton, cuda}`` of a venv, read from dist-info and torch/version.py.
+
+    Nothing is imported: the versions come from the files on disk. A missing package is None;
+    ``cuda`` is ``"cpu"`` for a CPU-only torch.
+    """
+    python = venv_python(venv)
+    sites = environment_site_dirs(venv, python, run)
+    dists, _shadowed = iter_distributions(sites)
+    by_key = {d.key: d for d in dists}
+    torch = by_key.get("torch")
+    triton = None
+    for key in TRITON_NAMES:
+        if key in by_key:
+            triton = by_key[key]
+            break
+    ref = torch_reference(dists)
+    if isinstance(ref, tuple):
+        cuda = ref[1]
+    elif ref == "cpu":
+        cuda = "cpu"
+    else:
+        cuda = None
+    return {
+        "torch": torch.version if torch else None,
+        "triton": triton.version if triton else None,
+        "cuda": cuda,
+    }
+
+
+def same_fingerprint(recorded, current):
+    if not isinstance(recorded, dict) or not isinstance(current, dict):
+        return False
+    return all(recorded.get(k) == current.get(k) for k in FINGERPRINT_KEYS)
+
+
+def read_marker(real_root):
+    """``(fingerprint or None, problem or None)`` recorded in the root's marker."""
+    path = os.path.join(real_root, MARKER)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"marker {path} cannot be read: {exc.strerror}"
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = json.loads(f.read(65536).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, OSError) as exc:
+        return None, f"marker {path} is not valid JSON ({exc}): it is rewritten on the next clear"
+    fp = data.get("fingerprint") if isinstance(data, dict) else None
+    if not isinstance(fp, dict):
+        return None, f"marker {path} holds no fingerprint: it is rewritten on the next clear"
+    return {k: fp.get(k) for k in FINGERPRINT_KEYS}, None
+
+
+def write_marker(real_root, fingerprint, venv, owner=None):
+    """Record ``fingerprint`` in ``<root>/MARKER`` atomically, owned like the root."""
+    fd = os.open(real_root, _DIR_FLAGS)
+    tmp = f"{MARKER}.{os.getpid()}.tmp"
+    try:
+        body = json.dumps({
+            "fingerprint": {k: fingerprint.get(k) for k in FINGERPRINT_KEYS},
+            "venv": venv,
+            "recorded_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "recorded_by": "gpufleet.hygiene.torch_cache",
+        }, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=fd)
+        wfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+        try:
+            os.write(wfd, body)
+            if owner is None:
+                st = os.fstat(fd)
+                owner = (st.st_uid, st.st_gid)
+            if os.geteuid() == 0 and owner != (os.geteuid(), os.getegid()):
+                os.fchown(wfd, owner[0], owner[1])
+        finally:
+            os.close(wfd)
+        os.rename(tmp, MARKER, src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def make_root(path, owner=None):
+    """Create a missing cache root (and missing parents), owned by ``owner`` when root."""
+    missing = []
+    cur = path
+    while not os.path.lexists(cur):
+        missing.append(cur)
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            break
+        cur = parent
+    for p in reversed(missing):
+        os.mkdir(p, 0o777)  # the umask applies, as it does when torch creates it
+        if owner is not None and os.geteuid() == 0 and owner != (os.geteuid(), os.getegid()):
+            os.lchown(p, owner[0], owner[1])
+
+
+# --------------------------------------------------------------------------- the whole job
+
+
+def _fp_text(fp):
+    if not fp:
+        return "none recorded"
+    return ", ".join("{} {}".format(k, fp.get(k) or "-") for k in FINGERPRINT_KEYS)
+
+
+def _state_text(entry):
+    lines = ["path: {}".format(entry["path"]), "exists: {}".format(entry["exists"])]
+    if entry["exists"]:
+        lines.append("entries: {}".format(entry["entries"]))
+        lines.append("size: {}".format(entry["size"]))
+        lines.append("fingerprint: {}".format(_fp_text(entry["fingerprint"])))
+    return "\n".join(lines) + "\n"
+
+
+class TorchCache:
+    """Report, clear or keep fresh the selected caches of one account."""
+
+    def __init__(self, caches, state="present", venv=None, user=None, home=None, environment=None,
+                 force=False, check_mode=False, run=None, proc="/proc"):
+        self.names = []
+        for name in caches or CACHE_NAMES:
+            if name not in self.names:
+                self.names.append(name)
+        self.state = state
+        self.venv = venv
+        self.force = force
+        self.check_mode = check_mode
+        self.run = run
+        self.proc = proc
+        self.ident = Identity(user=user, home=home, environment=environment)
+        self.owner = (self.ident.uid, self.ident.gid) if user and self.ident.uid is not None else None
+        self.warnings = []
+
+    def execute(self):
+        if self.state == "fresh" and not self.venv:
+            raise CacheError("state=fresh needs venv: the virtual environment whose torch, triton and "
+                             "CUDA versions the caches must match")
+        current = venv_fingerprint(self.venv, self.run) if self.venv else None
+        pytag = python_tag(self.venv) if self.venv else None
+        homes = protected_homes([self.ident.home])
+        entries = []
+        for name in self.names:
+            loc = locate(name, self.ident, current, pytag)
+            entries.append(self._inspect(loc, homes, current))
+        result = {"changed": False, "caches": entries, "fingerprint": current, "diff": []}
+        refused = [e for e in entries if e.get("_problem")]
+        if refused and self.state != "present":
+            e = refused[0]
+            raise CacheError("refusing to touch the {} cache: {}".format(e["name"], e["_problem"]), self._public(result))
+        for e in refused:
+            self.warnings.append("{} cache: {}".format(e["name"], e["_problem"]))
+        self._plan(entries, current)
+        self._check_holders(entries, result)
+        # Outer roots first: clearing one that holds another must not undo the inner's marker.
+        order = sorted((e for e in entries if e["action"] != "none"), key=lambda e: e["path"].count("/"))
+        for e in order:
+            result["changed"] = True
+            result["diff"].append(self._diff(e, current))
+            if not self.check_mode:
+                self._apply(e, current, result)
+        return self._public(result)
+
+    def _public(self, result):
+        out = dict(result)
+        out["caches"] = [{k: v for k, v in e.items() if not k.startswith("_")} for e in result["caches"]]
+        return out
+
+    def _inspect(self, loc, homes, current):
+        entry = {
+            "name": loc.name, "path": loc.path, "configured": loc.path, "source": loc.source,
+            "exists": False, "size": 0, "entries": 0, "fingerprint": None, "stale": None,
+            "marker": None, "holders": [], "action": "none", "removed": 0, "freed": 0,
+            "problems": list(loc.notes),
+        }
+        if loc.name == "torch_extensions":
+            entry["build_dir"] = loc.build_dir
+        if loc.problem:
+            entry["_problem"] = loc.problem
+            entry["problems"].append(loc.problem)
+            return entry
+        real, problem = check_root(loc.path, homes, self.venv)
+        if real:
+            entry["path"] = real
+        entry["exists"] = os.path.isdir(real or loc.path) and not os.path.islink(loc.path)
+        if problem:
+            entry["_problem"] = f"{loc.path} {problem}"
+            entry["problems"].append(entry["_problem"])
+            return entry
+        entry["marker"] = os.path.join(real, MARKER)
+        if entry["exists"]:
+            size, count, problems = measure(real)
+            entry["size"], entry["entries"] = size, count
+            entry["problems"].extend(problems)
+            recorded, mproblem = read_marker(real)
+            entry["fingerprint"] = recorded
+            if mproblem:
+                entry["problems"].append(mproblem)
+            entry["_content"] = has_content(real)
+        if current is not None:
+            if entry["exists"] and entry["_content"]:
+                entry["stale"] = not same_fingerprint(entry["fingerprint"], current)
+            else:
+                entry["stale"] = False
+        return entry
+
+    def _plan(self, entries, current):
+        for e in entries:
+            if e.get("_problem"):
+                continue
+            if self.state == "absent":
+                if e["exists"] and has_content(e["path"], keep_marker=False):
+                    e["action"] = "clear"
+            elif self.state == "fresh":
+                if e["exists"] and same_fingerprint(e["fingerprint"], current):
+                    continue
+                if e["exists"] and e["_content"]:
+                    e["action"] = "clear_and_record"
+                else:
+                    e["action"] = "record"
+
+    def _check_holders(self, entries, result):
+        roots = [e["path"] for e in entries if e["exists"] and not e.get("_problem")]
+        if not roots:
+            return
+        holders, uninspected = find_holders(roots, self.proc)
+        for e in entries:
+            e["holders"] = holders.get(e["path"], []) if e["exists"] and not e.get("_problem") else []
+        clearing = [e for e in entries if e["action"] in ("clear", "clear_and_record")]
+        if clearing and uninspected:
+            self.warnings.append(f"{uninspected} processes could not be inspected for open cache files "
+                                 "(run with become: true to see every holder)")
+        for e in clearing:
+            if not e["holders"]:
+                continue
+            who = "; ".join(f"PID {h['pid']} ({h['command']}) holds {h['paths'][0]}" for h in e["holders"][:3])
+            if not self.force:
+                raise CacheError(
+                    "the {} cache {} is in use by a running process: {}. Stop the job first, or set "
+                    "force: true to clear it from under the job".format(e["name"], e["path"], who),
+                    self._public(result))
+            self.warnings.append("force: clearing the {} cache {} while in use: {}".format(e["name"], e["path"], who))
+
+    def _diff(self, e, current):
+        before = _state_text(e)
+        after = dict(e)
+        after["exists"] = True
+        if e["action"] in ("clear", "clear_and_record"):
+            after["entries"] = after["size"] = 0
+        after["fingerprint"] = None if e["action"] == "clear" else current
+        return {
+            "before_header": "{} cache {}".format(e["name"], e["path"]),
+            "after_header": "{} cache {}".format(e["name"], e["path"]),
+            "before": before,
+            "after": _state_text(after),
+        }
+
+    def _apply(self, e, current, result):
+        root = e["path"]
+        # Check again just before acting: the tree may have changed since it was inspected.
+        real, problem = check_root(e["configured"], protected_homes([self.ident.home]), self.venv)
+        if problem or real != root:
+            raise CacheError("refusing to touch the {} cache: {} {}".format(
+                e["name"], e["configured"], problem or "changed while being inspected"), self._public(result))
+        if e["action"] in ("clear", "clear_and_record") and os.path.isdir(root):
+            try:
+                res = clear_root(root)
+            except OSError as exc:
+                raise CacheError(f"cannot open the {e['name']} cache {root}: {exc.strerror}", self._public(result)) from exc
+            e["removed"], e["freed"] = res.removed, res.freed
+            e["problems"].extend(res.kept)
+            if res.errors:
+                raise CacheError(describe_errors(e["name"], root, res.errors), self._public(result))
+            e["entries"], e["size"] = 0, 0
+            e["fingerprint"] = None
+        if e["action"] in ("record", "clear_and_record"):
+            try:
+                if not os.path.isdir(root):
+                    make_root(root, self.owner)
+                write_marker(root, current, self.venv, self.owner)
+            except OSError as exc:
+                raise CacheError(
+                    "cannot record the fingerprint in the {} cache {}: {} (run as the cache's owner or "
+                    "with become: true)".format(e["name"], root, exc.strerror), self._public(result)) from exc
+            e["exists"] = True
+            e["fingerprint"] = {k: current.get(k) for k in FINGERPRINT_KEYS}
+            e["stale"] = False
