@@ -115,6 +115,8 @@ def name_cuda(key, version):
 
 def file_cuda(rel_path):
     """(major, reason) from one installed file's path, or None."""
+    if "/cu" not in rel_path and ".so." not in rel_path:
+        return None  # the common case, decided without a regular expression
     match = _CU_DIR_RE.search(rel_path)
     if match:
         return int(match.group(1)), "installs %s (the CUDA %s layout)" % (rel_path, match.group(1))
@@ -207,7 +209,7 @@ def classify(dist, scan_binaries=True):
             reasons = majors.setdefault(hit[0], [])
             if len(reasons) < 3:
                 reasons.append(hit[1])
-        elif _SHARED_OBJECT_RE.search(rel):
+        elif ".so" in rel and _SHARED_OBJECT_RE.search(rel):
             shared_objects.append((abs_path, rel))
     if majors:
         return 3, majors

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Side-by-side cost of listing and scanning a venv of about 400 packages.
+
+Usage: .venv/bin/python benchmarks/bench_inventory.py [--venv PATH] [--packages 400] [--rounds 15]
+
+Without --venv it builds one: the seed incident's wheels (torch cu128 and the CUDA 12
+family, then the CUDA 13 additions) plus generated packages, installed with uv, so the
+venv is contaminated the way the seed's was. With --venv it measures an existing venv
+(for example a real training venv); pass --expected-cuda when it has no torch.
+
+Every command runs as its own process, interleaved round by round so drift in machine
+load hits all of them alike; the report gives medians and the ratio to `uv pip list`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+
+SCAN_CODE = r"""
+import sys, json
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import venv_site_dirs, iter_distributions
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import reference, scan
+venv, mode, expected = sys.argv[1], sys.argv[2], sys.argv[3] or None
+dists, _ = iter_distributions(venv_site_dirs(venv))
+if mode == "inventory":
+    out = [d.as_dict() for d in dists]
+else:
+    ref, _w = reference(dists, expected)
+    out = scan(dists, ref["cuda_major"])[0]
+json.dump(out, sys.stdout)
+"""
+
+
+def build_venv(path, packages):
+    from cuda_fixtures import SEED_ADDED, SEED_BASE, build_seed_wheels, install, make_venv
+    from wheelmaker import build_shared_object, build_wheel
+
+    uv = shutil.which("uv")
+    work = tempfile.mkdtemp(prefix="bench-work-")
+    wheels = os.path.join(work, "wheels")
+    build_seed_wheels(wheels, os.path.join(work, "elf"))
+    so = build_shared_object(os.path.join(work, "gen"), "_ext.so", ["libm.so.6"])
+    extra = []
+    for i in range(max(0, packages - len(SEED_BASE) - len(SEED_ADDED))):
+        name = "bench-pkg-%03d" % i
+        mod = name.replace("-", "_")
+        files = {"%s/__init__.py" % mod: "VERSION = %d\n" % i}
+        for j in range(20):
+            files["%s/sub/m%02d.py" % (mod, j)] = "X = %d\n" % j
+        if i % 10 == 0:
+            files["%s/_ext.so" % mod] = so
+        build_wheel(wheels, name, "1.%d.0" % i, files)
+        extra.append("%s==1.%d.0" % (name, i))
+    make_venv(path, uv)
+    install(uv, path, wheels, ["%s==%s" % p for p in SEED_BASE] + extra)
+    install(uv, path, wheels, ["%s==%s" % p for p in SEED_ADDED])
+    shutil.rmtree(work)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--venv")
+    ap.add_argument("--packages", type=int, default=400)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--expected-cuda", default="")
+    ap.add_argument("--json", help="write raw timings here")
+    args = ap.parse_args()
+
+    venv = args.venv or os.path.join(ROOT, "build", "bench", "venv-%d" % args.packages)
+    if not args.venv and not os.path.exists(os.path.join(venv, "bin", "python")):
+        print("building a %d-package venv at %s ..." % (args.packages, venv), file=sys.stderr)
+        build_venv(venv, args.packages)
+    py = os.path.join(venv, "bin", "python")
+    me = sys.executable  # the controller's Python runs the collection's code, as on a target
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".ansible", "collections"))
+    # Byte-code is cached, as on any host where the collection is installed; the first
+    # (untimed) run of each command below writes it.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    module_args = os.path.join(tempfile.mkdtemp(), "args.json")
+    with open(module_args, "w") as f:
+        json.dump({"ANSIBLE_MODULE_ARGS": {"venv": venv}}, f)
+    modpath = os.path.join(ROOT, "plugins", "modules", "pip_inventory.py")
+
+    commands = {
+        "uv pip list": [shutil.which("uv"), "pip", "list", "--format", "json", "--python", py],
+        "pip list": [me, "-m", "pip", "--python", py, "list", "--format", "json", "--disable-pip-version-check"],
+        "inventory (collection code)": [me, "-c", SCAN_CODE, venv, "inventory", args.expected_cuda],
+        "contamination scan (collection code)": [me, "-c", SCAN_CODE, venv, "scan", args.expected_cuda],
+        "pip_inventory module (with AnsibleModule)": [me, modpath, module_args],
+    }
+    counts = {}
+    for label, argv in commands.items():
+        out = subprocess.run(argv, env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit("%s failed: %s" % (label, out.stderr[-800:]))
+        try:
+            data = json.loads(out.stdout)
+            counts[label] = len(data["packages"]) if isinstance(data, dict) else len(data)
+        except ValueError:
+            counts[label] = None
+    times = {label: [] for label in commands}
+    for _ in range(args.rounds):
+        for label, argv in commands.items():
+            start = time.perf_counter()
+            subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            times[label].append((time.perf_counter() - start) * 1000)
+    base = statistics.median(times["uv pip list"])
+    print("venv: %s" % venv)
+    print("machine: %s, %s CPUs, Python %s" % (platform.machine(), os.cpu_count(), platform.python_version()))
+    print("rounds: %d (interleaved); median wall time per process\n" % args.rounds)
+    print("| command | packages seen | median ms | ratio to uv pip list |")
+    print("| --- | ---: | ---: | ---: |")
+    for label in commands:
+        med = statistics.median(times[label])
+        print("| %s | %s | %.1f | %.2fx |" % (label, counts[label], med, med / base))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"venv": venv, "counts": counts, "times_ms": times}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
