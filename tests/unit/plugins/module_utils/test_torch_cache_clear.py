@@ -13,6 +13,8 @@ from cachetree import INDUCTOR_TREE, TRITON_TREE, holder, make_tree, snapshot
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._torch_cache import (
     MARKER,
+    CacheError,
+    TorchCache,
     clear_root,
     find_holders,
     measure,
@@ -111,3 +113,17 @@ def test_holder_of_a_deleted_file_is_still_found(tmp_path):
         os.unlink(path)
         found, _uninspected = find_holders([str(root)])
         assert [(h["pid"], h["paths"]) for h in found[str(root)]] == [(proc.pid, [path])]
+
+
+def test_force_clears_a_held_cache_and_warns_with_the_pid(tmp_path):
+    root = tmp_path / "triton"
+    make_tree(str(root), TRITON_TREE)
+    env = {"HOME": str(tmp_path), "TRITON_CACHE_DIR": str(root)}
+    with holder(str(root / "QWERTY123/cuda_utils.so"), "map") as proc:
+        with pytest.raises(CacheError, match="PID %d " % proc.pid):
+            TorchCache(["triton"], state="absent", environment=env).execute()
+        assert os.path.exists(str(root / "QWERTY123/cuda_utils.so"))
+        job = TorchCache(["triton"], state="absent", environment=env, force=True)
+        result = job.execute()
+        assert result["changed"] is True and os.listdir(str(root)) == []
+        assert [w for w in job.warnings if w.startswith("force: clearing the triton cache") and "PID %d " % proc.pid in w]

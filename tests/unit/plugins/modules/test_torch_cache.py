@@ -250,7 +250,6 @@ def test_cache_held_by_a_running_process_is_refused_unless_forced(run_module, jo
         assert checked["failed"] is True  # check mode predicts the refusal
         forced = run_module(torch_cache.main, dict(state="absent", environment=job, force=True))
         assert forced["changed"] is True and os.listdir(job["TRITON_CACHE_DIR"]) == []
-        assert any("PID %d" % proc.pid in json.dumps(w) for w in forced["warnings"])
         holders = by_name(forced)["triton"]["holders"]
         assert [h["pid"] for h in holders] == [proc.pid]
 
