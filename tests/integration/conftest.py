@@ -1,0 +1,66 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Integration tests over the simulated fleet (tests/sim/fleet), driving the real CLIs.
+
+Needs root and the host packages of tests/sim/setup-host.sh. One fleet is brought up for
+the whole session (3 nodes x 2 containers, scenario `mixed`: pve1's second container
+stopped, pve3 empty) and brought down at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+FLEET = os.path.join(REPO, "tests", "sim", "fleet")
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+STATE = os.path.abspath(os.environ.get("GPUFLEET_SIM_STATE", "/var/tmp/gpufleet-sim"))
+INVENTORY = os.path.join(REPO, "inventory", "sim", "fleet.yml")
+DISCOVERY = os.path.join(REPO, "inventory", "sim", "discovered.proxmox_lxc.yml")
+
+
+@pytest.fixture(scope="session")
+def fleet():
+    if os.path.exists(STATE):
+        pytest.fail("a simulated fleet is already up at %s: run `tests/sim/fleet down` first" % STATE)
+    subprocess.run([FLEET, "up", "--nodes", "3", "--containers", "2", "--scenario", "mixed"], cwd=REPO, check=True)
+    try:
+        with open(os.path.join(STATE, "fleet.json")) as f:
+            info = json.load(f)
+        info["client"] = os.path.join(STATE, "client")
+        yield info
+    finally:
+        subprocess.run([FLEET, "down"], cwd=REPO, check=True)
+
+
+@pytest.fixture(scope="session")
+def ansible_cli(fleet):
+    """Run an ansible CLI from the venv in the repository root (so ansible.cfg applies)."""
+
+    def run(tool, *args, env=None, timeout=600):
+        full_env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+        full_env.update(env or {})
+        return subprocess.run([os.path.join(VENV_BIN, tool), *args], cwd=REPO, env=full_env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def node_ssh(fleet):
+    """Run one command string on a node over ssh, host-key checking on, as an operator would."""
+
+    def run(node, command, stdin=None):
+        n = next(x for x in fleet["nodes"] if x["name"] == node)
+        client = fleet["client"]
+        argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", "UserKnownHostsFile=" + os.path.join(client, "known_hosts"), "-o", "IdentitiesOnly=yes",
+                "-i", os.path.join(client, "id_ed25519"), "-p", str(n["port"]), "-l", "root", n["address"], command]
+        return subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False, timeout=60)
+
+    return run

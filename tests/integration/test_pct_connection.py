@@ -1,0 +1,168 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpufleet.hygiene.pct over the simulated fleet, with ansible-playbook and ansible.
+
+The connection test playbook runs with pipelining on and off and with both methods;
+then the failure modes: stopped and missing containers, a node that is down, a failed
+login, an unknown or wrong host key, no pct on the node, a vmid that is not an integer.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import subprocess
+
+import pytest
+from conftest import INVENTORY, REPO
+
+PLAYBOOK = os.path.join(REPO, "tests", "integration", "targets", "connection_pct", "test_connection.yml")
+LARGE = 32 * 1024 * 1024
+
+
+def sha1(path):
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def local_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pct-files")
+    (d / "binary.bin").write_bytes(bytes(range(256)) * 64 + b"\x00\r\n\x1b\xff")
+    with open(d / "large.bin", "wb") as f:
+        f.writelines(os.urandom(1 << 20) for _ in range(LARGE // (1 << 20)))
+    for name in ("binary", "large"):
+        (d / ("%s.sha1" % name)).write_text(sha1(d / ("%s.bin" % name)))
+    return d
+
+
+def recap(output):
+    return dict(re.findall(r"^(\S+)\s+:\s+(ok=\d+\s+changed=\d+\s+unreachable=\d+\s+failed=\d+)", output, re.MULTILINE))
+
+
+@pytest.mark.parametrize("method, pipelining, become_method", [
+    ("pct", True, "sudo"),
+    ("pct", False, "su"),
+    ("lxc-attach", True, "sudo"),
+    ("lxc-attach", False, "su"),
+])
+def test_connection_playbook(ansible_cli, local_dir, method, pipelining, become_method):
+    extra = {"target_hosts": "train-100,train-200", "local_dir": str(local_dir), "large_size": LARGE,
+             "ansible_pct_method": method, "become_method_under_test": become_method}
+    if not pipelining:
+        extra["ansible_pct_pipelining"] = False
+    res = ansible_cli("ansible-playbook", "-i", INVENTORY, PLAYBOOK, "-vvv", "-e", json.dumps(extra))
+    assert res.returncode == 0, res.stdout[-6000:]
+    rc = recap(res.stdout)
+    assert set(rc) == {"train-100", "train-200"}
+    assert all("unreachable=0" in v and "failed=0" in v for v in rc.values()), rc
+    for host in ("train-100", "train-200"):
+        assert sha1(local_dir / host / "binary back.bin") == (local_dir / "binary.sha1").read_text()
+        assert sha1(local_dir / host / "large back.bin") == (local_dir / "large.sha1").read_text()
+    # Modules travel over stdin with pipelining; as files (put_file of AnsiballZ_*) without.
+    # (become_method su never pipelines, in ansible-core itself: it is tested without.)
+    module_puts = [line for line in res.stdout.splitlines() if re.search(r"\bPUT .*AnsiballZ_", line)]
+    if pipelining:
+        assert module_puts == []
+    else:
+        assert module_puts
+    assert ("pct exec 100 --" in res.stdout) == (method == "pct")
+    assert ("lxc-attach -n 100 -P" in res.stdout) == (method == "lxc-attach")
+
+
+def test_one_master_per_node(ansible_cli, tmp_path):
+    cp = tmp_path / "cp"
+    try:
+        res = ansible_cli("ansible", "-i", INVENTORY, "train-100,train-200,train-201", "-m", "ansible.builtin.ping",
+                          "-e", "ansible_pct_control_path_dir=%s" % cp, "-f", "5")
+        assert res.returncode == 0, res.stdout
+        res = ansible_cli("ansible", "-i", INVENTORY, "train-200,train-201", "-m", "ansible.builtin.command",
+                          "-a", "true", "-e", "ansible_pct_control_path_dir=%s" % cp)
+        assert res.returncode == 0, res.stdout
+        sockets = sorted(os.listdir(cp))
+        assert len(sockets) == 2          # pve1 and pve2: two nodes, three containers, two runs
+        procs = subprocess.run(["ps", "-ww", "-eo", "args"], stdout=subprocess.PIPE, text=True, check=True).stdout
+        masters = [line for line in procs.splitlines() if line.startswith("ssh: %s/" % cp) and "[mux]" in line]
+        assert len(masters) == 2, procs
+    finally:
+        close_masters(cp)
+
+
+def close_masters(cp):
+    for sock in glob.glob(str(cp / "*")):
+        subprocess.run(["ssh", "-o", "ControlPath=%s" % sock, "-O", "exit", "x"], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def bad_inventory(fleet, tmp_path_factory):
+    """Hosts that must fail, each in its own way, next to the fleet's inventory."""
+    d = tmp_path_factory.mktemp("bad-inv")
+    client = fleet["client"]
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "stranger")], check=True)
+    with open(os.path.join(client, "known_hosts")) as f:
+        keys = f.read().splitlines()
+    # pve1's address with pve2's host key: a host key that does not match
+    (d / "wrong_known_hosts").write_text(keys[1].replace("[127.0.1.2]", "[127.0.1.1]") + "\n")
+    (d / "empty_known_hosts").write_text("")
+    pve1 = {"ansible_pct_node_host": "127.0.1.1", "ansible_pct_node_port": 2222}
+    hosts = {
+        "ghost-999": dict(pve1, ansible_pct_vmid=999),
+        "ghost-999-attach": dict(pve1, ansible_pct_vmid=999, ansible_pct_method="lxc-attach"),
+        "stopped-attach": dict(pve1, ansible_pct_vmid=101, ansible_pct_method="lxc-attach"),
+        "node-down": {"ansible_pct_node_host": "127.0.1.250", "ansible_pct_node_port": 2222, "ansible_pct_vmid": 100},
+        "bad-key": dict(pve1, ansible_pct_vmid=100, ansible_pct_private_key_file=str(d / "stranger")),
+        "wrong-hostkey": dict(pve1, ansible_pct_vmid=100, ansible_pct_known_hosts_file=str(d / "wrong_known_hosts")),
+        "unknown-hostkey": dict(pve1, ansible_pct_vmid=100, ansible_pct_known_hosts_file=str(d / "empty_known_hosts")),
+        "no-pct": dict(pve1, ansible_pct_vmid=100, ansible_pct_path="/usr/local/bin/no-such-pct"),
+        "bad-vmid": dict(pve1, ansible_pct_vmid="100; touch /tmp/gpufleet-pwned"),
+    }
+    inv = {"pve_containers": {"hosts": hosts}}
+    path = d / "bad.yml"
+    path.write_text(json.dumps(inv))
+    return path
+
+
+@pytest.mark.parametrize("host, status, message", [
+    ("train-101", "UNREACHABLE", r"container 101 on node root@127\.0\.1\.1:2222 is not running \(stopped\)"),
+    ("stopped-attach", "UNREACHABLE", r"container 101 on node root@127\.0\.1\.1:2222 is not running \(stopped\)"),
+    ("ghost-999", "UNREACHABLE", r"container 999 does not exist on node root@127\.0\.1\.1:2222"),
+    ("ghost-999-attach", "UNREACHABLE", r"container 999 does not exist on node root@127\.0\.1\.1:2222"),
+    ("node-down", "UNREACHABLE", r"node root@127\.0\.1\.250:2222 is unreachable: .*Connection refused"),
+    ("bad-key", "UNREACHABLE", r"SSH authentication to node root@127\.0\.1\.1:2222 failed: .*Permission denied"),
+    ("wrong-hostkey", "UNREACHABLE", r"host key of node root@127\.0\.1\.1:2222 is unknown or does not match"),
+    ("unknown-hostkey", "UNREACHABLE", r"host key of node root@127\.0\.1\.1:2222 is unknown or does not match"),
+    ("no-pct", "UNREACHABLE", r"/usr/local/bin/no-such-pct not found on node root@127\.0\.1\.1:2222"),
+    ("bad-vmid", "FAILED", r"vmid must be an integer from 100 to 999999999"),
+])
+def test_distinct_failures(ansible_cli, bad_inventory, tmp_path, host, status, message):
+    # A fresh control path directory: an existing master to the node would carry the
+    # connection past a wrong key or host key, as ControlMaster does for any ssh client.
+    try:
+        res = ansible_cli("ansible", "-i", INVENTORY, "-i", str(bad_inventory), host, "-m", "ansible.builtin.ping",
+                          "-e", "ansible_pct_control_path_dir=%s" % (tmp_path / "cp"))
+    finally:
+        close_masters(tmp_path / "cp")
+    assert res.returncode in (2, 4), res.stdout
+    assert re.search(r"^%s \| %s!" % (re.escape(host), status), res.stdout, re.MULTILINE), res.stdout
+    assert re.search(message, res.stdout), res.stdout
+    assert not os.path.exists("/tmp/gpufleet-pwned")
+
+
+def test_started_container_becomes_reachable(ansible_cli):
+    """pct start through the node (ssh to the pve_nodes host), then the container answers."""
+    try:
+        res = ansible_cli("ansible", "-i", INVENTORY, "pve1", "-m", "ansible.builtin.command", "-a", "pct start 101")
+        assert res.returncode == 0, res.stdout
+        res = ansible_cli("ansible", "-i", INVENTORY, "train-101", "-m", "ansible.builtin.command", "-a", "cat /etc/hostname")
+        assert res.returncode == 0 and "train-101" in res.stdout, res.stdout
+    finally:
+        res = ansible_cli("ansible", "-i", INVENTORY, "pve1", "-m", "ansible.builtin.command", "-a", "pct stop 101")
+        assert res.returncode == 0, res.stdout
