@@ -347,10 +347,21 @@ def measure(root):
 def has_content(root, keep_marker=True):
     """Whether the root holds anything (the marker aside when ``keep_marker``)."""
     try:
+        dev = os.lstat(root).st_dev
         names = os.listdir(root)
     except OSError:
         return True  # unreadable: let the clear report why
-    return any(not (keep_marker and n == MARKER) for n in names)
+    for name in names:
+        if keep_marker and name == MARKER:
+            continue
+        try:
+            st = os.lstat(os.path.join(root, name))
+        except OSError:
+            return True
+        if stat.S_ISDIR(st.st_mode) and st.st_dev != dev:
+            continue  # a mount point: never cleared, so it does not count as content
+        return True
+    return False
 
 
 # --------------------------------------------------------------------------- clearing

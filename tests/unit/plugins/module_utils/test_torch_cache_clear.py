@@ -17,6 +17,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._torch_cache impo
     TorchCache,
     clear_root,
     find_holders,
+    has_content,
     measure,
 )
 
@@ -76,8 +77,10 @@ def test_clear_does_not_descend_into_another_mount(tmp_path):
         size, entries, problems = measure(str(root))
         assert (size, entries) == (1, 1)
         assert problems == [mnt + ": another file system is mounted here; not measured"]
+        assert has_content(str(root), keep_marker=False) is True
         res = clear_root(str(root))
         assert res.kept == [mnt + " (another file system is mounted here)"]
+        assert has_content(str(root), keep_marker=False) is False  # a second absent run has nothing to do
         assert sorted(os.listdir(str(root))) == ["mnt"]
         with open(os.path.join(mnt, "data.bin"), "rb") as f:
             assert f.read() == b"on another file system"

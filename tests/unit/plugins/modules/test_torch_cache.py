@@ -229,6 +229,12 @@ def test_home_itself_is_refused(run_module, job):
     assert result["failed"] is True and "is the home directory %s itself" % job["HOME"] in result["msg"]
 
 
+def test_missing_venv_fails_cleanly(run_module, job, tmp_path):
+    result = run_module(torch_cache.main, dict(state="fresh", venv=str(tmp_path / "no-venv"), environment=job))
+    assert result["failed"] is True and result["msg"] == "venv %s does not exist" % (tmp_path / "no-venv")
+    assert os.listdir(job["TORCHINDUCTOR_CACHE_DIR"]) != []
+
+
 def test_unknown_user_fails_cleanly(run_module):
     result = run_module(torch_cache.main, dict(user="no-such-user-xyz"))
     assert result["failed"] is True and "user no-such-user-xyz does not exist" in result["msg"]
