@@ -1,0 +1,376 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import shlex
+
+from ansible.errors import AnsibleError, AnsibleParserError
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+from ansible.utils.display import Display
+
+try:
+    import paramiko
+except ImportError as _exc:  # pragma: no cover - reported in parse()
+    paramiko = None
+    PARAMIKO_IMPORT_ERROR = _exc
+else:
+    PARAMIKO_IMPORT_ERROR = None
+
+DOCUMENTATION = r"""
+name: proxmox_lxc
+short_description: Discover the LXC containers of Proxmox VE nodes over SSH
+description:
+  - Logs in to every listed Proxmox VE node over SSH (paramiko, nodes in parallel) and runs
+    C(pct list) and C(pct config <vmid>) for each container.
+  - Every container becomes a host reached with the C(gpufleet.hygiene.pct) connection
+    through its node; the nodes become hosts of the C(<group_prefix>nodes) group.
+  - Groups by node (C(<prefix>node_<node>)), by status (C(<prefix>running), C(<prefix>stopped))
+    and by GPU passthrough (C(<prefix>gpu), C(<prefix>no_gpu)); all containers are in C(<prefix>containers).
+  - A node that cannot be reached (or whose C(pct) fails) is a warning; the containers of the
+    other nodes are still returned. Results are cached only when every node answered.
+  - Uses a YAML configuration file that ends with C(proxmox_lxc.yml) or C(proxmox_lxc.yaml).
+author: gpufleet.hygiene contributors
+version_added: 0.1.0
+requirements:
+  - paramiko (on the controller)
+extends_documentation_fragment:
+  - constructed
+  - inventory_cache
+options:
+  plugin:
+    description: The name of this plugin; must be V(gpufleet.hygiene.proxmox_lxc).
+    type: string
+    required: true
+    choices: [gpufleet.hygiene.proxmox_lxc]
+  nodes:
+    description:
+      - The Proxmox VE nodes to query. Each is a name (also used as address), or a mapping
+        with C(name) and optionally C(host), C(port) and C(user).
+    type: list
+    elements: raw
+    required: true
+  user:
+    description: SSH user on the nodes (must be allowed to run C(pct)).
+    type: string
+    default: root
+  port:
+    description: SSH port of the nodes.
+    type: int
+    default: 22
+  private_key_file:
+    description: Private key for the nodes; also given to the containers as C(ansible_pct_private_key_file).
+    type: path
+  known_hosts_file:
+    description:
+      - Known-hosts file with the nodes' host keys; the user's known hosts when unset.
+      - Also given to the containers as C(ansible_pct_known_hosts_file).
+    type: path
+  host_key_checking:
+    description: Refuse nodes whose host key is unknown or does not match. On by default.
+    type: bool
+    default: true
+  connect_timeout:
+    description: Seconds to wait for each node's SSH connection and for each command.
+    type: int
+    default: 10
+  max_workers:
+    description: How many nodes are queried at the same time.
+    type: int
+    default: 8
+  pct_path:
+    description: Name or path of C(pct) on the nodes.
+    type: string
+    default: pct
+  hostname:
+    description:
+      - How a container's inventory name is made. V(name) uses its hostname (falling back to
+        C(<node>-<vmid>) when it has none or when two containers share it), V(vmid) uses C(ct<vmid>).
+    type: string
+    default: name
+    choices: [name, vmid]
+  group_prefix:
+    description: Prefix of every group this plugin creates.
+    type: string
+    default: pve_
+  container_vars:
+    description:
+      - Variables set on every discovered container (literal values, not templated), for
+        example C(ansible_pct_method) or C(ansible_pct_control_path_dir).
+    type: dict
+    default: {}
+"""
+
+EXAMPLES = r"""
+# fleet.proxmox_lxc.yml
+plugin: gpufleet.hygiene.proxmox_lxc
+nodes:
+  - pve1.example.com
+  - name: pve2
+    host: 10.0.0.12
+user: root
+private_key_file: ~/.ssh/pve_ed25519
+container_vars:
+  ansible_pct_method: lxc-attach
+cache: true
+cache_plugin: ansible.builtin.jsonfile
+cache_connection: ~/.cache/gpufleet-inventory
+cache_timeout: 300
+keyed_groups:
+  - key: pve_gpu_indices
+    prefix: gpu
+"""
+
+display = Display()
+
+_GPU = re.compile(r"^/dev/nvidia(\d+)$")
+_MARK = "@@gpufleet-pct-config"
+
+
+def parse_pct_list(text):
+    """Rows of `pct list` as dicts; the header, and blank lines, are skipped."""
+    rows = []
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or fields[0] == "VMID" or not fields[0].isdigit():
+            continue
+        row = {"vmid": int(fields[0]), "status": fields[1] if len(fields) > 1 else "unknown", "lock": "", "name": ""}
+        if len(fields) == 3:
+            row["name"] = fields[2]
+        elif len(fields) >= 4:
+            row["lock"], row["name"] = fields[2], fields[3]
+        rows.append(row)
+    return rows
+
+
+def parse_pct_config(text):
+    """`pct config` as a dict: PVE keys to values, raw lxc.* keys to lists of values."""
+    conf = {}
+    for line in text.splitlines():
+        if ":" not in line or line.startswith("#"):
+            continue
+        key, value = line.split(":", 1)
+        key, value = key.strip(), value.strip()
+        if key.startswith("lxc."):
+            conf.setdefault(key, []).append(value)
+        else:
+            conf[key] = value
+    return conf
+
+
+def nvidia_devices(conf):
+    """Device paths passed through: devN entries (PVE 8.1+) and lxc.mount.entry binds."""
+    devices = []
+    for key, value in conf.items():
+        if re.fullmatch(r"dev\d+", key):
+            devices.append(value.split(",")[0].removeprefix("path="))
+    for entry in conf.get("lxc.mount.entry", []):
+        source = entry.split()[0] if entry.split() else ""
+        devices.append(source)
+    seen = []
+    for dev in devices:
+        if dev.startswith("/dev/nvidia") and dev not in seen:
+            seen.append(dev)
+    return seen
+
+
+def gpu_indices(devices):
+    return sorted(int(m.group(1)) for m in (_GPU.match(d) for d in devices) if m)
+
+
+class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
+    NAME = "gpufleet.hygiene.proxmox_lxc"
+
+    def verify_file(self, path):
+        return super().verify_file(path) and path.endswith(("proxmox_lxc.yml", "proxmox_lxc.yaml"))
+
+    # ------------------------------------------------------------------ ssh
+
+    def _nodes(self):
+        nodes = []
+        for entry in self.get_option("nodes"):
+            item = {"name": entry} if isinstance(entry, str) else entry
+            if not isinstance(item, dict) or not item.get("name"):
+                raise AnsibleParserError("proxmox_lxc: each entry of nodes needs a name, got %r" % (item,))
+            unknown = set(item) - {"name", "host", "port", "user"}
+            if unknown:
+                raise AnsibleParserError("proxmox_lxc: unknown keys %s in node %s" % (sorted(unknown), item["name"]))
+            nodes.append({
+                "name": str(item["name"]), "host": str(item.get("host") or item["name"]),
+                "port": int(item.get("port") or self.get_option("port")), "user": str(item.get("user") or self.get_option("user")),
+            })
+        return nodes
+
+    def _run(self, client, command):
+        timeout = self.get_option("connect_timeout")
+        _stdin, stdout, stderr = client.exec_command(command, timeout=timeout)
+        out = stdout.read()
+        err = stderr.read()
+        return stdout.channel.recv_exit_status(), to_text(out, errors="surrogate_or_replace"), to_text(err, errors="surrogate_or_replace")
+
+    def _query_node(self, node):
+        """Containers of one node: [{vmid, status, lock, name, config}]; raises on any failure."""
+        timeout = self.get_option("connect_timeout")
+        client = paramiko.SSHClient()
+        try:
+            if self.get_option("known_hosts_file"):
+                client.load_host_keys(self.get_option("known_hosts_file"))
+            else:
+                client.load_system_host_keys()
+            client.set_missing_host_key_policy(
+                paramiko.RejectPolicy() if self.get_option("host_key_checking") else paramiko.AutoAddPolicy())
+            key = self.get_option("private_key_file")
+            client.connect(node["host"], port=node["port"], username=node["user"], key_filename=key,
+                           look_for_keys=key is None, allow_agent=key is None,
+                           timeout=timeout, banner_timeout=timeout, auth_timeout=timeout)
+            pct = shlex.quote(self.get_option("pct_path"))
+            rc, out, err = self._run(client, "%s list" % pct)
+            if rc != 0:
+                raise AnsibleError("`pct list` failed (rc=%d): %s" % (rc, err.strip()))
+            rows = parse_pct_list(out)
+            if rows:
+                script = "; ".join("echo %s %d; %s config %d" % (_MARK, r["vmid"], pct, r["vmid"]) for r in rows)
+                rc, out, err = self._run(client, script)
+                configs, current = {}, None
+                for line in out.splitlines():
+                    if line.startswith(_MARK + " "):
+                        current = int(line.split()[1])
+                        configs[current] = []
+                    elif current is not None:
+                        configs[current].append(line)
+                for row in rows:
+                    if row["vmid"] not in configs:
+                        raise AnsibleError("`pct config %d` gave nothing: %s" % (row["vmid"], err.strip()))
+                    row["config"] = parse_pct_config("\n".join(configs[row["vmid"]]))
+            return rows
+        finally:
+            client.close()
+
+    def _discover(self):
+        nodes = self._nodes()
+        results, failed = {}, []
+
+        def one(node):
+            try:
+                return node, self._query_node(node), None
+            except Exception as exc:  # noqa: BLE001 - any failure of one node is that node's warning
+                return node, None, exc
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.get_option("max_workers"))) as pool:
+            for node, rows, exc in pool.map(one, nodes):
+                if exc is not None:
+                    failed.append(node["name"])
+                    display.warning("proxmox_lxc: node %s (%s@%s:%d) skipped: %s: %s" % (
+                        node["name"], node["user"], node["host"], node["port"], self._why(exc), to_text(exc) or type(exc).__name__))
+                    continue
+                results[node["name"]] = {"node": node, "containers": rows}
+        return {"nodes": results, "failed": failed}
+
+    @staticmethod
+    def _why(exc):
+        if paramiko is not None:
+            if isinstance(exc, paramiko.BadHostKeyException):
+                return "host key does not match"
+            if isinstance(exc, paramiko.AuthenticationException):
+                return "SSH authentication failed"
+            if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
+                return "host key unknown (host key checking is on)"
+            if isinstance(exc, (OSError, paramiko.ssh_exception.NoValidConnectionsError)):
+                return "unreachable"
+        if isinstance(exc, AnsibleError):
+            return "pct failed"
+        return "failed"
+
+    # ------------------------------------------------------------------ inventory
+
+    def _populate(self, results):
+        prefix = self.get_option("group_prefix")
+        strict = self.get_option("strict")
+        nodes_group = self.inventory.add_group(prefix + "nodes")
+        all_group = self.inventory.add_group(prefix + "containers")
+        names = {}
+        for data in results["nodes"].values():
+            for row in data["containers"]:
+                names.setdefault(row.get("name") or "", []).append(row["vmid"])
+        for node_name in sorted(results["nodes"]):
+            data = results["nodes"][node_name]
+            node = data["node"]
+            self.inventory.add_host(node_name, group=nodes_group)
+            self.inventory.set_variable(node_name, "ansible_host", node["host"])
+            self.inventory.set_variable(node_name, "ansible_port", node["port"])
+            self.inventory.set_variable(node_name, "ansible_user", node["user"])
+            if self.get_option("private_key_file"):
+                self.inventory.set_variable(node_name, "ansible_ssh_private_key_file", self.get_option("private_key_file"))
+            node_group = self.inventory.add_group(self._sanitize_group_name("%snode_%s" % (prefix, node_name)))
+            for row in data["containers"]:
+                host = self._host_name(node_name, row, names)
+                conf = row.get("config", {})
+                devices = nvidia_devices(conf)
+                gpus = gpu_indices(devices)
+                self.inventory.add_host(host, group=all_group)
+                self.inventory.add_child(node_group, host)
+                self.inventory.add_child(self.inventory.add_group(self._sanitize_group_name(prefix + row["status"])), host)
+                self.inventory.add_child(self.inventory.add_group(prefix + ("gpu" if gpus else "no_gpu")), host)
+                hostvars = {
+                    "ansible_connection": "gpufleet.hygiene.pct",
+                    "ansible_pct_node_host": node["host"],
+                    "ansible_pct_node_port": node["port"],
+                    "ansible_pct_node_user": node["user"],
+                    "ansible_pct_vmid": row["vmid"],
+                    "pve_node": node_name,
+                    "pve_vmid": row["vmid"],
+                    "pve_name": row.get("name") or "",
+                    "pve_status": row["status"],
+                    "pve_lock": row.get("lock") or "",
+                    "pve_gpus": ["/dev/nvidia%d" % i for i in gpus],
+                    "pve_gpu_indices": gpus,
+                    "pve_nvidia_devices": devices,
+                    "pve_config": conf,
+                }
+                if self.get_option("private_key_file"):
+                    hostvars["ansible_pct_private_key_file"] = self.get_option("private_key_file")
+                if self.get_option("known_hosts_file"):
+                    hostvars["ansible_pct_known_hosts_file"] = self.get_option("known_hosts_file")
+                if not self.get_option("host_key_checking"):
+                    hostvars["ansible_pct_host_key_checking"] = False
+                hostvars.update(self.get_option("container_vars") or {})
+                for key, value in hostvars.items():
+                    self.inventory.set_variable(host, key, value)
+                allvars = self.inventory.get_host(host).get_vars()
+                self._set_composite_vars(self.get_option("compose"), allvars, host, strict=strict)
+                self._add_host_to_composed_groups(self.get_option("groups"), allvars, host, strict=strict)
+                self._add_host_to_keyed_groups(self.get_option("keyed_groups"), allvars, host, strict=strict)
+
+    def _host_name(self, node_name, row, names):
+        if self.get_option("hostname") == "vmid":
+            return "ct%d" % row["vmid"]
+        name = row.get("name") or ""
+        if not name or len(names.get(name, [])) > 1:
+            return "%s-%d" % (node_name, row["vmid"])
+        return name
+
+    def parse(self, inventory, loader, path, cache=True):
+        super().parse(inventory, loader, path, cache)
+        if paramiko is None:
+            raise AnsibleError("proxmox_lxc needs paramiko on the controller: %s" % PARAMIKO_IMPORT_ERROR)
+        self._read_config_data(path)
+        cache_key = self.get_cache_key(path)
+        use_cache = self.get_option("cache") and cache
+        update_cache = self.get_option("cache") and not cache
+        results = None
+        if use_cache:
+            try:
+                results = self._cache[cache_key]
+            except KeyError:
+                update_cache = True
+        if results is None:
+            results = self._discover()
+            if results["failed"]:
+                update_cache = False
+        if update_cache:
+            self._cache[cache_key] = results
+        self._populate(results)
