@@ -1,0 +1,112 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""A lock per host (container) that outlives one module call.
+
+A playbook takes it at the start of its work on a host and gives it back at the end, so
+two runs never act on one container at once. It is a file created with O_EXCL holding the
+owner (a run id), the time taken and an expiry: a run that died leaves a lock that expires
+instead of one that blocks forever. Private to gpufleet.hygiene; standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+
+
+class LockError(Exception):
+    pass
+
+
+def read_lock(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read(65536)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise LockError("cannot read lock %s: %s" % (path, exc.strerror or exc)) from exc
+    try:
+        info = json.loads(data.decode("utf-8"))
+        if not isinstance(info, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        return {"owner": None, "taken": 0, "expires": 0, "garbled": True}
+    return info
+
+
+def _write_new(path, info):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(info, f)
+
+
+def acquire(path, owner, ttl, wait, check_mode=False, now=time.time, sleep=time.sleep):
+    """Take the lock for ``owner``. Returns ``(changed, info, note)``."""
+    if not owner:
+        raise LockError("owner is empty: give the id of this run")
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        raise LockError("the directory of lock %s does not exist" % path)
+    deadline = now() + wait
+    note = None
+    while True:
+        held = read_lock(path)
+        if held is None:
+            info = {"owner": owner, "taken": now(), "expires": now() + ttl, "pid": os.getpid()}
+            if check_mode:
+                return True, info, note
+            try:
+                _write_new(path, info)
+                return True, info, note
+            except FileExistsError:
+                continue  # another run won the race: look again
+            except OSError as exc:
+                raise LockError("cannot create lock %s: %s" % (path, exc.strerror or exc)) from exc
+        if held.get("owner") == owner:
+            return False, held, note
+        if held.get("garbled") or float(held.get("expires") or 0) < now():
+            note = "took over an expired lock of %s (taken %s)" % (
+                held.get("owner") or "an unreadable owner", _when(held.get("taken")))
+            if check_mode:
+                return True, {"owner": owner, "taken": now(), "expires": now() + ttl}, note
+            _remove_if(path, held)
+            continue
+        if now() >= deadline:
+            raise LockError(
+                "%s is held by %s since %s (expires %s): another run is acting on this host; "
+                "wait for it, or remove the lock with state=absent force=true if that run is gone"
+                % (path, held.get("owner"), _when(held.get("taken")), _when(held.get("expires"))))
+        sleep(0.5)
+
+
+def release(path, owner, force=False, check_mode=False):
+    """Give the lock back. Returns ``(changed, note)``."""
+    held = read_lock(path)
+    if held is None:
+        return False, None
+    if held.get("owner") != owner and not force:
+        return False, "lock %s belongs to %s, not to %s: left in place" % (path, held.get("owner"), owner)
+    if not check_mode:
+        _remove_if(path, held)
+    return True, None
+
+
+def _remove_if(path, held):
+    # Remove only the lock that was read, not one another run took since.
+    current = read_lock(path)
+    if current == held:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _when(stamp):
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(stamp)))
+    except (TypeError, ValueError):
+        return "an unknown time"

@@ -1,0 +1,126 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""host_lock and throughput: real files, real concurrent processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from ansible_collections.gpufleet.hygiene.plugins.modules import host_lock, throughput
+
+
+def test_lock_taken_held_released(run_module, tmp_path):
+    path = str(tmp_path / "lock")
+    first = run_module(host_lock.main, {"path": path, "owner": "run-a"})
+    assert first["changed"] and first["owner"] == "run-a"
+    with open(path) as f:
+        assert json.load(f)["owner"] == "run-a"
+    again = run_module(host_lock.main, {"path": path, "owner": "run-a"})
+    assert again["changed"] is False
+    other = run_module(host_lock.main, {"path": path, "owner": "run-b", "timeout": 1})
+    assert other["failed"] and "held by run-a" in other["msg"]
+    not_mine = run_module(host_lock.main, {"path": path, "owner": "run-b", "state": "absent"})
+    assert not_mine["changed"] is False and os.path.exists(path)
+    gone = run_module(host_lock.main, {"path": path, "owner": "run-a", "state": "absent"})
+    assert gone["changed"] and not os.path.exists(path)
+    assert run_module(host_lock.main, {"path": path, "owner": "run-a", "state": "absent"})["changed"] is False
+
+
+def test_expired_lock_is_taken_over(run_module, tmp_path):
+    path = tmp_path / "lock"
+    path.write_text(json.dumps({"owner": "dead-run", "taken": 1, "expires": 2}))
+    result = run_module(host_lock.main, {"path": str(path), "owner": "run-c"})
+    assert result["changed"] and result["owner"] == "run-c"
+    assert any("expired lock of dead-run" in w["event"]["msg"] for w in result["warnings"])
+
+
+def test_check_mode_writes_nothing(run_module, tmp_path):
+    path = str(tmp_path / "lock")
+    result = run_module(host_lock.main, {"path": path, "owner": "run-a"}, check_mode=True)
+    assert result["changed"] and not os.path.exists(path)
+
+
+def test_two_processes_race_one_wins(tmp_path):
+    """Real concurrent processes: exactly one takes the lock."""
+    path = str(tmp_path / "lock")
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from ansible_collections.gpufleet.hygiene.plugins.module_utils._hostlock import acquire, LockError\n"
+            "try:\n    acquire(%r, sys.argv[1], 60, 0); print('won')\nexcept LockError:\n    print('lost')\n"
+            % (os.path.join(os.getcwd(), ".ansible", "collections"), path))
+    procs = [subprocess.Popen([sys.executable, "-c", code, "run-%d" % i], stdout=subprocess.PIPE, text=True)
+             for i in range(6)]
+    outcomes = [p.communicate(timeout=30)[0].strip() for p in procs]
+    assert outcomes.count("won") == 1, outcomes
+
+
+def test_lock_waits_for_release(run_module, tmp_path):
+    path = str(tmp_path / "lock")
+    run_module(host_lock.main, {"path": path, "owner": "run-a"})
+    threading.Timer(1.0, os.unlink, [path]).start()
+    start = time.monotonic()
+    result = run_module(host_lock.main, {"path": path, "owner": "run-b", "timeout": 10})
+    assert result["owner"] == "run-b" and 0.9 < time.monotonic() - start < 10
+
+
+def test_lock_bad_directory(run_module, tmp_path):
+    result = run_module(host_lock.main, {"path": str(tmp_path / "nope" / "lock"), "owner": "x"})
+    assert result["failed"] and "does not exist" in result["msg"]
+
+
+LOG = "".join("step %d loss 1.0 %s tok/s\n" % (i, v) for i, v in enumerate(
+    ["3.1K", "19.8K", "20.1K", "19.9K", "20.4K", "20000"]))
+
+
+def test_throughput_passes_and_parses_units(run_module, tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(LOG)
+    result = run_module(throughput.main, {"log": str(log), "skip": 1, "samples": 5, "baseline": 20000})
+    assert result["passed"] is True
+    assert result["readings"] == [19800.0, 20100.0, 19900.0, 20400.0, 20000.0]
+    assert result["median"] == 20000.0 and result["floor"] == 18000.0
+
+
+def test_throughput_catches_the_seed_slowdown(run_module, tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join("step %d 12.8K tok/s\n" % i for i in range(8)))
+    result = run_module(throughput.main, {"log": str(log), "skip": 2, "samples": 5, "baseline": 20000})
+    assert result["failed"] and result["passed"] is False
+    assert "12800 tok/s (median of 5) is below the floor of 18000 tok/s (90% of the 20000 baseline)" in result["msg"]
+
+
+def test_throughput_waits_for_a_live_writer(run_module, tmp_path):
+    log = tmp_path / "train.log"
+    writer = subprocess.Popen([sys.executable, "-c",
+                               ("import time, sys\nf = open(sys.argv[1], 'a')\n"
+                               "for i in range(6):\n    f.write('step %d 21000 tok/s\\n' % i); f.flush(); time.sleep(0.3)\n"),
+                               str(log)])
+    try:
+        result = run_module(throughput.main, {"log": str(log), "samples": 5, "wait": 20, "min_value": 15000})
+    finally:
+        writer.wait(timeout=20)
+    assert result["passed"] and len(result["readings"]) == 5 and result["waited"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"pattern": "("}, "is not a valid regular expression"),
+    ({"samples": 0}, "samples must be at least 1"),
+    ({"baseline": 100, "min_fraction": 1.5}, "min_fraction in (0, 1]"),
+])
+def test_throughput_bad_input(run_module, tmp_path, args, message):
+    log = tmp_path / "train.log"
+    log.write_text(LOG)
+    result = run_module(throughput.main, dict({"log": str(log)}, **args))
+    assert result["failed"] and message in result["msg"]
+
+
+def test_throughput_missing_log_names_the_problem(run_module, tmp_path):
+    result = run_module(throughput.main, {"log": str(tmp_path / "none.log"), "wait": 1})
+    assert result["failed"] and "holds 0 throughput readings" in result["msg"]
