@@ -1,0 +1,208 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: processes
+short_description: Find a training job's processes by scope, and stop them safely
+version_added: 0.1.0
+author: gpufleet.hygiene maintainers (@gpufleet)
+description:
+  - Reads C(/proc) for the processes that match a scope (command line or name patterns, users, a
+    tmux session and its descendants) and returns them, with their start times.
+  - With O(state=absent), stops them - SIGTERM, O(grace_period), then SIGKILL - checking before each
+    signal that the PID still names the process that was chosen (its start time), so a PID reused in
+    between is never signalled. PID 1, PID 2 and its kernel threads, and this module's own process
+    and ancestors are never signalled, whatever the scope.
+  - Use M(gpufleet.hygiene.gpu_state) for processes that hold GPUs; this module is for the rest of
+    a job (data loaders, wrappers, a detached launcher) and for telling whether a job is running.
+extends_documentation_fragment:
+  - gpufleet.hygiene.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - With O(state=absent), lists in RV(terminated) what would be signalled; signals nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details:
+      - A second O(state=absent) run finds nothing in scope and reports no change.
+options:
+  scope:
+    description:
+      - Which processes. Every criterion given must match; within one criterion any item may match.
+        At least one criterion is required.
+    type: dict
+    required: true
+    suboptions:
+      cmdline:
+        description: Python regular expressions searched in the command line (arguments joined by spaces).
+        type: list
+        elements: str
+      name:
+        description: Python regular expressions searched in the process name (C(comm), the basename of C(argv[0])).
+        type: list
+        elements: str
+      users:
+        description: User names or numeric UIDs.
+        type: list
+        elements: str
+      tmux_session:
+        description: The processes of this tmux session's panes and their descendants.
+        type: str
+      tmux_socket:
+        description: The tmux server socket to ask (C(tmux -S)).
+        type: path
+  state:
+    description: V(query) only reports; V(absent) stops every process in scope.
+    type: str
+    choices: [query, absent]
+    default: query
+  grace_period:
+    description: Seconds a process has to exit after SIGTERM before it gets SIGKILL.
+    type: float
+    default: 10
+  kill_wait:
+    description: Seconds to wait for a process to disappear after SIGKILL before reporting it as surviving.
+    type: float
+    default: 5
+seealso:
+  - module: gpufleet.hygiene.gpu_state
+"""
+
+EXAMPLES = r"""
+- name: Is the training job running?
+  gpufleet.hygiene.processes:
+    scope:
+      cmdline: ['train_dflash\.py']
+  register: job
+
+- name: Stop what is left of it
+  gpufleet.hygiene.processes:
+    scope:
+      cmdline: ['train_dflash\.py', 'torchrun']
+      users: [root]
+    state: absent
+    grace_period: 20
+"""
+
+RETURN = r"""
+processes:
+  description: The processes in scope when the module started.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: Process ID.
+      type: int
+    ppid:
+      description: Parent process ID.
+      type: int
+    user:
+      description: Owner.
+      type: str
+    comm:
+      description: Process name.
+      type: str
+    cmdline:
+      description: Command line, arguments joined by spaces.
+      type: str
+    start_time:
+      description: Start time in clock ticks since boot (field 22 of C(/proc/<pid>/stat)).
+      type: int
+count:
+  description: Number of processes in scope.
+  returned: always
+  type: int
+terminated:
+  description: What was signalled (in check mode, what would be), with C(signals) sent and the C(outcome).
+  returned: when O(state=absent)
+  type: list
+  elements: dict
+  sample: [{"pid": 4242, "cmdline": "python3 train_dflash.py", "signals": ["SIGTERM"], "outcome": "terminated"}]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
+    ProcError,
+    Scope,
+    all_pids,
+    ancestors,
+    describe,
+    terminate,
+)
+
+_KEYS = ("pid", "ppid", "user", "comm", "cmdline", "start_time")
+
+
+def find(scope):
+    protected = ancestors() | {1, 2}
+    found = []
+    for pid in sorted(all_pids()):
+        if pid in protected:
+            continue
+        info = describe(pid)
+        if info is None or info.get("ppid") == 2:
+            continue  # gone, a zombie, or a kernel thread
+        ok, _reason = scope.matches(info)
+        if ok:
+            found.append(dict((k, info.get(k)) for k in _KEYS))
+    return found
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            scope=dict(type="dict", required=True, options=dict(
+                cmdline=dict(type="list", elements="str"),
+                name=dict(type="list", elements="str"),
+                users=dict(type="list", elements="str"),
+                tmux_session=dict(type="str"),
+                tmux_socket=dict(type="path"),
+            )),
+            state=dict(type="str", default="query", choices=["query", "absent"]),
+            grace_period=dict(type="float", default=10),
+            kill_wait=dict(type="float", default=5),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    s = p["scope"]
+    try:
+        scope = Scope(name=s["name"], cmdline=s["cmdline"], users=s["users"], tmux_session=s["tmux_session"],
+                      tmux_socket=s["tmux_socket"])
+        if scope.empty():
+            module.fail_json(msg="scope names no criterion: give cmdline, name, users or tmux_session")
+        found = find(scope)
+    except ProcError as exc:
+        module.fail_json(msg=str(exc))
+    for note in scope.notes:
+        module.warn(note)
+    result = dict(changed=False, processes=found, count=len(found))
+    if p["state"] == "absent":
+        result["changed"] = bool(found)
+        if module.check_mode or not found:
+            result["terminated"] = [dict(pid=f["pid"], cmdline=f["cmdline"], signals=[], outcome="would_terminate")
+                                    for f in found]
+            module.exit_json(**result)
+        outcomes = terminate(found, p["grace_period"], p["kill_wait"])
+        result["terminated"] = [dict(pid=f["pid"], cmdline=f["cmdline"], **outcomes[f["pid"]]) for f in found]
+        result["changed"] = any(o["signals"] for o in outcomes.values())
+        survivors = [t for t in result["terminated"] if t["outcome"] == "survived"]
+        if survivors:
+            module.fail_json(
+                msg="still running after SIGKILL (stuck in the kernel or the driver?): %s; the host may need a reboot"
+                    % ", ".join("%d (%s)" % (t["pid"], t["cmdline"][:80]) for t in survivors), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""processes: real processes, real signals, a decoy that must survive."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from ansible_collections.gpufleet.hygiene.plugins.modules import processes
+
+
+def spawn(tag, ignore_term=False):
+    code = "import signal, time\n"
+    if ignore_term:
+        code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    code += "time.sleep(120)\n"
+    return subprocess.Popen([sys.executable, "-c", code, tag])
+
+
+@pytest.fixture
+def tag():
+    return "gpufleet-test-%s" % uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def procs():
+    started = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_query_then_absent_then_idempotent(run_module, tag, procs):
+    job = spawn(tag + "-train_dflash.py")
+    decoy = spawn(tag + "-train_dflash_notes.txt")  # resembles the job's name, not its pattern
+    procs += [job, decoy]
+    time.sleep(0.2)
+    scope = {"cmdline": [tag + r"-train_dflash\.py$"]}
+    q = run_module(processes.main, {"scope": scope})
+    assert q["changed"] is False and [p["pid"] for p in q["processes"]] == [job.pid]
+    check = run_module(processes.main, {"scope": scope, "state": "absent"}, check_mode=True)
+    assert check["changed"] and check["terminated"][0]["outcome"] == "would_terminate"
+    assert job.poll() is None
+    done = run_module(processes.main, {"scope": scope, "state": "absent", "grace_period": 5})
+    assert done["changed"] and done["terminated"][0]["outcome"] == "terminated"
+    assert job.wait(timeout=5) == -15
+    assert decoy.poll() is None, "the decoy must survive"
+    again = run_module(processes.main, {"scope": scope, "state": "absent"})
+    assert again["changed"] is False and again["count"] == 0
+
+
+def test_sigterm_ignored_gets_sigkill(run_module, tag, procs):
+    stubborn = spawn(tag, ignore_term=True)
+    procs.append(stubborn)
+    time.sleep(0.3)
+    done = run_module(processes.main, {"scope": {"cmdline": [tag]}, "state": "absent", "grace_period": 0.5})
+    assert done["terminated"][0]["signals"] == ["SIGTERM", "SIGKILL"]
+    assert done["terminated"][0]["outcome"] == "killed"
+    assert stubborn.wait(timeout=5) == -9
+
+
+def test_never_signals_itself_or_pid1(run_module):
+    # A scope matching every python process would include this test process: it is excluded.
+    q = run_module(processes.main, {"scope": {"users": [str(os.getuid())]}})
+    pids = {p["pid"] for p in q["processes"]}
+    assert os.getpid() not in pids and 1 not in pids
+
+
+def test_empty_scope_and_bad_regex(run_module):
+    assert "scope names no criterion" in run_module(processes.main, {"scope": {}})["msg"]
+    assert "invalid regular expression" in run_module(processes.main, {"scope": {"cmdline": ["("]}})["msg"]
