@@ -106,8 +106,8 @@ def build_seed_wheels(outdir, work):
         w["nvidia-%s-cu13" % sub] = _nvidia(outdir, work, "nvidia-%s-cu13" % sub, v13, sub, SHARED_LIBS[sub],
                                             ["libcudart.so.13"], tag="%s13" % sub)
     w["triton"] = build_wheel(outdir, "triton", "3.4.0", {"triton/__init__.py": "__version__ = '3.4.0'\n"})
-    w["numpy"] = build_wheel(outdir, "numpy", "2.2.6", {"numpy/__init__.py": "", "numpy/_core/_multiarray_umath.so":
-                                                       _so(work, "_multiarray_umath.so", ["libm.so.6"], "numpy")})
+    numpy_ext = _so(work, "_multiarray_umath.so", ["libm.so.6"], "numpy")
+    w["numpy"] = build_wheel(outdir, "numpy", "2.2.6", {"numpy/__init__.py": "", "numpy/_core/_multiarray_umath.so": numpy_ext})
     w["safetensors"] = build_wheel(outdir, "safetensors", "0.6.2", {"safetensors/__init__.py": ""})
     w["flash-attn-4"] = build_wheel(outdir, "flash-attn-4", "4.0.0b13", {"flash_attn/cute/__init__.py": ""})
     w["flash-linear-attention"] = build_wheel(outdir, "flash-linear-attention", "0.5.1", {"fla/__init__.py": ""})

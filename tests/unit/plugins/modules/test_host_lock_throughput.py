@@ -98,10 +98,9 @@ def test_throughput_catches_the_seed_slowdown(run_module, tmp_path):
 
 def test_throughput_waits_for_a_live_writer(run_module, tmp_path):
     log = tmp_path / "train.log"
-    writer = subprocess.Popen([sys.executable, "-c",
-                               ("import time, sys\nf = open(sys.argv[1], 'a')\n"
-                               "for i in range(6):\n    f.write('step %d 21000 tok/s\\n' % i); f.flush(); time.sleep(0.3)\n"),
-                               str(log)])
+    code = ("import time, sys\nf = open(sys.argv[1], 'a')\n"
+            "for i in range(6):\n    f.write('step %d 21000 tok/s\\n' % i); f.flush(); time.sleep(0.3)\n")
+    writer = subprocess.Popen([sys.executable, "-c", code, str(log)])
     try:
         result = run_module(throughput.main, {"log": str(log), "samples": 5, "wait": 20, "min_value": 15000})
     finally:
