@@ -146,6 +146,8 @@ class GpuState(object):
                 if minor is None:
                     continue  # nvidiactl, nvidia-uvm: not one GPU
                 gpu = by_uuid.get(minor_uuid.get(minor)) or by_index.get(minor)
+                if gpu is None and len(gpus) == 1 and not minor_uuid:
+                    gpu = gpus[0]  # one GPU passed through under its host minor (e.g. /dev/nvidia3)
                 if gpu is None or any(p["pid"] == pid for p in gpu["processes"]):
                     continue
                 entry = _process(pid, info, None, used.get((pid, gpu["uuid"])))

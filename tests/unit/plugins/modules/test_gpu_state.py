@@ -333,3 +333,17 @@ def _describe_with(read_stat):
         finally:
             _gpuproc.read_stat = saved
     return describe
+
+
+def test_container_single_gpu_under_its_host_minor(tmp_path, run_module):
+    """One GPU passed through as /dev/nvidia3 (its host minor): its holder is still found."""
+    r = Rig(tmp_path, gpus=1)
+    try:
+        dev3 = os.path.join(r.state, "dev", "nvidia3")
+        open(dev3, "w").close()
+        p = r.trainers.start(gpu=0, mib=512, device_path=dev3)
+        res = run_module(gpu_state.main, r.args())
+        [proc] = gpu_of(res, 0)["processes"]
+        assert (proc["pid"], proc["devices"], proc["used_memory_mib"]) == (p.pid, [dev3], 512)
+    finally:
+        r.trainers.cleanup()
