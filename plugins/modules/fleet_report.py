@@ -1,0 +1,236 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: fleet_report
+short_description: Write a fleet hygiene report as JSON, JUnit XML, Prometheus metrics and one HTML page
+version_added: 0.1.0
+author: gpufleet.hygiene maintainers (@gpufleet)
+description:
+  - Takes the per-host results of a hygiene run (the fact the C(verify) role sets on every host)
+    and writes the report of the whole run into O(dest).
+  - C(report.json) holds the whole run. C(report.junit.xml) has one test suite for the run and a
+    test case per host and check; failed checks are failures with the check's summary as message,
+    warnings pass with the summary in C(system-out), an unreachable host is an error.
+  - C(gpufleet_hygiene.prom) is in the Prometheus text exposition format, for the node_exporter
+    textfile collector (see O(prometheus_file)).
+  - C(report.html) is one self-contained page (inline CSS, no external fetches) - the fleet as a
+    matrix of hosts grouped by node against checks, each host's GPUs with memory used and holders,
+    summary counts, and what needs attention.
+  - Meant to run once on the controller, with C(delegate_to=localhost) and C(run_once=true).
+  - Every host result is validated; a bad one fails the task with a message naming the host and the key.
+  - A file is written only when its content differs from what is on disk, through a temporary
+    file in the same directory and a rename, with mode C(0644).
+extends_documentation_fragment:
+  - gpufleet.hygiene.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reports which files would be written (RV(files)); writes nothing, creates no directory.
+  diff_mode:
+    support: full
+    details:
+      - The text of each changed file before and after; for the HTML page only its size.
+  idempotent:
+    support: partial
+    details:
+      - With the same O(hosts) and O(run_started), a second run changes nothing.
+      - Without O(run_started) the module stamps the report with the current time, so every
+        call is a new run and reports a change. Pass the run's start time to make re-running the
+        report task for the same run idempotent.
+options:
+  hosts:
+    description:
+      - One result per host, as the C(verify) role produces it. Keys - C(host) (str), C(node)
+        (str or null), C(vmid) (int or null), C(ready), C(running_job), C(remediated) (bools),
+        C(checks) (list of C(name), C(ok), C(severity) V(fail) or V(warn), C(summary)), C(gpus)
+        (list of C(index), C(name), C(uuid), C(memory_used_mib), C(memory_total_mib),
+        C(utilization_pct), C(processes) with C(pid), C(name), C(used_memory_mib)),
+        C(contaminants) (C(name), C(version), C(cuda_major)), C(caches) (C(name), C(path),
+        C(size_bytes), C(entries), C(fresh)), C(error) (str or null).
+      - The full schema is in the collection's C(docs/reports.md).
+    type: list
+    elements: dict
+    required: true
+  dest:
+    description: Directory the report files are written to. Created when missing.
+    type: path
+    required: true
+  formats:
+    description: Which files to write.
+    type: list
+    elements: str
+    choices: [json, junit, prometheus, html]
+    default: [json, junit, prometheus, html]
+  title:
+    description: Title of the report (HTML heading, JUnit suite name, JSON C(title)).
+    type: str
+    default: GPU fleet hygiene
+  run_started:
+    description:
+      - When the run started, in ISO 8601 (V(2025-06-01T03:00:00Z); no offset means UTC). It
+        identifies the run - it is written into every file and into
+        C(gpufleet_hygiene_last_run_timestamp_seconds).
+      - Defaults to the current time, which makes every call a new run. The C(hygiene)
+        playbook passes the play's start time.
+    type: str
+  prometheus_file:
+    description:
+      - Also write the metrics here, for example into the directory the node_exporter textfile
+        collector reads (C(--collector.textfile.directory)). A directory gets
+        C(gpufleet_hygiene.prom) inside it. The collector reads only files ending in C(.prom);
+        the temporary file never does.
+      - Requires V(prometheus) in O(formats).
+    type: path
+notes:
+  - The timestamp is the only value that differs between two runs over an unchanged fleet; that
+    is deliberate - a new run is a change, and C(gpufleet_hygiene_last_run_timestamp_seconds) must
+    move for staleness alerts to work.
+seealso:
+  - name: Reports (schema, formats, Prometheus set-up)
+    description: docs/reports.md in the collection.
+    link: https://example.invalid/gpufleet/hygiene/blob/main/docs/reports.md
+"""
+
+EXAMPLES = r"""
+- name: Record when this run started (once, so every report file carries the same time)
+  ansible.builtin.set_fact:
+    hygiene_run_started: "{{ now(utc=true).strftime('%Y-%m-%dT%H:%M:%SZ') }}"
+  run_once: true
+  delegate_to: localhost
+  delegate_facts: false
+
+- name: Write the fleet report
+  gpufleet.hygiene.fleet_report:
+    hosts: "{{ ansible_play_hosts_all | map('extract', hostvars, 'verify_result') | select('defined') | list }}"
+    dest: /var/lib/gpufleet-hygiene/report
+    title: Nightly GPU hygiene
+    run_started: "{{ hygiene_run_started }}"
+    prometheus_file: /var/lib/prometheus/node-exporter
+  delegate_to: localhost
+  run_once: true
+  register: report
+
+- name: Only the metrics and the JUnit file, for CI
+  gpufleet.hygiene.fleet_report:
+    hosts: "{{ results }}"
+    dest: "{{ playbook_dir }}/out"
+    formats: [junit, prometheus]
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+files:
+  description: Every file of the report, whether it changed (in check mode, would change), and its size.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    format:
+      description: V(json), V(junit), V(prometheus) or V(html).
+      type: str
+    path:
+      description: Where it is written.
+      type: str
+    changed:
+      description: Its content differed from the file on disk (or there was none).
+      type: bool
+    size:
+      description: Size in bytes.
+      type: int
+  sample:
+    - {"format": "json", "path": "/var/lib/gpufleet-hygiene/report/report.json", "changed": true, "size": 18232}
+summary:
+  description: Counts over the run.
+  returned: success
+  type: dict
+  contains:
+    hosts:
+      description: Hosts in the report.
+      type: int
+    ready:
+      description: Hosts ready.
+      type: int
+    not_ready:
+      description: Hosts not ready.
+      type: int
+    running_job:
+      description: Hosts with a healthy running job, left alone.
+      type: int
+    remediated:
+      description: Hosts this run changed.
+      type: int
+    error:
+      description: Hosts unreachable or whose checks failed to run.
+      type: int
+    checks_failed:
+      description: Failed checks (severity V(fail)) over all hosts.
+      type: int
+    checks_warned:
+      description: Checks that warned over all hosts.
+      type: int
+    nodes:
+      description: Proxmox nodes the hosts live on.
+      type: int
+    gpus:
+      description: GPUs reported over all hosts.
+      type: int
+    contaminants:
+      description: Contaminant packages over all hosts.
+      type: int
+  sample: {"hosts": 12, "ready": 9, "not_ready": 3, "running_job": 1, "remediated": 0, "error": 0,
+           "checks_failed": 3, "checks_warned": 0, "nodes": 3, "gpus": 12, "contaminants": 4}
+not_ready:
+  description: Names of the hosts that are not ready, in report order.
+  returned: success
+  type: list
+  elements: str
+  sample: [ct-pve1-102, ct-pve2-201]
+run_started:
+  description: The run's timestamp as written into the files (UTC, whole seconds).
+  returned: success
+  type: str
+  sample: "2025-06-01T03:00:00Z"
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._report import FORMATS, FleetReport, ReportError
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            hosts=dict(type="list", elements="dict", required=True),
+            dest=dict(type="path", required=True),
+            formats=dict(type="list", elements="str", choices=list(FORMATS), default=list(FORMATS)),
+            title=dict(type="str", default="GPU fleet hygiene"),
+            run_started=dict(type="str"),
+            prometheus_file=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        report = FleetReport(p["hosts"], p["dest"], formats=p["formats"], title=p["title"], run_started=p["run_started"],
+                             prometheus_file=p["prometheus_file"], check_mode=module.check_mode)
+        result = report.apply()
+    except ReportError as exc:
+        module.fail_json(msg=str(exc))
+    for warning in report.warnings:
+        module.warn(warning)
+    diff = result.pop("diff")
+    if module._diff and diff:
+        result["diff"] = diff
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
