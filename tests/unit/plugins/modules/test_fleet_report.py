@@ -1,0 +1,419 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""fleet_report: real files written, parsed back and checked format by format."""
+
+from __future__ import annotations
+
+import copy
+import html.parser
+import json
+import os
+import re
+import stat
+import xml.etree.ElementTree as ET
+
+import pytest
+from fleet_sample import HOSTILE_NAME, RUN_STARTED, hostile_fleet, realistic_fleet
+
+from ansible_collections.gpufleet.hygiene.plugins.modules import fleet_report
+
+FILES = {"json": "report.json", "junit": "report.junit.xml", "prometheus": "gpufleet_hygiene.prom", "html": "report.html"}
+
+
+# ------------------------------------------------------------------------------------------
+# A small parser of the Prometheus text exposition format (version 0.0.4), strict on purpose.
+
+METRIC = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def parse_labels(text):
+    """Parse '{a="x",b="y"}' with the format's escapes (\\\\, \\", \\n); anything else is an error."""
+    assert text[0] == "{" and text[-1] == "}", text
+    body, i, labels = text[1:-1], 0, {}
+    while i < len(body):
+        m = LABEL_NAME.match(body, i)
+        assert m, "bad label name at %r" % body[i:]
+        name = m.group(0)
+        i = m.end()
+        assert body[i:i + 2] == '="', "expected =\" after %s in %r" % (name, body)
+        i += 2
+        value = []
+        while True:
+            assert i < len(body), "unterminated label value in %r" % body
+            ch = body[i]
+            if ch == "\\":
+                nxt = body[i + 1]
+                assert nxt in '\\"n', "bad escape \\%s in %r" % (nxt, body)
+                value.append({"\\": "\\", '"': '"', "n": "\n"}[nxt])
+                i += 2
+            elif ch == '"':
+                i += 1
+                break
+            else:
+                assert ch != "\n"
+                value.append(ch)
+                i += 1
+        assert name not in labels, "label %s twice" % name
+        labels[name] = "".join(value)
+        if i < len(body):
+            assert body[i] == ",", "expected , in %r" % body
+            i += 1
+    return labels
+
+
+def parse_prometheus(text):
+    """Return {family: {"help": str, "type": str, "samples": [(labels, value)]}}; assert the syntax."""
+    assert text.endswith("\n")
+    families, current, seen_series = {}, None, set()
+    for line in text[:-1].split("\n"):
+        assert line, "empty line"
+        if line.startswith("# HELP "):
+            name, _, help_text = line[7:].partition(" ")
+            assert name not in families, "HELP for %s twice or after its samples" % name
+            assert "\n" not in help_text
+            families[name] = {"help": help_text, "type": None, "samples": []}
+            current = name
+        elif line.startswith("# TYPE "):
+            name, _, kind = line[7:].partition(" ")
+            assert name == current and families[name]["type"] is None, line
+            assert kind in ("counter", "gauge", "histogram", "summary", "untyped"), line
+            families[name]["type"] = kind
+        else:
+            assert not line.startswith("#"), line
+            m = METRIC.match(line)
+            assert m, "bad sample line %r" % line
+            name, labels, value = m.group(1), m.group(2), m.group(3)
+            assert name == current, "sample %s outside its family %s" % (name, current)
+            assert families[name]["type"] is not None, "sample before TYPE"
+            labels = parse_labels(labels) if labels else {}
+            series = (name, tuple(sorted(labels.items())))
+            assert series not in seen_series, "duplicate series %r" % (series,)
+            seen_series.add(series)
+            families[name]["samples"].append((labels, float(value)))
+    for name, fam in families.items():
+        assert fam["type"] and fam["samples"], name
+    return families
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def args(dest, **kw):
+    a = dict(hosts=realistic_fleet(), dest=str(dest), title="Nightly GPU hygiene", run_started=RUN_STARTED)
+    a.update(kw)
+    return a
+
+
+def test_parser_rejects_bad_lines():
+    with pytest.raises(AssertionError):
+        parse_prometheus('# HELP x y\n# TYPE x gauge\nx{a="b\\q"} 1\n')
+    with pytest.raises(AssertionError):
+        parse_prometheus("x 1\n")
+    with pytest.raises(AssertionError):
+        parse_prometheus('# HELP x y\n# TYPE x gauge\nx{a="1"} 1\nx{a="1"} 2\n')
+
+
+def test_writes_every_format(run_module, tmp_path):
+    dest = tmp_path / "report"
+    result = run_module(fleet_report.main, args(dest))
+    assert result["changed"] is True
+    assert sorted(os.listdir(dest)) == sorted(FILES.values())
+    assert [f["format"] for f in result["files"]] == ["json", "junit", "prometheus", "html"]
+    assert all(f["changed"] for f in result["files"])
+    for f in result["files"]:
+        assert os.path.getsize(f["path"]) == f["size"]
+        assert stat.S_IMODE(os.stat(f["path"]).st_mode) == 0o644
+    assert result["summary"] == {"hosts": 12, "ready": 8, "not_ready": 4, "running_job": 1, "remediated": 1, "error": 1,
+                                 "checks_failed": 3, "checks_warned": 1, "nodes": 3, "gpus": 12, "contaminants": 3}
+    assert result["not_ready"] == ["train-a1", "train-b1", "train-c1", "train-c4"]
+    assert result["run_started"] == "2025-06-01T03:00:00Z"
+
+
+def test_json_holds_the_whole_run(run_module, tmp_path):
+    run_module(fleet_report.main, args(tmp_path))
+    with open(tmp_path / FILES["json"]) as f:
+        data = json.load(f)
+    assert data["schema_version"] == 1
+    assert data["title"] == "Nightly GPU hygiene"
+    assert data["run_started"] == "2025-06-01T03:00:00Z"
+    assert data["checks"] == ["gpu_idle", "venv_clean", "packages", "caches_fresh"]
+    by_host = {h["host"]: h for h in data["hosts"]}
+    src = {h["host"]: h for h in realistic_fleet()}
+    assert set(by_host) == set(src)
+    for name, h in src.items():
+        assert by_host[name] == h, name
+    assert [h["host"] for h in data["hosts"]][:4] == ["train-a1", "train-a2", "train-a3", "train-a4"]
+
+
+def test_junit_is_valid_for_ci(run_module, tmp_path):
+    run_module(fleet_report.main, args(tmp_path))
+    root = ET.parse(tmp_path / FILES["junit"]).getroot()
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert len(suites) == 1
+    suite = suites[0]
+    for attr in ("name", "tests", "failures", "errors", "skipped", "time", "timestamp"):
+        assert attr in suite.attrib, attr
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$", suite.get("timestamp"))
+    cases = suite.findall("testcase")
+    # 11 reachable hosts x 4 checks, plus one error case for the stopped container
+    assert len(cases) == int(suite.get("tests")) == int(root.get("tests")) == 45
+    for tc in cases:
+        assert tc.get("name") and tc.get("classname") and float(tc.get("time")) == 0
+    failures = [(tc.get("classname"), tc.get("name"), tc.find("failure")) for tc in cases if tc.find("failure") is not None]
+    assert len(failures) == int(suite.get("failures")) == 3
+    assert {(c, n) for c, n, _ in failures} == {("gpufleet.pve1.train-a1", "venv_clean"), ("gpufleet.pve2.train-b1", "gpu_idle"),
+                                                ("gpufleet.pve3.train-c1", "caches_fresh")}
+    msg = {n: f.get("message") for _, n, f in failures}
+    assert msg["gpu_idle"] == "pid 40170 (python3) holds 61.2 GiB on GPU0; no training session owns it"
+    errors = [tc for tc in cases if tc.find("error") is not None]
+    assert len(errors) == int(suite.get("errors")) == 1
+    assert errors[0].get("classname") == "gpufleet.pve3.train-c4"
+    assert errors[0].find("error").get("message") == "container '304' not running!"
+    warned = [tc for tc in cases if tc.get("classname") == "gpufleet.pve2.train-b3" and tc.get("name") == "packages"][0]
+    assert warned.find("failure") is None
+    assert warned.find("system-out").text.startswith("warning: 2 extra packages")
+
+
+def test_prometheus_metrics(run_module, tmp_path):
+    run_module(fleet_report.main, args(tmp_path))
+    fams = parse_prometheus((tmp_path / FILES["prometheus"]).read_text())
+    for name in ("gpufleet_hygiene_host_ready", "gpufleet_hygiene_check_ok", "gpufleet_hygiene_gpu_memory_used_bytes",
+                 "gpufleet_hygiene_gpu_memory_total_bytes", "gpufleet_hygiene_contaminants",
+                 "gpufleet_hygiene_last_run_timestamp_seconds"):
+        assert fams[name]["type"] == "gauge" and fams[name]["help"], name
+    assert fams["gpufleet_hygiene_last_run_timestamp_seconds"]["samples"] == [({}, 1748746800.0)]
+    ready = {s[0]["host"]: (s[0], s[1]) for s in fams["gpufleet_hygiene_host_ready"]["samples"]}
+    assert ready["train-a1"] == ({"host": "train-a1", "node": "pve1", "vmid": "101"}, 0.0)
+    assert ready["train-a2"][1] == 1.0
+    assert len(ready) == 12
+    checks = {(s[0]["host"], s[0]["check"]): s[1] for s in fams["gpufleet_hygiene_check_ok"]["samples"]}
+    assert len(checks) == 44
+    assert checks[("train-b1", "gpu_idle")] == 0.0 and checks[("train-b3", "packages")] == 0.0
+    assert checks[("train-b2", "gpu_idle")] == 1.0
+    used = {(s[0]["host"], s[0]["gpu"]): s for s in fams["gpufleet_hygiene_gpu_memory_used_bytes"]["samples"]}
+    labels, value = used[("train-b1", "0")]
+    assert labels == {"host": "train-b1", "node": "pve2", "vmid": "201", "gpu": "0", "name": "NVIDIA H200"}
+    assert value == 62710 * 1024 * 1024
+    assert len(fams["gpufleet_hygiene_gpu_memory_total_bytes"]["samples"]) == 12
+    cont = {s[0]["host"]: s[1] for s in fams["gpufleet_hygiene_contaminants"]["samples"]}
+    assert cont["train-a1"] == 3.0 and cont["train-a2"] == 0.0
+    fresh = {(s[0]["host"], s[0]["cache"]): s[1] for s in fams["gpufleet_hygiene_cache_fresh"]["samples"]}
+    assert fresh[("train-c1", "inductor")] == 0.0
+    states = {s[0]["state"]: s[1] for s in fams["gpufleet_hygiene_hosts"]["samples"]}
+    assert states == {"ready": 8.0, "not_ready": 4.0, "running_job": 1.0, "remediated": 1.0, "error": 1.0}
+
+
+def test_second_run_changes_nothing(run_module, tmp_path):
+    first = run_module(fleet_report.main, args(tmp_path))
+    assert first["changed"] is True
+    before = {n: os.stat(tmp_path / n) for n in FILES.values()}
+    second = run_module(fleet_report.main, args(tmp_path))
+    assert second["changed"] is False
+    assert not any(f["changed"] for f in second["files"])
+    for n, st in before.items():
+        after = os.stat(tmp_path / n)
+        assert (after.st_ino, after.st_mtime_ns) == (st.st_ino, st.st_mtime_ns), n
+    # The same instant written another way is the same run.
+    third = run_module(fleet_report.main, args(tmp_path, run_started="2025-06-01T05:00:00+02:00"))
+    assert third["changed"] is False
+
+
+def test_a_new_run_or_new_state_changes(run_module, tmp_path):
+    run_module(fleet_report.main, args(tmp_path))
+    later = run_module(fleet_report.main, args(tmp_path, run_started="2025-06-02T03:00:00Z"))
+    assert later["changed"] is True
+    fams = parse_prometheus((tmp_path / FILES["prometheus"]).read_text())
+    assert fams["gpufleet_hygiene_last_run_timestamp_seconds"]["samples"][0][1] == 1748746800 + 86400
+    hosts = realistic_fleet()
+    hosts[0]["remediated"] = True
+    changed = run_module(fleet_report.main, args(tmp_path, hosts=hosts, run_started="2025-06-02T03:00:00Z"))
+    assert changed["changed"] is True
+    assert {f["format"] for f in changed["files"] if f["changed"]} == {"json", "prometheus", "html"}
+
+
+def test_without_run_started_every_call_is_a_new_run(run_module, tmp_path):
+    a = args(tmp_path)
+    del a["run_started"]
+    result = run_module(fleet_report.main, a)
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", result["run_started"])
+    with open(tmp_path / FILES["json"]) as f:
+        assert json.load(f)["run_started"] == result["run_started"]
+
+
+def test_check_mode_writes_nothing(run_module, tmp_path):
+    dest = tmp_path / "new" / "report"
+    result = run_module(fleet_report.main, args(dest), check_mode=True)
+    assert result["changed"] is True
+    assert all(f["changed"] for f in result["files"])
+    assert not (tmp_path / "new").exists()
+    run_module(fleet_report.main, args(dest))
+    snapshot = {n: (dest / n).read_bytes() for n in FILES.values()}
+    hosts = realistic_fleet()
+    hosts[1]["ready"] = False
+    result = run_module(fleet_report.main, args(dest, hosts=hosts), check_mode=True)
+    assert result["changed"] is True
+    assert {n: (dest / n).read_bytes() for n in FILES.values()} == snapshot
+    assert sorted(os.listdir(dest)) == sorted(FILES.values())
+
+
+def test_diff_mode(run_module, tmp_path):
+    run_module(fleet_report.main, args(tmp_path))
+    hosts = realistic_fleet()
+    hosts[0]["checks"][1]["summary"] = "something else"
+    result = run_module(fleet_report.main, args(tmp_path, hosts=hosts), diff=True)
+    diffs = {d["after_header"]: d for d in result["diff"]}
+    jd = diffs[str(tmp_path / FILES["json"])]
+    assert "3 CUDA 13 wheels" in jd["before"] and "something else" in jd["after"]
+    assert diffs[str(tmp_path / FILES["html"])]["after"].startswith("(HTML, ")
+    assert str(tmp_path / FILES["prometheus"]) not in diffs  # summaries are not metrics
+
+
+def test_formats_and_prometheus_file(run_module, tmp_path):
+    dest, textfile = tmp_path / "out", tmp_path / "textfile"
+    textfile.mkdir()
+    result = run_module(fleet_report.main, args(dest, formats=["prometheus", "junit"], prometheus_file=str(textfile)))
+    assert sorted(os.listdir(dest)) == ["gpufleet_hygiene.prom", "report.junit.xml"]
+    assert os.listdir(textfile) == ["gpufleet_hygiene.prom"]  # no temporary file left behind
+    assert (textfile / "gpufleet_hygiene.prom").read_text() == (dest / "gpufleet_hygiene.prom").read_text()
+    assert stat.S_IMODE(os.stat(textfile / "gpufleet_hygiene.prom").st_mode) == 0o644
+    assert [f["path"] for f in result["files"]][-1] == str(textfile / "gpufleet_hygiene.prom")
+    named = tmp_path / "textfile" / "hygiene.prom"
+    run_module(fleet_report.main, args(dest, formats=["prometheus"], prometheus_file=str(named)))
+    parse_prometheus(named.read_text())
+
+
+def test_prometheus_file_needs_the_format(run_module, tmp_path):
+    result = run_module(fleet_report.main, args(tmp_path, formats=["json"], prometheus_file=str(tmp_path / "x.prom")))
+    assert result["failed"] and "'prometheus' is not in formats" in result["msg"]
+
+
+def _bad(mutate):
+    hosts = realistic_fleet()
+    mutate(hosts)
+    return hosts
+
+
+BAD = [
+    (lambda h: h[1].pop("ready"), 'hosts[1] (host "train-a2"): ready is required'),
+    (lambda h: h[1].update(ready="maybe"), 'hosts[1] (host "train-a2"): ready must be true or false, got "maybe"'),
+    (lambda h: h[2].update(vmid="abc"), 'hosts[2] (host "train-a3"): vmid must be an integer, got "abc"'),
+    (lambda h: h[0].pop("host"), "hosts[0]: host is required"),
+    (lambda h: h[3].update(host=""), "hosts[3]: host is required"),
+    (lambda h: h[4]["checks"][0].update(severity="error"), "hosts[4] (host \"train-b1\"): checks[0].severity must be 'fail' or 'warn', got \"error\""),
+    (lambda h: h[4]["checks"][2].pop("ok"), 'hosts[4] (host "train-b1"): checks[2].ok is required'),
+    (lambda h: h[5].update(checks="gpu_idle"), 'hosts[5] (host "train-b2"): checks must be a list, got str'),
+    (lambda h: h[5].pop("checks"), 'hosts[5] (host "train-b2"): checks is required'),
+    (lambda h: h[5]["checks"].append(dict(h[5]["checks"][0])), 'hosts[5] (host "train-b2"): checks[4].name "gpu_idle" appears twice'),
+    (lambda h: h[2]["gpus"][1].update(index=0), 'hosts[2] (host "train-a3"): gpus[1].index 0 appears twice'),
+    (lambda h: h[2]["gpus"][0]["processes"][0].update(pid=None), 'hosts[2] (host "train-a3"): gpus[0].processes[0].pid is required'),
+    (lambda h: h[2]["gpus"][0].update(memory_used_mib=-1), 'hosts[2] (host "train-a3"): gpus[0].memory_used_mib must be >= 0, got -1'),
+    (lambda h: h[0]["contaminants"][0].update(cuda_major="13x"), 'hosts[0] (host "train-a1"): contaminants[0].cuda_major must be an integer'),
+    (lambda h: h[8]["caches"][0].update(fresh="stale"), 'hosts[8] (host "train-c1"): caches[0].fresh must be true or false'),
+    (lambda h: h.append(copy.deepcopy(h[0])), 'hosts[12] (host "train-a1"): host appears twice (also hosts[0])'),
+    (lambda h: h[0].update(ready=True, running_job=[1]), 'hosts[0] (host "train-a1"): running_job must be true or false, got [1]'),
+]
+
+
+@pytest.mark.parametrize("mutate,message", BAD)
+def test_bad_input_names_host_and_key(run_module, tmp_path, mutate, message):
+    result = run_module(fleet_report.main, args(tmp_path, hosts=_bad(mutate)))
+    assert result["failed"] is True
+    assert message in result["msg"]
+    assert "Traceback" not in result["msg"]
+    assert os.listdir(tmp_path) == []
+
+
+def test_bad_host_entry_type(run_module, tmp_path):
+    result = run_module(fleet_report.main, args(tmp_path, hosts=[{"host": "a", "ready": True, "running_job": False,
+                                                                   "remediated": False, "checks": [], "gpus": ["GPU0"]}]))
+    assert result["failed"] and 'hosts[0] (host "a"): gpus[0] must be a dict, got str' in result["msg"]
+
+
+def test_bad_run_started_and_dest(run_module, tmp_path):
+    result = run_module(fleet_report.main, args(tmp_path, run_started="last tuesday"))
+    assert result["failed"] and "run_started must be an ISO 8601 timestamp" in result["msg"]
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    result = run_module(fleet_report.main, args(afile))
+    assert result["failed"] and "exists and is not a directory" in result["msg"]
+
+
+def test_lenient_types_and_unknown_keys(run_module, tmp_path):
+    hosts = realistic_fleet()
+    hosts[0].update(vmid="101", ready="false", node="", extra_key=1)
+    result = run_module(fleet_report.main, args(tmp_path, hosts=hosts))
+    assert not result.get("failed"), result.get("msg")
+    assert any("unknown keys ignored: extra_key" in str(w) for w in result["warnings"]), result.get("warnings")
+    with open(tmp_path / FILES["json"]) as f:
+        h = [x for x in json.load(f)["hosts"] if x["host"] == "train-a1"][0]
+    assert (h["vmid"], h["ready"], h["node"]) == (101, False, None)
+
+
+class TagCollector(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.attrs, self.text = [], [], []
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs.extend(attrs)
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+    def handle_data(self, data):
+        if not self._in_script:
+            self.text.append(data)
+
+
+def test_hostile_input_is_escaped_everywhere(run_module, tmp_path):
+    result = run_module(fleet_report.main, args(tmp_path, hosts=hostile_fleet()))
+    assert not result.get("failed"), result.get("msg")
+    page = (tmp_path / FILES["html"]).read_text()
+    assert "<script>alert" not in page and "<img" not in page and "<b onmouseover" not in page and "<i>cupy" not in page
+    parser = TagCollector()
+    parser.feed(page)
+    assert parser.tags.count("script") == 1  # ours only
+    assert not [a for a, _ in parser.attrs if a.startswith("on")]
+    text = "".join(parser.text)
+    assert HOSTILE_NAME.split("\n")[0] in text
+    assert "<img src=x onerror=alert(1)> held by \"evil\"" in text
+    assert '<b onmouseover="alert(2)">python3</b>' in text
+    # A strict XML parser takes the JUnit file; the control character became U+FFFD.
+    root = ET.parse(tmp_path / FILES["junit"]).getroot()
+    tc = root.find("testsuite/testcase")
+    assert tc.get("classname") == "gpufleet.pve\"1\\." + HOSTILE_NAME.replace(".", "_").replace("\x01", "\ufffd")
+    assert tc.find("failure").get("message") == '<img src=x onerror=alert(1)> held by "evil"'
+    # Prometheus label values come back exactly.
+    fams = parse_prometheus((tmp_path / FILES["prometheus"]).read_text())
+    labels = fams["gpufleet_hygiene_host_ready"]["samples"][0][0]
+    assert labels == {"host": HOSTILE_NAME, "node": 'pve"1\\', "vmid": "100"}
+    with open(tmp_path / FILES["json"]) as f:
+        assert json.load(f)["hosts"][0]["host"] == HOSTILE_NAME
+
+
+def test_html_content(run_module, tmp_path):
+    run_module(fleet_report.main, args(tmp_path))
+    page = (tmp_path / FILES["html"]).read_text()
+    parser = TagCollector()
+    parser.feed(page)
+    # self-contained: nothing fetched from anywhere
+    for name, value in parser.attrs:
+        if name in ("src", "href"):
+            assert value in ("report.json", "report.junit.xml", "gpufleet_hygiene.prom"), value
+    assert "http://" not in page and "https://" not in page and "<link" not in page
+    assert "default-src 'none'" in page
+    assert page.count('<tr class="h ') == 12
+    assert page.count('<tr class="node ') == 3
+    text = " ".join(parser.text)
+    for label in ("ready", "not ready", "running jobs left alone", "remediated this run", "unreachable"):
+        assert label in text
+    assert "Run started 2025-06-01 03:00:00 UTC" in text
+    assert "/opt/venv/bin/python3" in text and "61.2 / 140.4 GiB" in text
+    assert page.count('class="cell fail"') == 3 + 1 + 1  # three failed checks, the unreachable host, the legend
+    assert 'class="stale"' in page and 'class="busy"' in page
