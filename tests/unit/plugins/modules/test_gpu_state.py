@@ -31,6 +31,14 @@ class Rig(object):
         return args
 
 
+@pytest.fixture(autouse=True)
+def target_side(monkeypatch):
+    """Modules run on targets: when another test in this worker has loaded controller code,
+    module warnings would go to the controller's display instead of the result."""
+    from ansible.module_utils import _internal
+    monkeypatch.setattr(_internal, "is_controller", False)
+
+
 @pytest.fixture
 def rig(tmp_path):
     r = Rig(tmp_path, release_delay=0.2)
