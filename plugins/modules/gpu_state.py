@@ -115,7 +115,7 @@ options:
     description:
       - How GPUs are read. V(auto) uses NVML through the C(pynvml) module (nvidia-ml-py) when the
         target's Python can import it and NVML initialises, else nvidia-smi. NVML is never required.
-      - When O(nvidia_smi) is given, V(auto) means V(nvidia-smi): the named program is asked.
+      - When O(nvidia_smi) is given, V(auto) means V(nvidia-smi), so that the named program is asked.
     type: str
     choices: [auto, nvidia-smi, nvml]
     default: auto

@@ -203,7 +203,7 @@ def gpu_table(config, now):
         used = g["base_used_mib"] + sum(int(c["mib"]) for c in mine + [c for c in lingering if c["gpu"] == g["index"]])
         g["memory_used_mib"] = min(used, g["memory_total_mib"])
         g["utilization_pct"] = min(100, g["utilization_pct"] + sum(int(c.get("util", 0)) for c in mine))
-        g["apps"] = [c for c in mine]
+        g["apps"] = list(mine)
     return gpus
 
 
