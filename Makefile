@@ -56,6 +56,7 @@ lint:
 	$(VENV)/bin/ruff check plugins tests benchmarks
 	$(VENV)/bin/ansible-lint --profile production
 	$(VENV)/bin/antsibull-changelog lint
+	$(VENV)/bin/python scripts/role_readme.py --check
 
 clean:
 	rm -rf build tests/output

@@ -185,8 +185,8 @@ class Contamination(object):
         if not remove:
             result["changed"] = False
             return result
-        result["changed"] = True
         installer = Installer.choose(self.installer_pref, self.venv, self.python, self.sites, self.path_env)
+        result["changed"] = True
         result["installer"] = installer.tool
         if self.check_mode:
             return result
