@@ -434,7 +434,7 @@ METRICS = (
 
 
 def render_prometheus(run):
-    samples = dict((name, []) for name, _ in METRICS)
+    samples = dict((m[0], []) for m in METRICS)
     summary = run["summary"]
     samples["last_run_timestamp_seconds"].append(([], int(_run_ts(run).timestamp())))
     for state in ("ready", "not_ready", "running_job", "remediated", "error"):
@@ -858,8 +858,8 @@ class FleetReport(object):
                     if f["changed"]:
                         write_atomic(f["path"], texts[f["format"]])
             except (IOError, OSError) as exc:
-                raise ReportError("cannot write the report: %s: %s" % (getattr(exc, "filename", None) or self.dest,
-                                                                        exc.strerror or exc)) from exc
+                where = getattr(exc, "filename", None) or self.dest
+                raise ReportError("cannot write the report: %s: %s" % (where, exc.strerror or exc)) from exc
         not_ready = [h["host"] for h in self.hosts if not h["ready"]]
         return {
             "changed": any(f["changed"] for f in files),

@@ -106,7 +106,7 @@ def png_rows(data):
     stride = hdr["width"] * bpp
     prev = bytearray(stride)
     rows, pos = [], 0
-    for _ in range(hdr["height"]):
+    for _row in range(hdr["height"]):
         ftype = raw[pos]
         line = bytearray(raw[pos + 1:pos + 1 + stride])
         pos += 1 + stride

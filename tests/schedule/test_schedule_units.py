@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -28,12 +29,12 @@ def _unit(name):
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
 def test_systemd_analyze_verify(tmp_path):
     proc = subprocess.run(["systemd-analyze", "verify", os.path.join(UNITS, "gpufleet-hygiene.timer"),
-                           os.path.join(UNITS, "gpufleet-hygiene.service")], capture_output=True, text=True)
+                           os.path.join(UNITS, "gpufleet-hygiene.service")], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "gpufleet-hygiene" not in proc.stderr, proc.stderr  # warnings name the unit file
     bad = tmp_path / "gpufleet-hygiene.timer"
-    bad.write_text(open(os.path.join(UNITS, "gpufleet-hygiene.timer")).read().replace("OnCalendar=", "OnCalendar=bogus "))
-    assert subprocess.run(["systemd-analyze", "verify", str(bad)], capture_output=True).returncode != 0
+    bad.write_text(pathlib.Path(UNITS, "gpufleet-hygiene.timer").read_text().replace("OnCalendar=", "OnCalendar=bogus "))
+    assert subprocess.run(["systemd-analyze", "verify", str(bad)], capture_output=True, check=False).returncode != 0
 
 
 def test_timer_settings():
@@ -54,7 +55,7 @@ def test_service_runs_the_playbook_under_a_lock():
 
 
 def test_cron_entry():
-    entries = [x for x in open(CRON).read().splitlines() if x and not x.startswith("#") and not re.match(r"^[A-Z_]+=", x)]
+    entries = [x for x in pathlib.Path(CRON).read_text().splitlines() if x and not x.startswith("#") and not re.match(r"^[A-Z_]+=", x)]
     assert len(entries) == 1
     fields = entries[0].split(None, 6)
     minute, hour, dom, month, dow, user, command = fields

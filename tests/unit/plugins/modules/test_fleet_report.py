@@ -70,13 +70,13 @@ def parse_prometheus(text):
     for line in text[:-1].split("\n"):
         assert line, "empty line"
         if line.startswith("# HELP "):
-            name, _, help_text = line[7:].partition(" ")
+            name, _sep, help_text = line[7:].partition(" ")
             assert name not in families, "HELP for %s twice or after its samples" % name
             assert "\n" not in help_text
             families[name] = {"help": help_text, "type": None, "samples": []}
             current = name
         elif line.startswith("# TYPE "):
-            name, _, kind = line[7:].partition(" ")
+            name, _sep, kind = line[7:].partition(" ")
             assert name == current and families[name]["type"] is None, line
             assert kind in ("counter", "gauge", "histogram", "summary", "untyped"), line
             families[name]["type"] = kind
@@ -164,9 +164,9 @@ def test_junit_is_valid_for_ci(run_module, tmp_path):
         assert tc.get("name") and tc.get("classname") and float(tc.get("time")) == 0
     failures = [(tc.get("classname"), tc.get("name"), tc.find("failure")) for tc in cases if tc.find("failure") is not None]
     assert len(failures) == int(suite.get("failures")) == 3
-    assert {(c, n) for c, n, _ in failures} == {("gpufleet.pve1.train-a1", "venv_clean"), ("gpufleet.pve2.train-b1", "gpu_idle"),
+    assert {(c, n) for c, n, _f in failures} == {("gpufleet.pve1.train-a1", "venv_clean"), ("gpufleet.pve2.train-b1", "gpu_idle"),
                                                 ("gpufleet.pve3.train-c1", "caches_fresh")}
-    msg = {n: f.get("message") for _, n, f in failures}
+    msg = {n: f.get("message") for _c, n, f in failures}
     assert msg["gpu_idle"] == "pid 40170 (python3) holds 61.2 GiB on GPU0; no training session owns it"
     errors = [tc for tc in cases if tc.find("error") is not None]
     assert len(errors) == int(suite.get("errors")) == 1
@@ -327,8 +327,8 @@ def test_bad_input_names_host_and_key(run_module, tmp_path, mutate, message):
 
 
 def test_bad_host_entry_type(run_module, tmp_path):
-    result = run_module(fleet_report.main, args(tmp_path, hosts=[{"host": "a", "ready": True, "running_job": False,
-                                                                   "remediated": False, "checks": [], "gpus": ["GPU0"]}]))
+    host = {"host": "a", "ready": True, "running_job": False, "remediated": False, "checks": [], "gpus": ["GPU0"]}
+    result = run_module(fleet_report.main, args(tmp_path, hosts=[host]))
     assert result["failed"] and 'hosts[0] (host "a"): gpus[0] must be a dict, got str' in result["msg"]
 
 
@@ -379,9 +379,9 @@ def test_hostile_input_is_escaped_everywhere(run_module, tmp_path):
     parser = TagCollector()
     parser.feed(page)
     assert parser.tags.count("script") == 1  # ours only
-    assert not [a for a, _ in parser.attrs if a.startswith("on")]
+    assert not [a[0] for a in parser.attrs if a[0].startswith("on")]
     text = "".join(parser.text)
-    assert HOSTILE_NAME.split("\n")[0] in text
+    assert HOSTILE_NAME.split("\n", maxsplit=1)[0] in text
     assert "<img src=x onerror=alert(1)> held by \"evil\"" in text
     assert '<b onmouseover="alert(2)">python3</b>' in text
     # A strict XML parser takes the JUnit file; the control character became U+FFFD.
