@@ -37,11 +37,8 @@ test: setup
 	$(MAKE) lint
 	@echo "make test: every suite passed"
 
-# Connection and inventory plugin tests load controller code, which changes how modules
-# report warnings in the same interpreter: they run in a pytest process of their own.
 unit:
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) tests/unit --ignore=tests/unit/plugins/connection --ignore=tests/unit/plugins/inventory
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) tests/unit/plugins/connection tests/unit/plugins/inventory
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) tests/unit
 
 # ansible-test needs the collection under ansible_collections/<ns>/<name>: copy what git
 # tracks (and untracked, not ignored files) there and run it on this Python.

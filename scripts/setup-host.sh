@@ -2,7 +2,7 @@
 # Host packages the tests need. Idempotent; installs only what is missing (needs root then).
 set -euo pipefail
 need=()
-for pkg in gcc python3-venv git; do
+for pkg in gcc python3-venv git tmux; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then

@@ -7,12 +7,19 @@ from __future__ import annotations
 import json
 
 import pytest
+from ansible.module_utils import _internal
 from ansible.module_utils.testing import patch_module_args
 
 
 @pytest.fixture
-def run_module(capsys):
-    """Run a module's main() with args; return (failed, result) parsed from its JSON."""
+def run_module(capsys, monkeypatch):
+    """Run a module's main() with args; return its result parsed from its JSON.
+
+    Modules run target-side: a test in the same worker that loaded controller code (a
+    connection or inventory plugin) leaves ansible believing it is the controller, and
+    module warnings would then go to the screen instead of the result.
+    """
+    monkeypatch.setattr(_internal, "is_controller", False)
 
     def _run(main, args, check_mode=False, diff=False):
         args = dict(args)

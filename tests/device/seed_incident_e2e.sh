@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The seed incident on a real GPU box, end to end, with this collection's playbooks.
+#
+#   OUT=/results CONTAMINANT_WHEEL=/wheels/nvidia_cuda_runtime_cu12-12.8.90-*.whl \
+#     bash tests/device/seed_incident_e2e.sh
+#
+# From the repository root, on a machine with an NVIDIA GPU, CUDA and PyTorch (python3 holds
+# torch), with ansible-core importable and ANSIBLE_COLLECTIONS_PATH naming a directory that
+# holds ansible_collections/gpufleet/hygiene. Steps: a clean baseline run of a real
+# torch.compile training loop; a venv over the real torch plus one real wheel of the other
+# CUDA major; a stale copy of the loop holding tens of GiB; preflight (must fail on both);
+# remediate (kills, purges, makes caches fresh, relaunches, gates throughput); preflight
+# again once the relaunched run ends (must pass); an injected slowdown the gate must catch.
+set -uo pipefail
+: "${OUT:?set OUT}" "${CONTAMINANT_WHEEL:?set CONTAMINANT_WHEEL}"
+py=$(command -v python3)
+repo=$(pwd)
+W=/tmp/gpufleet-e2e
+rm -rf "$W"; mkdir -p "$W" "$OUT"
+export ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
+say() { printf '\n=== %s\n' "$*" | tee -a "$OUT/e2e.log"; }
+ms() { echo $(( $(date +%s%N) / 1000000 )); }
+gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1 | tr -d ' '; }
+
+say "0. clean baseline run (the image's torch, nothing added)"
+"$py" tests/device/train_loop.py --steps 200 > "$W/baseline.log" 2>&1
+tail -3 "$W/baseline.log" | tee -a "$OUT/e2e.log"
+baseline=$("$py" - "$W/baseline.log" <<'PY'
+import re, statistics, sys
+vals = [float(m) for m in re.findall(r"(\d+) tokens/s", open(sys.argv[1]).read())][2:]
+print(int(statistics.median(vals)))
+PY
+)
+echo "baseline tokens/s (median after 2 warm-up readings): $baseline" | tee -a "$OUT/e2e.log"
+
+say "1. venv over the real torch plus a real CUDA 12 wheel"
+"$py" -m venv --system-site-packages "$W/venv"
+"$W/venv/bin/python" -m pip install -q --no-index --no-deps "$CONTAMINANT_WHEEL" 2>&1 | tail -1
+cat > "$W/inventory.yml" <<INV
+all:
+  children:
+    pve_containers:
+      hosts:
+        gpu-box:
+          ansible_connection: local
+          ansible_python_interpreter: $py
+          gpufleet_venv: $W/venv
+          gpufleet_job:
+            command: [$W/venv/bin/python, $repo/tests/device/train_loop.py, --steps, "400"]
+            workdir: $W
+            method: setsid
+            log: $W/train.log
+            patterns: ['train_loop\.py']
+            env: {TORCHINDUCTOR_CACHE_DIR: $W/inductor, TRITON_CACHE_DIR: $W/triton}
+            ready_regex: compiled in
+            baseline_tokens_per_s: $baseline
+INV
+ansible localhost -c local -e "ansible_python_interpreter=$py" -m gpufleet.hygiene.pip_inventory -a "venv=$W/venv" -t "$OUT/inv-before" > /dev/null
+
+say "2. a stale copy of the loop left running, holding GPU memory and filling the compile cache"
+TORCHINDUCTOR_CACHE_DIR=$W/inductor TRITON_CACHE_DIR=$W/triton setsid "$W/venv/bin/python" tests/device/train_loop.py --forever --reserve-gib 40 > "$W/stale.log" 2>&1 < /dev/null &
+for _ in $(seq 1 120); do [ "$(gpu_used)" -gt 40000 ] && grep -q "tokens/s" "$W/stale.log" && break; sleep 1; done
+echo "GPU memory used with the stale loop: $(gpu_used) MiB" | tee -a "$OUT/e2e.log"
+
+say "3. preflight (must fail: stale holder, CUDA 12 wheel, stale cache)"
+t=$(ms); ansible-playbook -i "$W/inventory.yml" playbooks/preflight.yml > "$OUT/preflight-1.log" 2>&1; rc=$?
+echo "preflight rc=$rc in $(( $(ms) - t )) ms" | tee -a "$OUT/e2e.log"
+grep -A6 "TASK \[Summary" "$OUT/preflight-1.log" | tee -a "$OUT/e2e.log"
+
+say "4. remediate"
+t=$(ms); ansible-playbook -i "$W/inventory.yml" playbooks/remediate.yml -v > "$OUT/remediate.log" 2>&1; rc=$?
+echo "remediate rc=$rc in $(( $(ms) - t )) ms" | tee -a "$OUT/e2e.log"
+grep -E "drain_seconds|terminate_seconds|\"removed\"|median|floor|passed|changed:|fatal" "$OUT/remediate.log" | head -40 | tee -a "$OUT/e2e.log"
+grep -E "PLAY RECAP" -A2 "$OUT/remediate.log" | tee -a "$OUT/e2e.log"
+tail -4 "$W/train.log" | tee -a "$OUT/e2e.log"
+
+say "5. torch still runs in the venv; what changed in it"
+"$W/venv/bin/python" -c 'import torch; x = torch.randn(2048, 2048, device="cuda"); print("torch", torch.__version__, "cuda", torch.version.cuda, "matmul ok", bool(torch.isfinite(x @ x).all()))' 2>&1 | tee -a "$OUT/e2e.log"
+ansible localhost -c local -e "ansible_python_interpreter=$py" -m gpufleet.hygiene.pip_inventory -a "venv=$W/venv verify_files=true" -t "$OUT/inv-after" > /dev/null
+"$py" - "$OUT" <<'PY' | tee -a "$OUT/e2e.log"
+import json, os, sys
+b = json.load(open(os.path.join(sys.argv[1], "inv-before", "localhost")))
+a = json.load(open(os.path.join(sys.argv[1], "inv-after", "localhost")))
+bp = {p["name"]: p["version"] for p in b["packages"]}
+ap = {p["name"]: p["version"] for p in a["packages"]}
+print("packages before %d after %d; gone %s; added %s; other versions changed %s; integrity ok %s" % (
+    len(bp), len(ap), sorted(set(bp) - set(ap)), sorted(set(ap) - set(bp)),
+    sorted(k for k in ap if k in bp and ap[k] != bp[k]), a["integrity"]["ok"]))
+PY
+
+say "6. preflight again once the relaunched run has finished (must pass)"
+for _ in $(seq 1 300); do pgrep -f 'train_loop\.py' > /dev/null || break; sleep 1; done
+t=$(ms); ansible-playbook -i "$W/inventory.yml" playbooks/preflight.yml > "$OUT/preflight-2.log" 2>&1; rc=$?
+echo "preflight rc=$rc in $(( $(ms) - t )) ms" | tee -a "$OUT/e2e.log"
+grep -A6 "TASK \[Summary" "$OUT/preflight-2.log" | tee -a "$OUT/e2e.log"
+
+say "7. an injected slowdown (sleep per step): the throughput gate must fail it"
+: > "$W/train.log"
+t=$(ms); ansible-playbook -i "$W/inventory.yml" tests/device/relaunch_slow.yml > "$OUT/slow.log" 2>&1; rc=$?
+echo "slow relaunch rc=$rc in $(( $(ms) - t )) ms" | tee -a "$OUT/e2e.log"
+grep -E "below the floor|fatal" "$OUT/slow.log" | head -5 | tee -a "$OUT/e2e.log"
+pkill -f 'train_loop\.py'; sleep 2
+echo "GPU memory used at the end: $(gpu_used) MiB" | tee -a "$OUT/e2e.log"
+cp "$W/inventory.yml" "$OUT/inventory.yml"
