@@ -164,8 +164,8 @@ def test_junit_is_valid_for_ci(run_module, tmp_path):
         assert tc.get("name") and tc.get("classname") and float(tc.get("time")) == 0
     failures = [(tc.get("classname"), tc.get("name"), tc.find("failure")) for tc in cases if tc.find("failure") is not None]
     assert len(failures) == int(suite.get("failures")) == 3
-    assert {(c, n) for c, n, _f in failures} == {("gpufleet.pve1.train-a1", "venv_clean"), ("gpufleet.pve2.train-b1", "gpu_idle"),
-                                                ("gpufleet.pve3.train-c1", "caches_fresh")}
+    expected = {("gpufleet.pve1.train-a1", "venv_clean"), ("gpufleet.pve2.train-b1", "gpu_idle"), ("gpufleet.pve3.train-c1", "caches_fresh")}
+    assert {(c, n) for c, n, _f in failures} == expected
     msg = {n: f.get("message") for _c, n, f in failures}
     assert msg["gpu_idle"] == "pid 40170 (python3) holds 61.2 GiB on GPU0; no training session owns it"
     errors = [tc for tc in cases if tc.find("error") is not None]
