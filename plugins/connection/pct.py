@@ -4,19 +4,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
-import selectors
-import shlex
-import subprocess
-import time
-
-from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound, AnsibleOptionsError
-from ansible.module_utils.common.text.converters import to_bytes, to_text
-from ansible.plugins.connection import ConnectionBase
-from ansible.utils.display import Display
-
 DOCUMENTATION = r"""
 name: pct
 short_description: Run tasks inside a Proxmox VE LXC container through its node
@@ -30,7 +17,7 @@ description:
   - Privilege escalation (C(become)) happens inside the container. Commands start there as
     root, so C(become_method=su) needs no password; C(sudo) with a password works without a
     TTY (it reads the password from stdin).
-author: gpufleet.hygiene contributors
+author: gpufleet.hygiene maintainers (@gpufleet)
 version_added: 0.1.0
 options:
   node_host:
@@ -276,6 +263,19 @@ EXAMPLES = r"""
         venv: /opt/venv
 """
 
+import hashlib  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import selectors  # noqa: E402
+import shlex  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound, AnsibleOptionsError  # noqa: E402
+from ansible.module_utils.common.text.converters import to_bytes, to_text  # noqa: E402
+from ansible.plugins.connection import ConnectionBase  # noqa: E402
+from ansible.utils.display import Display  # noqa: E402
+
 display = Display()
 
 VMID_MIN = 100
@@ -455,7 +455,7 @@ class Connection(ConnectionBase):
                         raise AnsibleConnectionFailure(
                             "gpufleet.hygiene.pct: timed out waiting for privilege escalation in container %s:\n%s"
                             % (self._vmid, to_text(bytes(out + err))))
-                    for key, _ in events:
+                    for key, _mask in events:
                         chunk = key.fileobj.read()
                         if chunk:
                             key.data.extend(chunk)
@@ -527,7 +527,7 @@ class Connection(ConnectionBase):
         try:
             with open(b_out, "wb") as dst:
                 proc = self._popen(self._in_container(["cat", "--", in_path]), stdout=dst)
-                _, stderr = self._communicate(proc)
+                _stdout, stderr = self._communicate(proc)
         except OSError as exc:
             raise AnsibleError("gpufleet.hygiene.pct: cannot write local file %s: %s" % (out_path, exc.strerror)) from exc
         if proc.returncode:

@@ -4,23 +4,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
-import re
-import shlex
-
-from ansible.errors import AnsibleError, AnsibleParserError
-from ansible.module_utils.common.text.converters import to_text
-from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
-from ansible.utils.display import Display
-
-try:
-    import paramiko
-except ImportError as _exc:  # pragma: no cover - reported in parse()
-    paramiko = None
-    PARAMIKO_IMPORT_ERROR = _exc
-else:
-    PARAMIKO_IMPORT_ERROR = None
-
 DOCUMENTATION = r"""
 name: proxmox_lxc
 short_description: Discover the LXC containers of Proxmox VE nodes over SSH
@@ -34,7 +17,7 @@ description:
   - A node that cannot be reached (or whose C(pct) fails) is a warning; the containers of the
     other nodes are still returned. Results are cached only when every node answered.
   - Uses a YAML configuration file that ends with C(proxmox_lxc.yml) or C(proxmox_lxc.yaml).
-author: gpufleet.hygiene contributors
+author: gpufleet.hygiene maintainers (@gpufleet)
 version_added: 0.1.0
 requirements:
   - paramiko (on the controller)
@@ -124,6 +107,23 @@ keyed_groups:
   - key: pve_gpu_indices
     prefix: gpu
 """
+
+import concurrent.futures  # noqa: E402
+import re  # noqa: E402
+import shlex  # noqa: E402
+
+from ansible.errors import AnsibleError, AnsibleParserError  # noqa: E402
+from ansible.module_utils.common.text.converters import to_text  # noqa: E402
+from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable  # noqa: E402
+from ansible.utils.display import Display  # noqa: E402
+
+try:
+    import paramiko  # noqa: E402
+except ImportError as _exc:  # pragma: no cover - reported in parse()
+    paramiko = None
+    PARAMIKO_IMPORT_ERROR = _exc
+else:
+    PARAMIKO_IMPORT_ERROR = None
 
 display = Display()
 

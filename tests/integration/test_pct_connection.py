@@ -37,7 +37,7 @@ def local_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("pct-files")
     (d / "binary.bin").write_bytes(bytes(range(256)) * 64 + b"\x00\r\n\x1b\xff")
     with open(d / "large.bin", "wb") as f:
-        f.writelines(os.urandom(1 << 20) for _ in range(LARGE // (1 << 20)))
+        f.writelines(os.urandom(1 << 20) for _block in range(LARGE // (1 << 20)))
     for name in ("binary", "large"):
         (d / ("%s.sha1" % name)).write_text(sha1(d / ("%s.bin" % name)))
     return d

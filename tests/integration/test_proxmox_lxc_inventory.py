@@ -48,7 +48,7 @@ def config(tmp_path, name, **changes):
 
 
 def test_discovers_the_fleet(ansible_cli):
-    inv, _ = inventory(ansible_cli, DISCOVERY)
+    inv, _warnings = inventory(ansible_cli, DISCOVERY)
     assert sorted(inv["pve_nodes"]["hosts"]) == ["pve1", "pve2", "pve3"]
     assert sorted(inv["pve_containers"]["hosts"]) == ["train-100", "train-101", "train-200", "train-201"]
     assert sorted(inv["pve_node_pve1"]["hosts"]) == ["train-100", "train-101"]
@@ -94,14 +94,14 @@ def test_cache(ansible_cli, node_ssh, tmp_path):
     cache_dir = tmp_path / "cache"
     path = config(tmp_path, "cached", cache=True, cache_plugin="ansible.builtin.jsonfile",
                   cache_connection=str(cache_dir), cache_timeout=3600)
-    inv, _ = inventory(ansible_cli, path)
+    inv, _warnings = inventory(ansible_cli, path)
     assert inv["pve_stopped"]["hosts"] == ["train-101"]
     assert len(os.listdir(cache_dir)) == 1
     try:
         assert node_ssh("pve1", "pct start 101").returncode == 0
-        cached, _ = inventory(ansible_cli, path)
+        cached, _warnings = inventory(ansible_cli, path)
         assert cached["pve_stopped"]["hosts"] == ["train-101"]          # served from the cache
-        fresh, _ = inventory(ansible_cli, path, "--flush-cache")
+        fresh, _warnings = inventory(ansible_cli, path, "--flush-cache")
         assert "pve_stopped" not in fresh or "train-101" not in fresh["pve_stopped"].get("hosts", [])
         assert "train-101" in fresh["pve_running"]["hosts"]
     finally:

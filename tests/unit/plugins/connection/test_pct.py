@@ -37,9 +37,9 @@ HOSTILE = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _loader():
-    init_plugin_loader([COLLECTIONS])
+# The collection loader must be in place before anything imports ansible_collections as a
+# plain package (pytest imports every test module first; this one is collected early).
+init_plugin_loader([COLLECTIONS])
 
 
 def make_conn(**options):

@@ -5,12 +5,17 @@
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.hygiene.plugins.inventory.proxmox_lxc import (
-    gpu_indices,
-    nvidia_devices,
-    parse_pct_config,
-    parse_pct_list,
-)
+import importlib
+import os
+
+from ansible.plugins.loader import init_plugin_loader
+
+COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".ansible", "collections"))
+# Through the collection loader, as ansible loads it (and as the connection tests need it).
+init_plugin_loader([COLLECTIONS])
+_plugin = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.inventory.proxmox_lxc")
+gpu_indices, nvidia_devices = _plugin.gpu_indices, _plugin.nvidia_devices
+parse_pct_config, parse_pct_list = _plugin.parse_pct_config, _plugin.parse_pct_list
 
 LIST = (
     "VMID       Status     Lock         Name                \n"
