@@ -89,7 +89,8 @@ def main():
         build_venv(venv, args.packages)
     py = os.path.join(venv, "bin", "python")
     me = sys.executable  # the controller's Python runs the collection's code, as on a target
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".ansible", "collections"))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(ROOT, ".ansible", "collections"), env.get("PYTHONPATH")) if p)
     # Byte-code is cached, as on any host where the collection is installed; the first
     # (untimed) run of each command below writes it.
     env.pop("PYTHONDONTWRITEBYTECODE", None)

@@ -55,6 +55,7 @@ _SHARED_OBJECT_RE = re.compile(r"\.so(\.\d+)*$")
 _REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _EXPECTED_RE = re.compile(r"^(\d{1,2})(?:\.(\d{1,2}))?$")
 _TORCH_CUDA_RE = re.compile(r"^cuda\s*(?::[^=\n]*)?=\s*(None|['\"]([^'\"]*)['\"])", re.MULTILINE)
+_TORCH_VERSION_RE = re.compile(r"^__version__\s*(?::[^=\n]*)?=\s*['\"]([^'\"]*)['\"]", re.MULTILINE)
 
 LAYERS = {1: "version label", 2: "name", 3: "files", 4: "binaries", 5: "requirements"}
 
@@ -132,6 +133,26 @@ def soname_cuda(soname):
     return int(match.group(2)) if match else None
 
 
+def read_torch_version_py(site_dir):
+    """``torch/version.py`` of an installed torch, read as text, never imported.
+
+    Returns ``{"version": ..., "cuda": ...}`` (each None when absent; ``cuda`` is "None" for
+    a CPU-only build), or None when the file cannot be read. ``version`` is what
+    ``torch.__version__`` says (``2.11.0+cu130``), which the dist-info may not (``2.11.0``).
+    """
+    try:
+        with open(os.path.join(site_dir, "torch", "version.py"), "rb") as f:
+            text = f.read(65536).decode("utf-8", "replace")
+    except (IOError, OSError):
+        return None
+    version = _TORCH_VERSION_RE.search(text)
+    cuda = _TORCH_CUDA_RE.search(text)
+    return {
+        "version": version.group(1) if version else None,
+        "cuda": None if not cuda else ("None" if cuda.group(1) == "None" else cuda.group(2)),
+    }
+
+
 def torch_reference(dists):
     """The reference CUDA from torch: (major, version, source) or None; 'cpu' if CPU-only."""
     torch = None
@@ -145,20 +166,16 @@ def torch_reference(dists):
     if found:
         major, version = found
         return major, version or str(major), "torch %s (local version label)" % torch.version
-    path = os.path.join(torch.site_dir, "torch", "version.py")
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8", "replace")
-    except (IOError, OSError):
+    info = read_torch_version_py(torch.site_dir)
+    if info is None:
         return "cpu" if is_cpu_label(torch.version) else None
-    match = _TORCH_CUDA_RE.search(text)
-    if not match or match.group(1) == "None" or not match.group(2):
+    if not info["cuda"] or info["cuda"] == "None":
         return "cpu"
     try:
-        major, version = parse_expected(match.group(2))
+        major, version = parse_expected(info["cuda"])
     except CudaError:
         return None
-    return major, version, "torch %s (torch/version.py: cuda = '%s')" % (torch.version, match.group(2))
+    return major, version, "torch %s (torch/version.py: cuda = '%s')" % (torch.version, info["cuda"])
 
 
 def reference(dists, expected_cuda):

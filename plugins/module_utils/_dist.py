@@ -310,12 +310,44 @@ def interpreter_site_dirs(python, run):
     return [p for p in paths if p and os.path.isdir(p)]
 
 
+def pth_dirs(site):
+    """Directories a site directory's ``*.pth`` files add to sys.path, as site.py does:
+    each line that is not a comment or an ``import`` names a path relative to the site
+    directory, added when it exists. A venv pointed at another environment's packages
+    this way imports them, so they are part of what it runs."""
+    found = []
+    try:
+        names = sorted(n for n in os.listdir(site) if n.endswith(".pth"))
+    except OSError:
+        return found
+    for name in names:
+        try:
+            with open(os.path.join(site, name), "rb") as f:
+                text = f.read(65536).decode("utf-8", "replace")
+        except (IOError, OSError):
+            continue
+        for line in text.splitlines():
+            line = line.rstrip()
+            if not line or line.startswith("#") or line.startswith(("import ", "import\t")):
+                continue
+            path = os.path.normpath(os.path.join(site, line))
+            if os.path.isdir(path):
+                found.append(path)
+    return found
+
+
 def environment_site_dirs(venv, python, run):
-    """Where packages of a venv come from: its site-packages, then, when the venv was made
-    with --system-site-packages, the base interpreter's too (its sys.path, asked once)."""
-    sites = venv_site_dirs(venv)
-    if not sites:
+    """Where packages of a venv come from: its site-packages and the directories their
+    ``.pth`` files add, then, when the venv was made with --system-site-packages, the base
+    interpreter's too (its sys.path, asked once)."""
+    own = venv_site_dirs(venv)
+    if not own:
         raise DistError("venv %s has no lib/python*/site-packages: it is not a virtual environment" % venv)
+    sites = []
+    for site in own:
+        for path in [site] + pth_dirs(site):
+            if path not in sites:
+                sites.append(path)
     cfg = read_pyvenv_cfg(venv)
     if cfg.get("include-system-site-packages", "false").lower() == "true":
         seen = set(os.path.realpath(s) for s in sites)

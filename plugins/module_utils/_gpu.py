@@ -257,6 +257,24 @@ def _nvml_kind(pynvml, exc):
     return "failed"
 
 
+def _nvml_memory(pynvml, handle, error):
+    """(used, total) bytes as nvidia-smi reports them.
+
+    NVML's first memory API counts what the driver reserves for itself as used (about
+    600 MiB on an idle H200, where nvidia-smi shows 0 MiB), so a drained GPU would never
+    look idle. The v2 API reports that reservation apart; use it wherever it exists.
+    """
+    version = getattr(pynvml, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+            return int(mem.used), int(mem.total)
+        except (error, TypeError):
+            pass  # an older driver or binding: fall back to the first API
+    mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    return int(mem.used), int(mem.total)
+
+
 def nvml_query(pynvml):
     """The same data as run_queries + parse_*, read through NVML. Returns (gpus, apps, seconds)."""
     started = time.monotonic()
@@ -270,14 +288,14 @@ def nvml_query(pynvml):
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
-            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            used, total = _nvml_memory(pynvml, handle, error)
             try:
                 util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
             except error:
                 util = None
             gpus.append({
                 "index": index, "uuid": uuid, "name": _text(pynvml.nvmlDeviceGetName(handle)),
-                "memory_used_mib": int(mem.used) // 1048576, "memory_total_mib": int(mem.total) // 1048576,
+                "memory_used_mib": used // 1048576, "memory_total_mib": total // 1048576,
                 "utilization_pct": util,
             })
             try:

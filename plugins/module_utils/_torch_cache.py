@@ -31,6 +31,7 @@ import re
 import stat
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import (
+    read_torch_version_py,
     torch_reference,
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import (
@@ -569,8 +570,13 @@ def venv_fingerprint(venv, run):
         cuda = "cpu"
     else:
         cuda = None
+    torch_version = None
+    if torch is not None:
+        # What torch.__version__ says (2.11.0+cu130), which its dist-info may not (2.11.0).
+        info = read_torch_version_py(torch.site_dir)
+        torch_version = (info or {}).get("version") or torch.version
     return {
-        "torch": torch.version if torch else None,
+        "torch": torch_version,
         "triton": triton.version if triton else None,
         "cuda": cuda,
     }

@@ -30,15 +30,19 @@ module cuda_contamination scan-real "venv=$real_venv"
 echo "wall $(( ($(date +%s%N) - start) / 1000000 )) ms (ansible ad-hoc, one module call)" | tee -a "$OUT/contamination.log"
 module pip_inventory inventory-real "venv=$real_venv verify_files=true"
 
-log "2. a venv over the real torch, plus one real CUDA 12 wheel"
+log "2. a venv over the real torch (a .pth naming its site-packages), plus one real CUDA 12 wheel"
 rm -rf /tmp/gpufleet-cvenv
-"$py" -m venv --system-site-packages /tmp/gpufleet-cvenv
-/tmp/gpufleet-cvenv/bin/python -m pip install -q --no-index --no-deps "$CONTAMINANT_WHEEL" 2>&1 | tail -2
+# The image's python3 is itself a venv: --system-site-packages would reach the base
+# interpreter, not torch. A .pth file makes the image's packages importable, as site.py does.
+"$py" -m venv --without-pip /tmp/gpufleet-cvenv
+torch_site=$("$py" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+echo "$torch_site" > "$(echo /tmp/gpufleet-cvenv/lib/python3*/site-packages)/_image_torch.pth"
+uv pip install -q --python /tmp/gpufleet-cvenv/bin/python --no-index --no-deps "$CONTAMINANT_WHEEL" 2>&1 | tail -2
 module pip_inventory inventory-before "venv=/tmp/gpufleet-cvenv verify_files=true"
 module cuda_contamination scan-contaminated "venv=/tmp/gpufleet-cvenv"
 module cuda_contamination remove-check "venv=/tmp/gpufleet-cvenv remove=true" --check
-module cuda_contamination remove "venv=/tmp/gpufleet-cvenv remove=true installer=pip"
-module cuda_contamination remove-again "venv=/tmp/gpufleet-cvenv remove=true installer=pip"
+module cuda_contamination remove "venv=/tmp/gpufleet-cvenv remove=true"
+module cuda_contamination remove-again "venv=/tmp/gpufleet-cvenv remove=true"
 module pip_inventory inventory-after "venv=/tmp/gpufleet-cvenv verify_files=true"
 /tmp/gpufleet-cvenv/bin/python - <<'PY' 2>&1 | tee -a "$OUT/contamination.log"
 import torch

@@ -33,9 +33,11 @@ PY
 )
 echo "baseline tokens/s (median after 2 warm-up readings): $baseline" | tee -a "$OUT/e2e.log"
 
-say "1. venv over the real torch plus a real CUDA 12 wheel"
-"$py" -m venv --system-site-packages "$W/venv"
-"$W/venv/bin/python" -m pip install -q --no-index --no-deps "$CONTAMINANT_WHEEL" 2>&1 | tail -1
+say "1. venv over the real torch (a .pth naming its site-packages) plus a real CUDA 12 wheel"
+"$py" -m venv --without-pip "$W/venv"
+torch_site=$("$py" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+echo "$torch_site" > "$(echo "$W"/venv/lib/python3*/site-packages)/_image_torch.pth"
+uv pip install -q --python "$W/venv/bin/python" --no-index --no-deps "$CONTAMINANT_WHEEL" 2>&1 | tail -1
 cat > "$W/inventory.yml" <<INV
 all:
   children:

@@ -238,8 +238,23 @@ def test_nvml_reader():
     assert backend == "nvml" and lib.calls == ["init", "shutdown"]
     assert gpus == [{"index": 0, "uuid": "GPU-aaa", "name": "NVIDIA H200", "memory_used_mib": 41498,
                      "memory_total_mib": 143771, "utilization_pct": None}]
+
     assert apps == [{"gpu_uuid": "GPU-aaa", "pid": 48211, "used_memory_mib": 41488, "name": "python3"},
                     {"gpu_uuid": "GPU-aaa", "pid": 48212, "used_memory_mib": None, "name": "python3"}]
+
+def test_nvml_memory_excludes_the_drivers_reservation():
+    """Seen on an H200: NVML's v1 API reports 615 MiB used on a drained GPU (the driver's
+    reservation) where nvidia-smi reports 0 MiB; the v2 API keeps them apart."""
+    lib = fake_pynvml()
+    lib.nvmlMemory_v2 = 0x02000028
+
+    def memory(handle, version=None):
+        if version == lib.nvmlMemory_v2:
+            return types.SimpleNamespace(used=0, reserved=615 * 1048576, total=143771 * 1048576)
+        return types.SimpleNamespace(used=615 * 1048576, total=143771 * 1048576)
+    lib.nvmlDeviceGetMemoryInfo = memory
+    gpus, _apps, _backend, _s = read_gpus("nvml", "/usr/bin/nvidia-smi", 5, pynvml=lib)
+    assert gpus[0]["memory_used_mib"] == 0 and gpus[0]["memory_total_mib"] == 143771
 
 
 def test_nvml_failure_falls_back_to_nvidia_smi_in_auto(fake_smi):

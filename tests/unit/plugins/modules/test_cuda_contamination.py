@@ -300,3 +300,25 @@ def test_expected_cuda_overrides_torch_and_warns(run_module, seed_venv):
     assert not flagged & SEED_CUDA13
     warnings = [w["event"]["msg"] for w in result["warnings"]]
     assert any("torch itself does not match" in w for w in warnings)
+
+
+def test_venv_seeing_another_environments_torch_through_a_pth(run_module, tmp_path, cuda13_wheels, seed_wheels):
+    """A venv pointed at an image's torch with a .pth file (as on GPU images whose python is
+    itself a venv): torch there is the reference, only the venv's own packages are removed."""
+    from cuda_fixtures import CUDA13_ENV
+    image = make_venv(str(tmp_path / "image"), UV)
+    install(UV, image, cuda13_wheels, pins(CUDA13_ENV))
+    image_site = inventory(run_module, image)["site_dirs"][0]
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    site = inventory(run_module, venv)["site_dirs"][0]
+    with open(os.path.join(site, "_image.pth"), "w") as f:
+        f.write("# the image's packages\n%s\nimport sys\n" % image_site)
+    install(UV, venv, seed_wheels, ["nvidia-nccl-cu12==2.27.3"])
+    before_image = inventory(run_module, image)["packages"]
+    result = run_module(cuda_contamination.main, {"venv": venv, "remove": True})
+    assert result["reference"]["source"] == "torch 2.9.0+cu130 (local version label)"
+    assert [c["name"] for c in result["contaminants"]] == ["nvidia-nccl-cu12"]
+    assert [r["name"] for r in result["removed"]] == ["nvidia-nccl-cu12"]
+    assert result["clean"] is True
+    assert inventory(run_module, image)["packages"] == before_image
+    assert "nvidia-nccl-cu12" not in names_versions(inventory(run_module, venv))
