@@ -1,5 +1,6 @@
 # gpufleet.hygiene — the two commands users need:
-#   make run    set everything up, then run the main job (preflight)
+#   make run    set everything up, then run the main job (preflight over the local
+#               simulated fleet, or over RUN_ARGS="-i <inventory>" of a real fleet)
 #   make test   set everything up, then run every test
 # Everything else here is what those two call.
 
@@ -14,7 +15,7 @@ SANITY_BUILD ?= $(or $(TMPDIR),/tmp)/gpufleet-hygiene-sanity
 SANITY_ROOT := $(SANITY_BUILD)/ansible_collections/gpufleet/hygiene
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup run test unit sanity lint changelog-lint clean
+.PHONY: setup run test unit integration browser packaging sanity lint clean
 
 setup: $(VENV)/.stamp $(COLL_LINK)
 
@@ -33,12 +34,29 @@ run: setup
 
 test: setup
 	$(MAKE) unit
+	$(MAKE) integration
+	$(MAKE) browser
+	$(MAKE) packaging
 	$(MAKE) sanity
 	$(MAKE) lint
 	@echo "make test: every suite passed"
 
+# Modules, module_utils and plugins against real venvs, processes and files.
 unit:
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) tests/unit
+
+# Over the simulated fleet (real sshd and LXC containers; needs root). Brings its own
+# fleet up and down.
+integration:
+	$(VENV)/bin/pytest -p no:cacheprovider tests/integration
+
+# The HTML fleet report in a real headless browser.
+browser:
+	$(VENV)/bin/pytest -p no:cacheprovider tests/browser
+
+# Scheduling units and the execution-environment build context.
+packaging:
+	$(VENV)/bin/pytest -p no:cacheprovider tests/schedule tests/ee
 
 # ansible-test needs the collection under ansible_collections/<ns>/<name>: copy what git
 # tracks (and untracked, not ignored files) there and run it on this Python.
