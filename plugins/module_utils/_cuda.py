@@ -231,13 +231,17 @@ def classify(dist, scan_binaries=True):
     if majors:
         return 3, majors
     if scan_binaries:
+        # Three linked CUDA libraries are evidence enough: torch alone ships hundreds of
+        # shared objects, and reading them all would make one package most of the scan.
+        found = 0
         for abs_path, rel in shared_objects:
             for soname in dt_needed(abs_path) or ():
                 major = soname_cuda(soname)
                 if major is not None:
-                    reasons = majors.setdefault(major, [])
-                    if len(reasons) < 3:
-                        reasons.append("%s links %s (DT_NEEDED)" % (rel, soname))
+                    majors.setdefault(major, []).append("%s links %s (DT_NEEDED)" % (rel, soname))
+                    found += 1
+            if found >= 3:
+                break
         if majors:
             return 4, majors
     for req in dist.requires_dist:

@@ -15,9 +15,9 @@ py=$(command -v python3)
 real_venv=$("$py" -c 'import sys; print(sys.prefix)')
 mkdir -p "$OUT"
 log() { printf '\n### %s\n' "$*" | tee -a "$OUT/contamination.log"; }
-module() {  # module NAME TREE-DIR ARGS...
-  local name=$1 tree=$2; shift 2
-  ansible localhost -c local -e "ansible_python_interpreter=$py" -m "gpufleet.hygiene.$name" -a "$*" -t "$OUT/$tree" >>"$OUT/contamination.log" 2>&1
+module() {  # module NAME TREE-DIR "ARGS" [ansible flags such as --check]
+  local name=$1 tree=$2 args=$3; shift 3
+  ansible localhost -c local -e "ansible_python_interpreter=$py" -m "gpufleet.hygiene.$name" -a "$args" "$@" -t "$OUT/$tree" >>"$OUT/contamination.log" 2>&1
   echo "rc=$?" | tee -a "$OUT/contamination.log"
 }
 

@@ -91,7 +91,7 @@ print("packages before %d after %d; gone %s; added %s; other versions changed %s
 PY
 
 say "6. preflight again once the relaunched run has finished (must pass)"
-for _ in $(seq 1 300); do pgrep -f 'train_loop\.py' > /dev/null || break; sleep 1; done
+for _ in $(seq 1 300); do pgrep -f '[t]rain_loop[.]py' > /dev/null || break; sleep 1; done
 t=$(ms); ansible-playbook -i "$W/inventory.yml" playbooks/preflight.yml > "$OUT/preflight-2.log" 2>&1; rc=$?
 echo "preflight rc=$rc in $(( $(ms) - t )) ms" | tee -a "$OUT/e2e.log"
 grep -A6 "TASK \[Summary" "$OUT/preflight-2.log" | tee -a "$OUT/e2e.log"
@@ -101,6 +101,6 @@ say "7. an injected slowdown (sleep per step): the throughput gate must fail it"
 t=$(ms); ansible-playbook -i "$W/inventory.yml" tests/device/relaunch_slow.yml > "$OUT/slow.log" 2>&1; rc=$?
 echo "slow relaunch rc=$rc in $(( $(ms) - t )) ms" | tee -a "$OUT/e2e.log"
 grep -E "below the floor|fatal" "$OUT/slow.log" | head -5 | tee -a "$OUT/e2e.log"
-pkill -f 'train_loop\.py'; sleep 2
+pkill -f '[t]rain_loop[.]py'; sleep 2
 echo "GPU memory used at the end: $(gpu_used) MiB" | tee -a "$OUT/e2e.log"
 cp "$W/inventory.yml" "$OUT/inventory.yml"
