@@ -220,7 +220,7 @@ def classify(dist, scan_binaries=True):
         return 2, {found[0]: ["name %s: %s" % (dist.name, found[1])]}
     majors = {}
     shared_objects = []
-    for abs_path, rel, _algo, _digest, _size in dist.record:
+    for abs_path, rel in dist.paths:
         hit = file_cuda(rel)
         if hit:
             reasons = majors.setdefault(hit[0], [])
@@ -277,11 +277,22 @@ def find_clobbered(dists):
     """
     owners = {}
     for dist in dists:
-        for abs_path, rel, algo, digest, _size in dist.record:
+        for abs_path, rel in dist.paths:
             if rel.endswith(".pyc") or "/__pycache__/" in rel:
                 continue
-            owners.setdefault(abs_path, []).append((dist, rel, algo, digest))
-    shared = {p: o for p, o in owners.items() if len(o) > 1}
+            owners.setdefault(abs_path, []).append(dist)
+    shared = {}
+    for abs_path, group in owners.items():
+        if len(group) < 2:
+            continue
+        # Only now are these packages' hashes read (their full RECORD parse is cached).
+        entries = []
+        for dist in group:
+            for row in dist.record:
+                if row[0] == abs_path:
+                    entries.append((dist, row[1], row[2], row[3]))
+                    break
+        shared[abs_path] = entries
     clobbered = []
     for abs_path, group in sorted(shared.items()):
         actual = {}

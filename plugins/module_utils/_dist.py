@@ -159,6 +159,8 @@ class Distribution(object):
         self.key = canonical_name(self.name)
         self.requires_dist = fields["requires_dist"]
         self._record = None
+        self._record_data = None
+        self._paths = None
         self._installer = False
 
     def _read(self, fname, headers_only=False):
@@ -185,20 +187,55 @@ class Distribution(object):
             self._installer = text or None
         return self._installer
 
+    def _record_bytes(self):
+        if self._record_data is None:
+            data = self._read("RECORD")
+            if data is None:
+                if not self.is_egg_info:
+                    self.problems.append("%s has no RECORD" % os.path.basename(self.info_dir))
+                data = b""
+            self._record_data = data
+        return self._record_data
+
     @property
     def record(self):
         """RECORD rows as ``(abs_path, rel_path, algo, digest, size)``; [] when missing."""
         if self._record is None:
-            data = self._read("RECORD")
-            rows = []
-            if data is None:
-                if not self.is_egg_info:
-                    self.problems.append("%s has no RECORD" % os.path.basename(self.info_dir))
-            else:
-                what = "%s/RECORD" % os.path.basename(self.info_dir)
-                rows = parse_record(data, what, self.problems, self.site_dir)
-            self._record = rows
+            what = "%s/RECORD" % os.path.basename(self.info_dir)
+            self._record = parse_record(self._record_bytes(), what, self.problems, self.site_dir)
         return self._record
+
+    @property
+    def paths(self):
+        """``(abs_path, rel_path)`` of every RECORD row, without parsing hashes or sizes.
+
+        The scan needs only the paths of most packages (their hashes only where a path is
+        shared), so this is the cheap pass: one split per line.
+        """
+        if self._paths is None:
+            if self._record is not None:
+                self._paths = [(r[0], r[1]) for r in self._record]
+                return self._paths
+            data = self._record_bytes()
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            if text is None or '"' in text:
+                self._paths = [(r[0], r[1]) for r in self.record]  # quoting or bad bytes: the full parser
+                return self._paths
+            prefix = self.site_dir.rstrip("/") + "/"
+            out = []
+            for line in text.splitlines():
+                rel = line.split(",", 1)[0]
+                if not rel:
+                    continue
+                if rel[0] == "/" or ".." in rel or "./" in rel or "//" in rel:
+                    out.append((os.path.normpath(os.path.join(self.site_dir, rel)), rel))
+                else:
+                    out.append((prefix + rel, rel))
+            self._paths = out
+        return self._paths
 
     def as_dict(self):
         return {
@@ -326,9 +363,9 @@ def pth_dirs(site):
                 text = f.read(65536).decode("utf-8", "replace")
         except (IOError, OSError):
             continue
-        for line in text.splitlines():
-            line = line.rstrip()
-            if not line or line.startswith("#") or line.startswith(("import ", "import\t")):
+        for raw in text.splitlines():
+            line = raw.rstrip()
+            if not line or line.startswith(("#", "import ", "import\t")):
                 continue
             path = os.path.normpath(os.path.join(site, line))
             if os.path.isdir(path):
