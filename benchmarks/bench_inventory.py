@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -75,7 +74,7 @@ def build_venv(path, packages):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--venv")
     ap.add_argument("--packages", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=15)
@@ -121,7 +120,7 @@ def main():
         except ValueError:
             counts[label] = None
     times = {label: [] for label in commands}
-    for _ in range(args.rounds):
+    for _round in range(args.rounds):
         for label, argv in commands.items():
             start = time.perf_counter()
             subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)

@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Write each role's README.md from its meta/argument_specs.yml, so the docs cannot drift.
 
-    scripts/role_readme.py          rewrite roles/*/README.md
-    scripts/role_readme.py --check  fail when a README differs from what its spec gives
+    python scripts/role_readme.py          rewrite roles/*/README.md
+    python scripts/role_readme.py --check  fail when a README differs from what its spec gives
 """
 
 import argparse

@@ -36,7 +36,7 @@ class Model(torch.nn.Module):
     def __init__(self, vocab, dim, layers):
         super().__init__()
         self.embed = torch.nn.Embedding(vocab, dim)
-        self.blocks = torch.nn.ModuleList(Block(dim) for _ in range(layers))
+        self.blocks = torch.nn.ModuleList(Block(dim) for _layer in range(layers))
         self.norm = torch.nn.LayerNorm(dim)
 
     def forward(self, tokens):

@@ -242,6 +242,7 @@ def test_nvml_reader():
     assert apps == [{"gpu_uuid": "GPU-aaa", "pid": 48211, "used_memory_mib": 41488, "name": "python3"},
                     {"gpu_uuid": "GPU-aaa", "pid": 48212, "used_memory_mib": None, "name": "python3"}]
 
+
 def test_nvml_memory_excludes_the_drivers_reservation():
     """Seen on an H200: NVML's v1 API reports 615 MiB used on a drained GPU (the driver's
     reservation) where nvidia-smi reports 0 MiB; the v2 API keeps them apart."""
