@@ -136,7 +136,7 @@ def parse_pct_list(text):
     rows = []
     for line in text.splitlines():
         fields = line.split()
-        if not fields or fields[0] == "VMID" or not fields[0].isdigit():
+        if not fields or fields[0] == "VMID" or not (fields[0].isascii() and fields[0].isdigit()):
             continue
         row = {"vmid": int(fields[0]), "status": fields[1] if len(fields) > 1 else "unknown", "lock": "", "name": ""}
         if len(fields) == 3:

@@ -94,9 +94,9 @@ def parse_record(data, what="RECORD", problems=None, site_dir=None):
     reader = (line.rsplit(",", 2) for line in lines) if '"' not in text else csv.reader(lines)
     try:
         for lineno, row in enumerate(reader, 1):
-            path = row[0]
-            if not path:
+            if not row or not row[0]:
                 continue
+            path = row[0]
             n = len(row)
             algo = digest = size = None
             if n > 1 and row[1]:
