@@ -15,7 +15,7 @@ SANITY_BUILD ?= $(or $(TMPDIR),/tmp)/gpufleet-hygiene-sanity
 SANITY_ROOT := $(SANITY_BUILD)/ansible_collections/gpufleet/hygiene
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup run test unit integration browser packaging sanity lint clean
+.PHONY: setup run test unit integration molecule browser packaging sanity lint clean
 
 setup: $(VENV)/.stamp $(COLL_LINK)
 
@@ -35,6 +35,7 @@ run: setup
 test: setup
 	$(MAKE) unit
 	$(MAKE) integration
+	$(MAKE) molecule
 	$(MAKE) browser
 	$(MAKE) packaging
 	$(MAKE) sanity
@@ -49,6 +50,10 @@ unit:
 # fleet up and down.
 integration:
 	$(VENV)/bin/pytest -p no:cacheprovider tests/integration
+
+# Molecule scenarios of the roles, each on its own tiny simulated fleet (needs root).
+molecule:
+	bash tests/molecule/run.sh
 
 # The HTML fleet report in a real headless browser.
 browser:
