@@ -12,7 +12,9 @@ memory as used while this process lives and holds the handle.
 
     python3 train_dflash.py --state DIR --gpu 0 --mib 40960 [--ignore-sigterm] [--term-delay S]
 
-It prints "ready <pid>" once the claim is written. On SIGTERM it exits after --term-delay
+It prints "ready <pid>" once the claim is written. With --log-throughput RATE it then prints
+"step N loss X RATE tokens/s" every --log-every seconds, as a training loop logs its speed:
+RATE is the number given, not a measurement (a STAND-IN; it computes nothing). On SIGTERM it exits after --term-delay
 seconds (a checkpoint being written), or ignores SIGTERM with --ignore-sigterm (only SIGKILL
 stops it). Extra arguments (--tag ...) only mark its command line for scope tests.
 """
@@ -43,6 +45,9 @@ def main():
     ap.add_argument("--ignore-sigterm", action="store_true")
     ap.add_argument("--term-delay", type=float, default=0.0)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--log-throughput", type=float, default=0.0, metavar="RATE",
+                    help="print 'step N loss X RATE tokens/s' lines (a stand-in figure, nothing is measured)")
+    ap.add_argument("--log-every", type=float, default=1.0, metavar="S", help="seconds between those lines")
     args = ap.parse_args()
     if not args.state:
         ap.error("--state or GPU_STANDIN_STATE is required")
@@ -68,8 +73,15 @@ def main():
     os.replace(tmp, os.path.join(cdir, "%d.json" % pid))
     sys.stdout.write("ready %d\n" % pid)
     sys.stdout.flush()
+    step = 0
     while True:
-        time.sleep(3600)
+        if args.log_throughput > 0:
+            time.sleep(args.log_every)
+            step += 1
+            sys.stdout.write("step %d loss %.4f %g tokens/s\n" % (step, 2.0 / (1 + 0.01 * step), args.log_throughput))
+            sys.stdout.flush()
+        else:
+            time.sleep(3600)
     os.close(handle)  # not reached
 
 
