@@ -1,0 +1,168 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The main job (scripts/main-job.sh, what `make run` runs) on its own simulated fleet.
+
+The script brings up the `incident` fleet, runs preflight (must fail on exactly the three
+bad containers), remediate, preflight again and hygiene, and checks the recaps itself.
+Here it runs with KEEP_FLEET=1 in its own state directory, inventory and port (so it can
+run beside another fleet), and the real state of every container is then checked: the
+contaminants gone and the venv's files intact (pip_inventory), the stale process gone and
+its GPU memory freed per the nvidia-smi stand-in, the relaunched job holding the GPU and
+logging, the stale cache cleared, and the healthy containers untouched (a decoy process,
+a decoy file and a fresh cache survive, no job started there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
+import cuda_fixtures  # noqa: E402
+
+STATE = "/var/tmp/gpufleet-sim-main-test"
+PORT = "2532"
+FLEET = os.path.join(REPO, "tests", "sim", "fleet")
+
+
+@pytest.fixture(scope="module")
+def main_job(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.fail("the main job needs root (privileged LXC containers, sshd)")
+    if os.path.exists(STATE):
+        pytest.fail("%s exists: a previous run left its fleet up" % STATE)
+    work = tmp_path_factory.mktemp("main-job")
+    env = dict(os.environ, GPUFLEET_SIM_STATE=STATE, GPUFLEET_SIM_INVENTORY=str(work / "inventory"),
+               GPUFLEET_MAIN_PORT=PORT, GPUFLEET_REPORT_DIR=str(work / "report"),
+               GPUFLEET_MAIN_LOGS=str(work / "logs"), KEEP_FLEET="1")
+    try:
+        res = subprocess.run([os.path.join(REPO, "scripts", "main-job.sh")], cwd=REPO, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900, check=False)
+        with open(os.path.join(STATE, "fleet.json")) as f:
+            fleet = json.load(f)
+        yield {"res": res, "fleet": fleet, "work": work, "env": env}
+    finally:
+        subprocess.run([FLEET, "down"], cwd=REPO, env=env, check=True)
+    assert not os.path.exists(STATE)
+
+
+def containers(job):
+    for node in job["fleet"]["nodes"]:
+        for ct in node["containers"]:
+            yield node["name"], ct
+
+
+def by_role(job, role):
+    return [(n, ct) for n, ct in containers(job) if ct["incident"] == role]
+
+
+def sh(node, ct, script):
+    lxcpath = os.path.join(STATE, "nodes", node, "lxc")
+    res = subprocess.run(["lxc-attach", "-n", str(ct["vmid"]), "-P", lxcpath, "--", "/bin/sh", "-c", script],
+                         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def processes(node, ct):
+    """{pid: cmdline} of every process in the container."""
+    out = sh(node, ct, "for d in /proc/[0-9]*; do printf '%s ' ${d#/proc/}; tr '\\0' ' ' <$d/cmdline; echo; done")
+    procs = {}
+    for line in out.splitlines():
+        pid, _sep, cmd = line.partition(" ")
+        if cmd.strip():
+            procs[int(pid)] = cmd.strip()
+    return procs
+
+
+def smi(node, ct, query):
+    out = sh(node, ct, "/opt/gpufleet/bin/nvidia-smi --query-%s --format=csv,noheader,nounits" % query)
+    return [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
+
+
+def module(job, host, name, args):
+    env = dict(job["env"], ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1")
+    res = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible"), "-i",
+                          os.path.join(job["env"]["GPUFLEET_SIM_INVENTORY"], "fleet.yml"), host, "-m", name, "-a", args],
+                         cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120,
+                         check=False)
+    assert " | SUCCESS => " in res.stdout, res.stdout
+    return json.loads(res.stdout.split(" => ", 1)[1])
+
+
+def test_main_job_succeeds(main_job):
+    res = main_job["res"]
+    assert res.returncode == 0, res.stdout[-6000:]
+    assert "as expected (fail-bad): failed exactly" in res.stdout
+    assert "every expectation met" in res.stdout
+    bad = sorted(ct["name"] for _n, ct in containers(main_job) if ct["incident"] != "healthy")
+    assert len(bad) == 3
+    assert "failed exactly %s" % ", ".join(bad) in res.stdout
+    html = (main_job["work"] / "report" / "report.html").read_text()
+    for _n, ct in containers(main_job):
+        assert ct["name"] in html
+
+
+def test_contamination_gone_and_files_restored(main_job):
+    [(_node, ct)] = by_role(main_job, "contaminated")
+    inv = module(main_job, ct["name"], "gpufleet.hygiene.pip_inventory", "venv=/opt/venv verify_files=true")
+    names = {p["name"]: p["version"] for p in inv["packages"]}
+    for gone in cuda_fixtures.SEED_CUDA13 | set(cuda_fixtures.SEED_LEFTOVERS):
+        assert gone not in names, names
+    for name, version in cuda_fixtures.SEED_BASE:
+        assert names.get(name) == version, (name, names)
+    assert inv["integrity"]["ok"], inv["integrity"]  # the clobbered cu12 files were restored
+
+
+def test_stale_holder_gone_and_memory_freed(main_job):
+    [(node, ct)] = by_role(main_job, "stale_holder")
+    procs = processes(node, ct)
+    assert not [c for c in procs.values() if "--tag stale" in c], procs
+    # The relaunched job (not the stale one) is the only holder; the stale claim is gone.
+    apps = smi(node, ct, "compute-apps=pid,used_memory")
+    assert len(apps) == 1, apps
+    pid, mib = int(apps[0][0]), int(apps[0][1])
+    assert "/opt/gpufleet/train_dflash.py" in procs[pid] and "--tag" not in procs[pid]
+    assert mib == 40960
+    assert smi(node, ct, "gpu=memory.used") == [["40960"]]
+    claims = sh(node, ct, "ls /opt/gpufleet/gpu/claims").split()
+    assert claims == ["%d.json" % pid], claims
+
+
+def test_relaunched_job_logs_throughput(main_job):
+    for node, ct in [x for r in ("contaminated", "stale_holder", "stale_cache") for x in by_role(main_job, r)]:
+        assert sh(node, ct, "tmux has-session -t =train && echo yes").strip() == "yes"
+        log = sh(node, ct, "cat /var/log/gpufleet-train.log")
+        assert "20000 tokens/s" in log, log[-500:]
+        assert int(smi(node, ct, "gpu=memory.used")[0][0]) == 40960
+
+
+def test_stale_cache_cleared(main_job):
+    [(node, ct)] = by_role(main_job, "stale_cache")
+    listing = sh(node, ct, "cd /tmp/torchinductor_root && find . -mindepth 1 | sort").split()
+    assert listing == ["./.gpufleet-hygiene-fingerprint.json"], listing
+    marker = json.loads(sh(node, ct, "cat /tmp/torchinductor_root/.gpufleet-hygiene-fingerprint.json"))
+    assert marker["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8"}
+
+
+def test_healthy_containers_untouched(main_job):
+    healthy = by_role(main_job, "healthy")
+    assert len(healthy) == 3
+    for node, ct in healthy:
+        procs = processes(node, ct)
+        assert [c for c in procs.values() if c.endswith("gpufleet-decoy")], procs
+        assert not [c for c in procs.values() if "train_dflash" in c], procs
+        assert sh(node, ct, "cat /root/decoy-notes.txt") == "healthy container %d: leave me alone\n" % ct["vmid"]
+        assert smi(node, ct, "gpu=memory.used") == [["0"]]
+        assert not os.path.exists(os.path.join(STATE, "nodes", node, "lxc", str(ct["vmid"]), "rootfs", "var", "log",
+                                               "gpufleet-train.log"))
+        if ct["vmid"] % 2:
+            marker = json.loads(sh(node, ct, "cat /tmp/torchinductor_root/.gpufleet-hygiene-fingerprint.json"))
+            assert marker["recorded_by"] == "tests/sim/fleet"  # not rewritten
+            assert sh(node, ct, "cat /tmp/torchinductor_root/fxgraph/cd/fx-entry") == "compiled for torch 2.8.0+cu128\n"
