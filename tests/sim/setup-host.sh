@@ -2,18 +2,8 @@
 # Host packages the simulated fleet (tests/sim/fleet) needs: LXC, OpenSSH server and
 # client, sudo (become tests). Idempotent; installs only what is missing (needs root then).
 set -euo pipefail
-need=()
-for pkg in lxc openssh-server openssh-client sudo; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-done
-if ((${#need[@]})); then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "missing Debian packages: ${need[*]} (run as root, or apt-get install them)" >&2
-    exit 1
-  fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
-fi
+here=$(cd "$(dirname "$0")" && pwd)
+bash "$here/../../scripts/install-debs.sh" lxc openssh-server openssh-client sudo tmux
 # sshd's privilege-separation directory (absent where no system sshd ever ran).
 if [ "$(id -u)" -eq 0 ]; then
   install -d -m 0755 /run/sshd
