@@ -9,7 +9,8 @@
 # the rest healthy):
 #
 #   1. preflight  must fail on exactly the three bad containers, each for its own check
-#   2. remediate  kill, purge, verify, relaunch where needed; must succeed everywhere
+#   2. remediate  kill, purge, verify, relaunch where needed; must succeed everywhere,
+#                 changing every broken container and no healthy one
 #   3. preflight  again (the relaunched job's own GPU use allowed): must pass everywhere
 #   4. hygiene    writes the report (JSON, JUnit, Prometheus, HTML); every host ready
 #
@@ -99,7 +100,7 @@ check_of = {"contaminated": "venv_clean", "stale_holder": "gpu_idle", "stale_cac
 text = open(log).read()
 recap = {}
 for m in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", text.split("PLAY RECAP")[-1], re.M):
-    recap[m.group(1)] = {"unreachable": int(m.group(4)), "failed": int(m.group(5))}
+    recap[m.group(1)] = {"changed": int(m.group(3)), "unreachable": int(m.group(4)), "failed": int(m.group(5))}
 problems = []
 missing = sorted(set(roles) - set(recap))
 if missing:
@@ -127,10 +128,19 @@ else:
         problems.append("the playbook exited %d" % rc)
     if failed:
         problems.append("failed hosts: %s" % ", ".join(failed))
+    if mode == "repair-bad":
+        # A repair that changed nothing on a broken host, or anything on a healthy one, is wrong.
+        for host, role in sorted(roles.items()):
+            changed = recap.get(host, {}).get("changed", 0)
+            if role != "healthy" and not changed:
+                problems.append("%s (%s) was not repaired: nothing changed on it" % (host, role))
+            if role == "healthy" and changed:
+                problems.append("%s is healthy but %d task(s) changed it" % (host, changed))
 if problems:
     print("main-job: EXPECTATION FAILED (%s, %s):\n  %s" % (log, mode, "\n  ".join(problems)))
     sys.exit(1)
-print("main-job: as expected (%s): %s" % (mode, "failed exactly " + ", ".join(failed) if mode == "fail-bad" else "every host passed"))
+print("main-job: as expected (%s): %s" % (mode, "failed exactly " + ", ".join(failed) if mode == "fail-bad" else
+      "repaired exactly the broken hosts" if mode == "repair-bad" else "every host passed"))
 EOF
 }
 
@@ -138,7 +148,7 @@ playbook preflight-1 playbooks/preflight.yml
 expect preflight-1 fail-bad
 
 playbook remediate playbooks/remediate.yml
-expect remediate all-ok
+expect remediate repair-bad
 
 playbook preflight-2 playbooks/preflight.yml -e gpufleet_allow_running_job=true
 expect preflight-2 all-ok
