@@ -263,18 +263,18 @@ EXAMPLES = r"""
         venv: /opt/venv
 """
 
-import hashlib  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import selectors  # noqa: E402
-import shlex  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
+import hashlib
+import os
+import re
+import selectors
+import shlex
+import subprocess
+import time
 
-from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound, AnsibleOptionsError  # noqa: E402
-from ansible.module_utils.common.text.converters import to_bytes, to_text  # noqa: E402
-from ansible.plugins.connection import ConnectionBase  # noqa: E402
-from ansible.utils.display import Display  # noqa: E402
+from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound, AnsibleOptionsError
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.plugins.connection import ConnectionBase
+from ansible.utils.display import Display
 
 display = Display()
 

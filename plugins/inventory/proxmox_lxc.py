@@ -108,17 +108,17 @@ keyed_groups:
     prefix: gpu
 """
 
-import concurrent.futures  # noqa: E402
-import re  # noqa: E402
-import shlex  # noqa: E402
+import concurrent.futures
+import re
+import shlex
 
-from ansible.errors import AnsibleError, AnsibleParserError  # noqa: E402
-from ansible.module_utils.common.text.converters import to_text  # noqa: E402
-from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable  # noqa: E402
-from ansible.utils.display import Display  # noqa: E402
+from ansible.errors import AnsibleError, AnsibleParserError
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+from ansible.utils.display import Display
 
 try:
-    import paramiko  # noqa: E402
+    import paramiko
 except ImportError as _exc:  # pragma: no cover - reported in parse()
     paramiko = None
     PARAMIKO_IMPORT_ERROR = _exc
