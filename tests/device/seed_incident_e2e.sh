@@ -47,6 +47,7 @@ all:
           ansible_connection: local
           ansible_python_interpreter: $py
           gpufleet_venv: $W/venv
+          gpufleet_lock_path: $W/remediate.lock
           gpufleet_job:
             command: [$W/venv/bin/python, $repo/tests/device/train_loop.py, --steps, "400"]
             workdir: $W
