@@ -45,6 +45,25 @@ else:
 json.dump(out, sys.stdout)
 """
 
+# The same work timed inside one process whose imports are done and whose page cache is warm
+# (one untimed pass first): what the work itself costs, apart from starting a Python.
+WORK_CODE = r"""
+import sys, json, time
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import venv_site_dirs, iter_distributions
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import reference, scan
+venv, mode, expected = sys.argv[1], sys.argv[2], sys.argv[3] or None
+def work():
+    dists, _ = iter_distributions(venv_site_dirs(venv))
+    if mode == "inventory":
+        return json.dumps([d.as_dict() for d in dists])
+    ref, _w = reference(dists, expected)
+    return json.dumps(scan(dists, ref["cuda_major"])[0])
+work()
+start = time.perf_counter()
+work()
+print((time.perf_counter() - start) * 1000)
+"""
+
 
 def build_venv(path, packages):
     from cuda_fixtures import SEED_ADDED, SEED_BASE, build_seed_wheels, install, make_venv
@@ -100,11 +119,15 @@ def main():
 
     commands = {
         "python start-up only (-c pass), for reference": [me, "-c", "pass"],
-        "uv pip list": [shutil.which("uv"), "pip", "list", "--format", "json", "--python", py],
+        "uv pip list": [shutil.which("uv") or os.path.join(os.path.dirname(sys.executable), "uv"), "pip", "list", "--format", "json", "--python", py],
         "pip list": [me, "-m", "pip", "--python", py, "list", "--format", "json", "--disable-pip-version-check"],
         "inventory (collection code)": [me, "-c", SCAN_CODE, venv, "inventory", args.expected_cuda],
         "contamination scan (collection code)": [me, "-c", SCAN_CODE, venv, "scan", args.expected_cuda],
         "pip_inventory module (with AnsibleModule)": [me, modpath, module_args],
+    }
+    work = {
+        "inventory, the work alone (inside one warm process)": [me, "-c", WORK_CODE, venv, "inventory", args.expected_cuda],
+        "contamination scan, the work alone (inside one warm process)": [me, "-c", WORK_CODE, venv, "scan", args.expected_cuda],
     }
     counts = {}
     for label, argv in commands.items():
@@ -119,21 +142,24 @@ def main():
             counts[label] = len(data["packages"]) if isinstance(data, dict) else len(data)
         except ValueError:
             counts[label] = None
-    times = {label: [] for label in commands}
+    times = {label: [] for label in list(commands) + list(work)}
     for _round in range(args.rounds):
         for label, argv in commands.items():
             start = time.perf_counter()
             subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
             times[label].append((time.perf_counter() - start) * 1000)
+        for label, argv in work.items():
+            out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+            times[label].append(float(out.stdout))
     base = statistics.median(times["uv pip list"])
     print("venv: %s" % venv)
     print("machine: %s, %s CPUs, Python %s" % (platform.machine(), os.cpu_count(), platform.python_version()))
     print("rounds: %d (interleaved); median wall time per process\n" % args.rounds)
     print("| command | packages seen | median ms | ratio to uv pip list |")
     print("| --- | ---: | ---: | ---: |")
-    for label in commands:
+    for label in times:
         med = statistics.median(times[label])
-        print("| %s | %s | %.1f | %.2fx |" % (label, counts[label], med, med / base))
+        print("| %s | %s | %.1f | %.2fx |" % (label, counts.get(label, ""), med, med / base))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"venv": venv, "counts": counts, "times_ms": times}, f, indent=1)
