@@ -220,7 +220,13 @@ def classify(dist, scan_binaries=True):
         return 2, {found[0]: ["name %s: %s" % (dist.name, found[1])]}
     majors = {}
     shared_objects = []
-    for abs_path, rel in dist.paths:
+    paths = dist.paths
+    # Most packages name no CUDA directory, versioned soname or shared object at all: one
+    # search of all their paths at once decides that without a loop per file.
+    blob = "\n".join(rel for _abs, rel in paths)
+    if "/cu" not in blob and ".so" not in blob:
+        paths = ()
+    for abs_path, rel in paths:
         hit = file_cuda(rel)
         if hit:
             reasons = majors.setdefault(hit[0], [])
@@ -275,12 +281,18 @@ def find_clobbered(dists):
     Returns ``(clobbered, shared)``: ``clobbered`` is a list of dicts; ``shared`` maps each
     shared absolute path to its owners as ``[(dist, digest_or_None)]``.
     """
-    owners = {}
+    # Paths in two or more packages, found with set operations (no loop per file in Python).
+    seen, twice = set(), set()
     for dist in dists:
-        for abs_path, rel in dist.paths:
-            if rel.endswith(".pyc") or "/__pycache__/" in rel:
-                continue
-            owners.setdefault(abs_path, []).append(dist)
+        mine = {abs_path for abs_path, _rel in dist.paths}
+        twice |= mine & seen
+        seen |= mine
+    owners = {}
+    if twice:
+        for dist in dists:
+            for abs_path, rel in dist.paths:
+                if abs_path in twice and not (rel.endswith(".pyc") or "/__pycache__/" in rel):
+                    owners.setdefault(abs_path, []).append(dist)
     shared = {}
     for abs_path, group in owners.items():
         if len(group) < 2:

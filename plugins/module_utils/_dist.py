@@ -225,16 +225,16 @@ class Distribution(object):
                 self._paths = [(r[0], r[1]) for r in self.record]  # quoting or bad bytes: the full parser
                 return self._paths
             prefix = self.site_dir.rstrip("/") + "/"
-            out = []
-            for line in text.splitlines():
-                rel = line.split(",", 1)[0]
-                if not rel:
-                    continue
-                if rel[0] == "/" or ".." in rel or "./" in rel or "//" in rel:
-                    out.append((os.path.normpath(os.path.join(self.site_dir, rel)), rel))
-                else:
-                    out.append((prefix + rel, rel))
-            self._paths = out
+            rels = [line.rsplit(",", 2)[0] for line in text.splitlines()]  # as parse_record splits
+            if text.startswith("/") or "\n/" in text or ".." in text or "./" in text or "//" in text:
+                # Some path needs normalising (absolute, `..`, `.`, doubled slashes): per line.
+                self._paths = [
+                    (os.path.normpath(os.path.join(self.site_dir, rel)), rel)
+                    if rel[0] == "/" or ".." in rel or "./" in rel or "//" in rel else (prefix + rel, rel)
+                    for rel in rels if rel]
+            else:
+                # The common case, in bulk: every path is relative and already normal.
+                self._paths = [(prefix + rel, rel) for rel in rels if rel]
         return self._paths
 
     def as_dict(self):

@@ -155,7 +155,11 @@ def test_nvidia_smi_app_rows_round_trip(apps):
     text = "".join("GPU-aaaa, %d, %d MiB, %s\n" % (pid, used, name) for pid, used, name in apps) or \
         "No running processes found\n"
     parsed = _gpu.parse_apps(text.replace(" MiB", ""))
-    assert [(a["pid"], a["used_memory_mib"], a["name"]) for a in parsed] == list(apps)
+    # nvidia-smi's placeholders ("N/A", "NA", anything in brackets such as "[Not Found]") are
+    # no name at all: those come back as None.
+    expected = [(pid, used, None if name.upper() in ("N/A", "NA") or (name[0] == "[" and name[-1] == "]") else name)
+                for pid, used, name in apps]
+    assert [(a["pid"], a["used_memory_mib"], a["name"]) for a in parsed] == expected
 
 
 COMM = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\n"), min_size=1,

@@ -1,0 +1,55 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The scan's cheap pass over RECORD (paths only, in bulk) must name exactly the files the
+full RECORD parser names, whatever the paths look like."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils import _dist
+
+SEGMENT = st.one_of(
+    st.sampled_from(["..", ".", "", "torch", "lib", "nvidia", "cu13", "a,b", "x y"]),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters='\x00\n\r"/'), min_size=1, max_size=12),
+)
+PATH = st.lists(SEGMENT, min_size=1, max_size=5).map("/".join).filter(lambda p: p.strip(","))
+ROW = st.tuples(st.one_of(st.just(""), st.just("/"), st.just("./")), PATH,
+                st.sampled_from(["", "sha256=AAAA"]), st.sampled_from(["", "12"]))
+
+
+def _paths_both_ways(lines):
+    with tempfile.TemporaryDirectory() as site:
+        info = os.path.join(site, "demo-1.0.dist-info")
+        os.mkdir(info)
+        with open(os.path.join(info, "METADATA"), "w") as f:
+            f.write("Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n\n")
+        with open(os.path.join(info, "RECORD"), "w", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in lines))
+        cheap = _dist.Distribution(site, info).paths
+        full = [(r[0], r[1]) for r in _dist.Distribution(site, info).record]
+    return cheap, full
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ROW, max_size=12))
+def test_cheap_paths_equal_the_full_parser(rows):
+    lines = ["%s%s,%s,%s" % (lead, path, digest, size) for lead, path, digest, size in rows]
+    cheap, full = _paths_both_ways(lines)
+    assert cheap == full
+
+
+def test_common_and_unusual_rows():
+    lines = ["torch/__init__.py,sha256=AAAA,10", "../../bin/torchrun,sha256=BBBB,20", "/abs/file.so,,",
+             "nvidia//cu13/lib/libcudart.so.13,,", "./pkg/x.py,,", "a,b.py,sha256=CCCC,3", "demo-1.0.dist-info/RECORD,,"]
+    cheap, full = _paths_both_ways(lines)
+    assert cheap == full
+    assert [rel for _abs, rel in cheap] == ["torch/__init__.py", "../../bin/torchrun", "/abs/file.so",
+                                           "nvidia//cu13/lib/libcudart.so.13", "./pkg/x.py", "a,b.py",
+                                           "demo-1.0.dist-info/RECORD"]
+    assert cheap[1][0] == os.path.normpath(os.path.join(os.path.dirname(cheap[0][0]), "..", "..", "..", "bin", "torchrun"))
