@@ -35,7 +35,9 @@ def dt_needed(path):
 
 
 def _read_needed(f):
-    ident = f.read(16)
+    # The ELF header and, in practice, the program headers sit in the first page: one read.
+    head = f.read(4096)
+    ident = head[:16]
     if len(ident) < 16 or ident[:4] != b"\x7fELF":
         return None
     cls, data = ident[4], ident[5]
@@ -44,27 +46,28 @@ def _read_needed(f):
     end = "<" if data == 1 else ">"
     is64 = cls == 2
     if is64:
-        hdr = struct.unpack(end + "HHIQQQIHHHHHH", f.read(48))
-        phoff, phentsize, phnum = hdr[4], hdr[8], hdr[9]
+        hdr = struct.unpack_from(end + "HHIQQQIHHHHHH", head, 16)
         ph_fmt = end + "IIQQQQQQ"  # type, flags, offset, vaddr, paddr, filesz, memsz, align
         dyn_fmt = end + "qQ"
     else:
-        hdr = struct.unpack(end + "HHIIIIIHHHHHH", f.read(36))
-        phoff, phentsize, phnum = hdr[4], hdr[8], hdr[9]
+        hdr = struct.unpack_from(end + "HHIIIIIHHHHHH", head, 16)
         ph_fmt = end + "IIIIIIII"  # type, offset, vaddr, paddr, filesz, memsz, flags, align
         dyn_fmt = end + "iI"
-    if not phoff or not phnum or phentsize < struct.calcsize(ph_fmt) or phnum > 4096:
+    phoff, phentsize, phnum = hdr[4], hdr[8], hdr[9]
+    size = struct.calcsize(ph_fmt)
+    if not phoff or not phnum or phentsize < size or phnum > 4096:
         return None
-    f.seek(phoff)
-    table = f.read(phentsize * phnum)
+    if phoff + phentsize * phnum <= len(head):
+        table = head[phoff:phoff + phentsize * phnum]
+    else:
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+    if len(table) < phentsize * (phnum - 1) + size:
+        return None
     loads = []
     dynamic = None
-    size = struct.calcsize(ph_fmt)
     for i in range(phnum):
-        raw = table[i * phentsize:i * phentsize + size]
-        if len(raw) < size:
-            return None
-        fields = struct.unpack(ph_fmt, raw)
+        fields = struct.unpack_from(ph_fmt, table, i * phentsize)
         if is64:
             p_type, p_offset, p_vaddr, p_filesz = fields[0], fields[2], fields[3], fields[5]
         else:
@@ -80,8 +83,7 @@ def _read_needed(f):
     dsize = struct.calcsize(dyn_fmt)
     needed_offsets = []
     strtab = strsz = None
-    for i in range(len(blob) // dsize):
-        tag, val = struct.unpack(dyn_fmt, blob[i * dsize:(i + 1) * dsize])
+    for tag, val in struct.iter_unpack(dyn_fmt, blob[:len(blob) - len(blob) % dsize]):
         if tag == DT_NULL:
             break
         if tag == DT_NEEDED:
@@ -101,12 +103,25 @@ def _read_needed(f):
             break
     if file_off is None:
         file_off = strtab  # unrelocated or prelinked at 0: vaddr == offset
-    f.seek(file_off)
-    table = f.read(min(strsz or _MAX_STRTAB, _MAX_STRTAB))
+    # Read only the span of the string table that holds the needed names (a large library's
+    # table runs to megabytes of symbol names); a name running past the span reads on.
+    limit = min(strsz or _MAX_STRTAB, _MAX_STRTAB)
+    low = min(needed_offsets)
+    if low >= limit:
+        return []
+    f.seek(file_off + low)
+    table = f.read(min(max(needed_offsets) - low + 512, limit - low))
     names = []
     for off in needed_offsets:
-        if off >= len(table):
+        rel = off - low
+        if off >= limit:
             continue
-        stop = table.find(b"\0", off)
-        names.append(table[off:stop if stop >= 0 else len(table)].decode("utf-8", "replace"))
+        stop = table.find(b"\0", rel)
+        while stop < 0 and low + len(table) < limit:
+            more = f.read(min(65536, limit - low - len(table)))
+            if not more:
+                break
+            table += more
+            stop = table.find(b"\0", rel)
+        names.append(table[rel:stop if stop >= 0 else len(table)].decode("utf-8", "replace"))
     return names
