@@ -59,6 +59,16 @@ options:
       tmux_socket:
         description: The tmux server socket to ask (C(tmux -S)).
         type: path
+  descendants:
+    description:
+      - Whether the descendants of every process in scope are in scope too (as long as they pass
+        O(scope.users)): a job's data-loader and compile workers, which hold GPU contexts of their
+        own and are left orphaned when only their parent is stopped.
+      - They are found when the module starts, before any signal, while their parent still links them
+        to the job.
+      - The M(gpufleet.hygiene.processes) calls of the C(kill) role set it (its C(kill_descendants)).
+    type: bool
+    default: false
   state:
     description: V(query) only reports; V(absent) stops every process in scope.
     type: str
@@ -117,6 +127,9 @@ processes:
     start_time:
       description: Start time in clock ticks since boot (field 22 of C(/proc/<pid>/stat)).
       type: int
+    descendant_of:
+      description: For a process in scope only as a descendant (O(descendants)), the PID of its matching ancestor; otherwise null.
+      type: int
 count:
   description: Number of processes in scope.
   returned: always
@@ -136,6 +149,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
     Scope,
     all_pids,
     ancestors,
+    children_map,
     describe,
     terminate,
 )
@@ -143,7 +157,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
 _KEYS = ("pid", "ppid", "user", "comm", "cmdline", "start_time")
 
 
-def find(scope):
+def find(scope, with_descendants=False):
     protected = ancestors() | {1, 2}
     found = []
     for pid in sorted(all_pids()):
@@ -154,8 +168,32 @@ def find(scope):
             continue  # gone, a zombie, or a kernel thread
         ok, _reason = scope.matches(info)
         if ok:
-            found.append(dict((k, info.get(k)) for k in _KEYS))
+            found.append(dict(((k, info.get(k)) for k in _KEYS), descendant_of=None))
+    if with_descendants and found:
+        found.extend(_descendants(found, scope, protected))
     return found
+
+
+def _descendants(found, scope, protected):
+    """The processes below the matching ones, each with the matching ancestor it came from."""
+    kids = children_map()
+    seen = set(f["pid"] for f in found) | protected
+    extra = []
+    for root in [f["pid"] for f in found]:
+        todo = list(kids.get(root, []))
+        while todo:
+            pid = todo.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            todo.extend(kids.get(pid, []))
+            info = describe(pid)
+            if info is None:
+                continue
+            if scope.users and not (str(info.get("uid")) in scope.users or info.get("user") in scope.users):
+                continue
+            extra.append(dict(((k, info.get(k)) for k in _KEYS), descendant_of=root))
+    return sorted(extra, key=lambda f: f["pid"])
 
 
 def main():
@@ -168,6 +206,7 @@ def main():
                 tmux_session=dict(type="str"),
                 tmux_socket=dict(type="path"),
             )),
+            descendants=dict(type="bool", default=False),
             state=dict(type="str", default="query", choices=["query", "absent"]),
             grace_period=dict(type="float", default=10),
             kill_wait=dict(type="float", default=5),
@@ -181,7 +220,7 @@ def main():
                       tmux_socket=s["tmux_socket"])
         if scope.empty():
             module.fail_json(msg="scope names no criterion: give cmdline, name, users or tmux_session")
-        found = find(scope)
+        found = find(scope, p["descendants"])
     except ProcError as exc:
         module.fail_json(msg=str(exc))
     for note in scope.notes:

@@ -78,3 +78,51 @@ def test_never_signals_itself_or_pid1(run_module):
 def test_empty_scope_and_bad_regex(run_module):
     assert "scope names no criterion" in run_module(processes.main, {"scope": {}})["msg"]
     assert "invalid regular expression" in run_module(processes.main, {"scope": {"cmdline": ["("]}})["msg"]
+
+
+def spawn_with_worker(tag):
+    """A job whose worker (like a compile or data-loader worker) has a command line of its own."""
+    code = ("import subprocess, sys, time\n"
+            "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1] + ':compile-worker'])\n"
+            "print(w.pid, flush=True)\n"
+            "time.sleep(120)\n")
+    job = subprocess.Popen([sys.executable, "-c", code, tag + "-train_dflash.py"], stdout=subprocess.PIPE, text=True)
+    return job, int(job.stdout.readline())
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_descendants_are_in_scope_and_stopped_with_the_job(run_module, tag, procs):
+    job, worker = spawn_with_worker(tag)
+    procs.append(job)
+    scope = {"cmdline": [tag + r"-train_dflash\.py$"]}
+    q = run_module(processes.main, {"scope": scope, "descendants": True})
+    assert [(p["pid"], p["descendant_of"]) for p in q["processes"]] == [(job.pid, None), (worker, job.pid)]
+    assert [p["pid"] for p in run_module(processes.main, {"scope": scope})["processes"]] == [job.pid]
+    done = run_module(processes.main, {"scope": scope, "state": "absent", "grace_period": 5, "descendants": True})
+    assert {t["pid"]: t["outcome"] for t in done["terminated"]} == {job.pid: "terminated", worker: "terminated"}
+    job.wait(timeout=5)
+    deadline = time.time() + 5
+    while _alive(worker) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(worker)
+
+
+def test_without_descendants_the_worker_is_left(run_module, tag, procs):
+    job, worker = spawn_with_worker(tag)
+    procs.append(job)
+    try:
+        done = run_module(processes.main, {"scope": {"cmdline": [tag + r"-train_dflash\.py$"]}, "state": "absent",
+                                           "grace_period": 5})
+        assert [t["pid"] for t in done["terminated"]] == [job.pid]
+        job.wait(timeout=5)
+        assert _alive(worker), "only the job itself was asked for"
+    finally:
+        if _alive(worker):
+            os.kill(worker, 9)
