@@ -61,12 +61,12 @@ options:
         type: path
   descendants:
     description:
-      - Whether the descendants of every process in scope are in scope too (as long as they pass
-        O(scope.users)): a job's data-loader and compile workers, which hold GPU contexts of their
-        own and are left orphaned when only their parent is stopped.
+      - Whether the descendants of every process in scope are in scope too, as long as they pass
+        O(scope.users). A job's data-loader and compile workers hold GPU contexts of their own and
+        are left orphaned when only their parent is stopped.
       - They are found when the module starts, before any signal, while their parent still links them
         to the job.
-      - The M(gpufleet.hygiene.processes) calls of the C(kill) role set it (its C(kill_descendants)).
+      - The C(kill) role sets it (its C(kill_descendants), true by default).
     type: bool
     default: false
   state:
