@@ -219,6 +219,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._contamination im
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import CudaError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import DistError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._pkgtool import PkgToolError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._results import diff_only_in_diff_mode
 
 
 def main():
@@ -250,19 +251,13 @@ def main():
         if p["remove"]:
             result = job.remediate(result, dists, shared)
     except RemediationError as exc:
-        partial = exc.partial
-        diff = partial.pop("diff", None)
-        if module._diff and diff:
-            partial["diff"] = diff
+        partial = diff_only_in_diff_mode(module, exc.partial)
         module.fail_json(msg=str(exc), **partial)
     except (CudaError, DistError, PkgToolError) as exc:
         module.fail_json(msg=str(exc), **result)
     for warning in result.pop("warnings", []):
         module.warn(warning)
-    diff = result.pop("diff", None)
-    if module._diff and diff:
-        result["diff"] = diff
-    module.exit_json(**result)
+    module.exit_json(**diff_only_in_diff_mode(module, result))
 
 
 if __name__ == "__main__":

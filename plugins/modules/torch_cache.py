@@ -217,6 +217,7 @@ fingerprint:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import DistError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._results import diff_only_in_diff_mode
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._torch_cache import (
     CACHE_NAMES,
     CacheError,
@@ -247,10 +248,7 @@ def main():
             run=module.run_command)
         result = job.execute()
     except CacheError as exc:
-        partial = dict(exc.partial)
-        diff = partial.pop("diff", None)
-        if module._diff and diff:
-            partial["diff"] = diff
+        partial = diff_only_in_diff_mode(module, dict(exc.partial))
         for warning in job.warnings if job else []:
             module.warn(warning)
         module.fail_json(msg=str(exc), **partial)
@@ -258,10 +256,7 @@ def main():
         module.fail_json(msg=str(exc))
     for warning in job.warnings:
         module.warn(warning)
-    diff = result.pop("diff", None)
-    if module._diff and diff:
-        result["diff"] = diff
-    module.exit_json(**result)
+    module.exit_json(**diff_only_in_diff_mode(module, result))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,18 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""A result's diff reaches the output only in diff mode, and only when it says something."""
+
+from __future__ import annotations
+
+import types
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._results import diff_only_in_diff_mode
+
+
+def test_diff_kept_only_in_diff_mode():
+    diff = {"before": "a\n", "after": ""}
+    assert diff_only_in_diff_mode(types.SimpleNamespace(_diff=True), {"changed": True, "diff": diff}) == {"changed": True, "diff": diff}
+    assert diff_only_in_diff_mode(types.SimpleNamespace(_diff=False), {"changed": True, "diff": diff}) == {"changed": True}
+    assert diff_only_in_diff_mode(types.SimpleNamespace(_diff=True), {"changed": False, "diff": []}) == {"changed": False}
+    assert diff_only_in_diff_mode(types.SimpleNamespace(_diff=True), {"changed": False}) == {"changed": False}
