@@ -160,6 +160,25 @@ def all_pids(proc=PROC):
     return [int(e) for e in os.listdir(proc) if e.isdigit()]
 
 
+_FOUND_KEYS = ("pid", "ppid", "user", "comm", "cmdline", "start_time")
+
+
+def find_processes(scope, proc=PROC):
+    """The processes that match a Scope, skipping PID 1, kernel threads and this process's ancestors."""
+    protected = ancestors(proc=proc) | {1, 2}
+    found = []
+    for pid in sorted(all_pids(proc)):
+        if pid in protected:
+            continue
+        info = describe(pid, proc)
+        if info is None or info.get("ppid") == 2:
+            continue  # gone, a zombie, or a kernel thread
+        ok, _reason = scope.matches(info)
+        if ok:
+            found.append(dict((k, info.get(k)) for k in _FOUND_KEYS))
+    return found
+
+
 def children_map(proc=PROC):
     kids = {}
     for pid in all_pids(proc):

@@ -134,28 +134,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
     ProcError,
     Scope,
-    all_pids,
-    ancestors,
-    describe,
+    find_processes,
     terminate,
 )
-
-_KEYS = ("pid", "ppid", "user", "comm", "cmdline", "start_time")
-
-
-def find(scope):
-    protected = ancestors() | {1, 2}
-    found = []
-    for pid in sorted(all_pids()):
-        if pid in protected:
-            continue
-        info = describe(pid)
-        if info is None or info.get("ppid") == 2:
-            continue  # gone, a zombie, or a kernel thread
-        ok, _reason = scope.matches(info)
-        if ok:
-            found.append(dict((k, info.get(k)) for k in _KEYS))
-    return found
 
 
 def main():
@@ -181,7 +162,7 @@ def main():
                       tmux_socket=s["tmux_socket"])
         if scope.empty():
             module.fail_json(msg="scope names no criterion: give cmdline, name, users or tmux_session")
-        found = find(scope)
+        found = find_processes(scope)
     except ProcError as exc:
         module.fail_json(msg=str(exc))
     for note in scope.notes:
