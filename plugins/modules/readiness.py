@@ -289,7 +289,9 @@ def check_gpu(gpu, job, allow_running_job):
     gpus = gpu.get("gpus", [])
     busy = [g for g in gpus if not g["idle"]]
     foreign = [h for g in gpus for h in g["processes"] if h["pid"] not in job_pids]
-    error = "gpus" not in gpu and gpu.get("gpu_available", True)
+    # A failed read has no `gpus` (a host without GPU under require_gpu=false has an empty list):
+    # it fails the check whatever gpu_available says.
+    error = "gpus" not in gpu
     running_ok = bool(allow_running_job and job_pids and not foreign)
     available = gpu.get("gpu_available", True)
     ok = not error and (not available or gpu.get("idle", False) or running_ok)
