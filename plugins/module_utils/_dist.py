@@ -499,10 +499,7 @@ def inventory(venv, python, baseline, verify_files, run):
 
     ``run(argv)`` returns ``(rc, stdout, stderr)``; raises DistError.
     """
-    if venv:
-        sites = environment_site_dirs(venv, venv_python(venv), run)
-    else:
-        sites = interpreter_site_dirs(python, run)
+    sites = environment_site_dirs(venv, venv_python(venv), run) if venv else interpreter_site_dirs(python, run)
     dists, shadowed = iter_distributions(sites)
     result = {
         "changed": False,

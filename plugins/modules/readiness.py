@@ -406,12 +406,13 @@ def main():
     # (tens to hundreds of ms on a real node) overlaps the reading of files.
     nvidia_smi = p["nvidia_smi"] or module.get_bin_path("nvidia-smi")
     gpu = {}
+    crashed = []
 
     def read_gpus_into_gpu():
         try:
             gpu.update(read_gpus(p, nvidia_smi, module.check_mode, notes["gpu_state"]))
-        except Exception as exc:  # pylint: disable=broad-except  # reported as this read's failure, like the others
-            gpu.update(failed("reading the GPUs failed: %s: %s" % (type(exc).__name__, exc), gpu_available=False))
+        except Exception as exc:  # noqa: BLE001 - raised again in the main thread, as gpu_state itself would
+            crashed.append(exc)
 
     reader = threading.Thread(target=read_gpus_into_gpu)
     reader.start()
@@ -425,6 +426,8 @@ def main():
         for name in ("cuda_contamination", "pip_inventory", "torch_cache"):
             result[name] = skipped("no venv")
     reader.join()
+    if crashed:
+        raise crashed[0]
     result["gpu_state"] = gpu
     result["checks"] = judge(result, p["allow_running_job"])
     result["ready"] = all(c["ok"] for c in result["checks"])
