@@ -283,8 +283,8 @@ class Bench(object):
 
 def fit(points):
     """Least squares wall = k + p_node * nodes + p_ct * containers over [(nodes, containers, wall)]."""
-    rows = [(1.0, float(n), float(c)) for n, c, _ in points]
-    ys = [w for _, _, w in points]
+    rows = [(1.0, float(n), float(c)) for n, c, _wall in points]
+    ys = [w for _n, _c, w in points]
     ata = [[sum(r[i] * r[j] for r in rows) for j in range(3)] for i in range(3)]
     aty = [sum(r[i] * y for r, y in zip(rows, ys)) for i in range(3)]
     # Gaussian elimination on the 3x3 normal equations.
@@ -317,7 +317,7 @@ def pyspy_top(raw_file, top=15):
     total = 0
     with open(raw_file) as f:
         for line in f:
-            stack, _, count = line.rstrip("\n").rpartition(" ")
+            stack, _sep, count = line.rstrip("\n").rpartition(" ")
             if not count.isdigit():
                 continue
             n = int(count)
@@ -351,8 +351,8 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit("bench: needs root (the simulated fleet does)")
     largest = max(sizes, key=lambda s: (s[0] * s[1], s))
-    max_nodes = max(n for n, _ in sizes)
-    max_cts = max(m for _, m in sizes)
+    max_nodes = max(n for n, _m in sizes)
+    max_cts = max(m for _n, m in sizes)
 
     versions = ensure_peer(args.peer_wheel)
     site = ensure_tools(TOOLS, TOOL_PACKAGES) if "D" in configs or args.plot or args.profile else None
@@ -424,7 +424,7 @@ def profile(bench, size, site, before):
     runs = [("B", bench.run_b)] + ([("B0", bench.run_b0)] if before else [])
     for name, fn in runs:
         start = os.path.getsize(bench.logfile)
-        wall, _ = fn(size, extra_env=env)
+        wall = fn(size, extra_env=env)[0]
         with open(bench.logfile) as f:
             f.seek(start)
             out[name] = {"wall_s": round(wall, 2), "tasks": profile_tasks(f.read())}
@@ -432,8 +432,8 @@ def profile(bench, size, site, before):
         if site:
             raw = os.path.join(WORK, "py-spy-%s.txt" % name)
             pyspy = os.path.join(TOOLS, "bin", "py-spy")
-            wall, _ = fn(size, pre=[pyspy, "record", "--subprocesses", "--nonblocking", "--rate", "50", "--format", "raw",
-                                    "--output", raw, "--"])
+            wall = fn(size, pre=[pyspy, "record", "--subprocesses", "--nonblocking", "--rate", "50", "--format", "raw",
+                                    "--output", raw, "--"])[0]
             total, top = pyspy_top(raw)
             out[name]["py_spy"] = {"wall_s": round(wall, 2), "samples": total, "top": top}
             log("py-spy %s: %.2f s, %d samples" % (name, wall, total))
@@ -446,15 +446,15 @@ def remediate(bench, size, rounds):
     inv = bench.inventories[size]["B"]
     common = ["-i", inv, "-f", str(len(hosts)), "-e", "gpufleet_allow_running_job=true"]
     bench.fleet.close_masters()
-    wall, _ = bench.playbook([os.path.join(BIN, "ansible-playbook")] + common + [REMEDIATE], env, hosts, expect_rc=(0,))
+    wall = bench.playbook([os.path.join(BIN, "ansible-playbook")] + common + [REMEDIATE], env, hosts, expect_rc=(0,))[0]
     log("remediate repaired the fleet in %.2f s" % wall)
     out = {"repair_s": round(wall, 2), "preflight": [], "remediate": []}
     for r in range(rounds + 1):
         order = [("preflight", PLAYBOOK), ("remediate", REMEDIATE)]
         for name, book in order if r % 2 == 0 else order[::-1]:
             bench.fleet.close_masters()
-            wall, _ = bench.playbook([os.path.join(BIN, "ansible-playbook")] + common + [book], env, hosts,
-                                     expect_rc=(0,), changed_ok=(name == "preflight"))
+            wall = bench.playbook([os.path.join(BIN, "ansible-playbook")] + common + [book], env, hosts,
+                                  expect_rc=(0,), changed_ok=(name == "preflight"))[0]
             if r:
                 out[name].append(round(wall, 3))
             log("clean fleet round %d %s %.2f s" % (r, name, wall))
@@ -468,7 +468,7 @@ def report(results, meta, sizes, configs, args, verdicts):
     fits = {}
     for c in configs:
         pts = [(n, n * m, med["%s@%s" % (c, label((n, m)))]) for n, m in sizes]
-        fits[c] = fit(pts) if len({(n, t) for n, t, _ in pts}) >= 3 else None
+        fits[c] = fit(pts) if len({(n, t) for n, t, _wall in pts}) >= 3 else None
     print("\n%s; %s; %s; peers %s; B's method %s; %d rounds, medians of the wall time of the whole run\n" % (
         meta["machine"], meta["ansible_core"], "commit " + meta["commit"], meta["peers"], meta["method"], args.rounds))
     print("| size (nodes x containers) | " + " | ".join(NAMES[c] for c in cols) + " | B/A | B/C | B/D |")
