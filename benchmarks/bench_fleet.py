@@ -541,15 +541,18 @@ for c, name in names.items():
                  if "%s@%dx%d" % (c, n, m) in doc["medians"] and "B@%dx%d" % (n, m) in doc["medians"]]
         ratio.sort()
         bx.plot([p[0] for p in ratio], [p[1] for p in ratio], marker="o", label="B / " + c)
+b0 = [(n * m, doc["medians"]["B0@%dx%d" % (n, m)]) for n, m in sizes if "B0@%dx%d" % (n, m) in doc["medians"]]
+if b0:
+    ax.plot([p[0] for p in b0], [p[1] for p in b0], marker="x", ls="none", color="black", label="B0 preflight.yml before")
 ax.set_xlabel("containers (nodes x containers per node)")
 ax.set_ylabel("median wall time (s)")
 ax.set_title("Wall time by fleet size")
 ax.set_ylim(bottom=0)
 ax.grid(alpha=0.3)
-ax.legend(fontsize=7)
+ax.legend(fontsize=7, loc="upper left")
 bx.axhline(1.0, color="grey", lw=0.8)
-bx.axhline(1.5, color="grey", lw=0.8, ls="--")
-bx.axhline(0.3, color="grey", lw=0.8, ls=":")
+bx.axhline(1.5, color="grey", lw=0.8, ls="--", label="goal B/A 1.5x")
+bx.axhline(0.3, color="grey", lw=0.8, ls=":", label="goal B/C 0.3x")
 bx.set_xlabel("containers")
 bx.set_ylabel("ratio of medians (same run)")
 bx.set_title("preflight (B) against the others")
@@ -565,15 +568,19 @@ fig.savefig(sys.argv[2], dpi=110)
 def plot(doc, path, sizes, configs):
     python = os.path.join(TOOLS, "bin", "python")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    script = os.path.join(WORK, "plot.py")
+    script = os.path.join(os.path.dirname(os.path.abspath(path)), ".plot-%d.py" % os.getpid())
     with open(script, "w") as f:
         f.write(PLOT)
-    names = {c: NAMES[c] for c in configs}
-    title = "%s; %s; %s" % (doc["meta"]["machine"], doc["meta"]["ansible_core"], doc["meta"]["command"])
-    data = os.path.join(WORK, "plot-data.json")
+    names = {c: NAMES[c] for c in configs if c != "B0"}
+    title = "%s; %s; medians of %d rounds, interleaved" % (doc["meta"]["machine"], doc["meta"]["ansible_core"], doc["meta"]["rounds"])
+    data = script[:-3] + ".json"
     with open(data, "w") as f:
         json.dump(doc, f)
-    subprocess.run([python, script, data, path, json.dumps(names), title], check=True)
+    try:
+        subprocess.run([python, script, data, path, json.dumps(names), title], check=True)
+    finally:
+        os.unlink(script)
+        os.unlink(data)
     print("plot: %s" % os.path.relpath(path, ROOT))
 
 
