@@ -323,6 +323,8 @@ def pyspy_top(raw_file, top=15):
             n = int(count)
             total += n
             leaf = stack.split(";")[-1]
+            if leaf.startswith("process "):
+                continue  # a process's own root frame (py-spy --subprocesses): no Python function
             leaf = re.sub(r" \((?:[^()]*/)?(site-packages/|lib/python3\.\d+/)?([^()]*)\)", r" (\2)", leaf)
             leaves[leaf] += n
     return total, [(name, n / total) for name, n in leaves.most_common(top)] if total else []
