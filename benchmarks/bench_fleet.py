@@ -434,8 +434,8 @@ def profile(bench, size, site, before):
         if site:
             raw = os.path.join(WORK, "py-spy-%s.txt" % name)
             pyspy = os.path.join(TOOLS, "bin", "py-spy")
-            wall = fn(size, pre=[pyspy, "record", "--subprocesses", "--nonblocking", "--rate", "50", "--format", "raw",
-                                    "--output", raw, "--"])[0]
+            record = [pyspy, "record", "--subprocesses", "--nonblocking", "--rate", "50", "--format", "raw", "--output", raw, "--"]
+            wall = fn(size, pre=record)[0]
             total, top = pyspy_top(raw)
             out[name]["py_spy"] = {"wall_s": round(wall, 2), "samples": total, "top": top}
             log("py-spy %s: %.2f s, %d samples" % (name, wall, total))
