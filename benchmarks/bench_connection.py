@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import glob
 import json
 import os
 import platform
@@ -39,20 +38,12 @@ import subprocess
 import sys
 import time
 import uuid
-import zipfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-FLEET = os.path.join(ROOT, "tests", "sim", "fleet")
+from _fleetbench import BIN, PEER_COLLECTIONS, ROOT, Fleet, ansible_env, ensure_peer, log
+
 STATE = "/var/tmp/gpufleet-sim-bench"
 PORT = 2622
 WORK = os.path.join(ROOT, "build", "bench-connection")
-PEER = os.path.join(ROOT, "build", "bench-peer")
-PEER_COLLECTIONS = os.path.join(PEER, "collections")
-PEER_PLUGIN = os.path.join(
-    PEER_COLLECTIONS, "ansible_collections", "community", "proxmox", "plugins", "connection", "proxmox_pct_remote.py")
-PEER_PCT = "'/usr/sbin/pct'"
-BIN = os.path.dirname(sys.executable)
 
 STAT_PATH = "/etc/passwd"
 COPY_DEST = "/tmp/gpufleet-bench-copy.txt"
@@ -79,63 +70,6 @@ PLAYBOOK = """\
 """.format(stat=STAT_PATH, dest=COPY_DEST)
 
 
-def log(msg):
-    print("bench: " + msg, file=sys.stderr, flush=True)
-
-
-def fleet_env(inventory_dir):
-    env = dict(os.environ)
-    env["GPUFLEET_SIM_STATE"] = STATE
-    env["GPUFLEET_SIM_INVENTORY"] = inventory_dir
-    return env
-
-
-def fleet(args, inventory_dir, check=True):
-    return subprocess.run([FLEET] + args, cwd=ROOT, env=fleet_env(inventory_dir), check=check)
-
-
-def ensure_peer(wheel):
-    """community.proxmox from the `ansible` wheel, with the one change the fleet needs."""
-    if not os.path.exists(PEER_PLUGIN):
-        if not wheel:
-            dl = os.path.join(PEER, "dl")
-            found = sorted(glob.glob(os.path.join(dl, "ansible-12.*.whl")))
-            if not found:
-                log("downloading the ansible 12 wheel (about 55 MB) for community.proxmox")
-                subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", dl, "ansible>=12,<13"],
-                               check=True)
-                found = sorted(glob.glob(os.path.join(dl, "ansible-12.*.whl")))
-            wheel = found[-1]
-        prefix = "ansible_collections/community/proxmox/"
-        with zipfile.ZipFile(wheel) as z:
-            z.extractall(PEER_COLLECTIONS, [m for m in z.namelist() if m.startswith(prefix)])
-        with open(os.path.join(PEER, "SOURCE"), "w") as f:
-            f.write(os.path.basename(wheel) + "\n")
-    with open(PEER_PLUGIN) as f:
-        text = f.read()
-    if PEER_PCT in text:
-        # The plugin runs pct by the absolute path /usr/sbin/pct; the simulated nodes have
-        # their pct on PATH. Only the path changes: everything else is as shipped.
-        with open(PEER_PLUGIN, "w") as f:
-            f.write(text.replace(PEER_PCT, "'pct'"))
-    with open(os.path.join(PEER_COLLECTIONS, "ansible_collections", "community", "proxmox", "MANIFEST.json")) as f:
-        return json.load(f)["collection_info"]["version"]
-
-
-def read_fleet(inventory_dir):
-    with open(os.path.join(inventory_dir, "fleet.yml")) as f:
-        inv = json.loads("".join(line for line in f if not line.startswith("#")))
-    children = inv["all"]["children"]
-    common = children["pve_containers"]["vars"]
-    nodes = []
-    for group in children["pve_containers"]["children"].values():
-        hosts = [dict(common, name=name, **hv) for name, hv in group["hosts"].items()]
-        hosts.sort(key=lambda h: h["ansible_pct_vmid"])
-        nodes.append(hosts)
-    nodes.sort(key=lambda hosts: hosts[0]["ansible_pct_vmid"])
-    return nodes
-
-
 def write_inventories(nodes, count):
     """Inventory for A (the fleet's own variables) and for B (the peer's), first `count` per node."""
     a_hosts, b_hosts = {}, {}
@@ -157,26 +91,6 @@ def write_inventories(nodes, count):
         with open(paths[key], "w") as f:
             json.dump({"all": {"children": {"bench": {"hosts": hosts}}}}, f, indent=2)
     return paths, [h for hosts in nodes for h in hosts[:count]]
-
-
-def ansible_env(home):
-    env = dict(os.environ)
-    env.update({
-        "HOME": home,  # B's paramiko reads host keys from ~/.ssh/known_hosts only
-        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join([os.path.join(ROOT, ".ansible", "collections"), PEER_COLLECTIONS]),
-        "ANSIBLE_LOCAL_TEMP": os.path.join(home, "tmp"),
-        "ANSIBLE_HOST_KEY_CHECKING": "True",
-        "ANSIBLE_NOCOLOR": "1",
-    })
-    env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
-    return env
-
-
-def close_masters():
-    """Cold start for A every run: close the pct plugin's ssh masters (not timed)."""
-    for sock in glob.glob(os.path.join(STATE, "cp", "pct-*")):
-        subprocess.run(["ssh", "-o", "ControlPath=" + sock, "-O", "exit", "x"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
 
 def run_playbook(inventory, forks, env, src, logfile):
@@ -235,7 +149,7 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit("bench: needs root (the simulated fleet does)")
 
-    peer_version = ensure_peer(args.peer_wheel) if "B" in configs else None
+    peer_version = ensure_peer(args.peer_wheel)["community.proxmox"] if "B" in configs else None
     os.makedirs(WORK, exist_ok=True)
     inventory_dir = os.path.join(WORK, "inventory")
     home = os.path.join(WORK, "home")
@@ -243,21 +157,18 @@ def main():
     open(logfile, "w").close()
     with open(os.path.join(WORK, "four_tasks.yml"), "w") as f:
         f.write(PLAYBOOK)
-    if os.path.exists(STATE):
-        log("a fleet is left in %s: bringing it down first" % STATE)
-        fleet(["down"], inventory_dir, check=False)
+    fleet = Fleet(STATE, inventory_dir, PORT)
 
     results = {(c, n): [] for c in configs for n in counts}
     t_up = time.perf_counter()
     try:
-        fleet(["up", "--nodes", str(args.nodes), "--containers", str(args.containers), "--port", str(PORT)],
-              inventory_dir)
+        fleet.up(args.nodes, args.containers)
         log("fleet up in %.1f s" % (time.perf_counter() - t_up))
-        nodes = read_fleet(inventory_dir)
+        nodes = fleet.nodes()
         os.makedirs(os.path.join(home, ".ssh"), mode=0o700, exist_ok=True)
         os.makedirs(os.path.join(home, "tmp"), exist_ok=True)
         shutil.copy(nodes[0][0]["ansible_pct_known_hosts_file"], os.path.join(home, ".ssh", "known_hosts"))
-        env = ansible_env(home)
+        env = ansible_env(home, [PEER_COLLECTIONS])
         plans = {n: write_inventories(nodes, n) for n in counts}
         forks = args.nodes * counts[-1]
         src = os.path.join(WORK, "copy-src.txt")
@@ -270,7 +181,7 @@ def main():
                     f.write("round %d %s %s\n" % (r, c, uuid.uuid4()) * 16)  # new content: copy really copies
                 inventories, hosts = plans[n]
                 if c == "A":
-                    close_masters()
+                    fleet.close_masters()
                     wall = run_playbook(inventories["A"], forks, env, src, logfile)
                 elif c == "B":
                     wall = run_playbook(inventories["B"], forks, env, src, logfile)
@@ -279,10 +190,10 @@ def main():
                 if r:
                     results[(c, n)].append(wall)
                 log("round %d %s %d containers: %.2f s" % (r, c, len(hosts), wall))
-        close_masters()
+        fleet.close_masters()
     finally:
         t_down = time.perf_counter()
-        fleet(["down"], inventory_dir, check=False)
+        fleet.down()
         log("fleet down in %.1f s" % (time.perf_counter() - t_down))
 
     names = {

@@ -491,3 +491,37 @@ def drift(dists, wanted):
         elif want["version"] is not None and not versions_match(want["version"], dist.version):
             changed.append({"name": dist.name, "baseline": want["version"], "installed": dist.version})
     return {"extra": extra, "missing": missing, "changed": changed}
+
+
+def inventory(venv, python, baseline, verify_files, run):
+    """The pip_inventory module's result: a venv's (or an interpreter's) packages read from
+    disk, compared with a baseline requirements file, their files checked against RECORD.
+
+    ``run(argv)`` returns ``(rc, stdout, stderr)``; raises DistError.
+    """
+    sites = environment_site_dirs(venv, venv_python(venv), run) if venv else interpreter_site_dirs(python, run)
+    dists, shadowed = iter_distributions(sites)
+    result = {
+        "changed": False,
+        "packages": [d.as_dict() for d in dists],
+        "count": len(dists),
+        "site_dirs": sites,
+        "shadowed": [d.as_dict() for d in shadowed],
+    }
+    if baseline:
+        try:
+            with open(baseline, "rb") as f:
+                data = f.read()
+        except (IOError, OSError) as exc:
+            raise DistError("baseline %s cannot be read: %s" % (baseline, exc.strerror or exc)) from exc
+        result["drift"] = drift(dists, parse_requirements(data, baseline))
+    if verify_files:
+        problems, checked = [], 0
+        for dist in dists:
+            missing, modified, count = dist.verify()
+            checked += count
+            if missing or modified:
+                problems.append({"name": dist.name, "version": dist.version, "missing": missing, "modified": modified})
+        result["integrity"] = {"ok": not problems, "files_checked": checked, "packages": problems}
+    result["problems"] = [p for d in dists for p in d.problems]
+    return result

@@ -160,6 +160,52 @@ def all_pids(proc=PROC):
     return [int(e) for e in os.listdir(proc) if e.isdigit()]
 
 
+_FOUND_KEYS = ("pid", "ppid", "user", "comm", "cmdline", "start_time")
+
+
+def find_processes(scope, proc=PROC, with_descendants=False):
+    """The processes that match a Scope, skipping PID 1, kernel threads and this process's ancestors.
+
+    With ``with_descendants``, the descendants of every match are in it too (as long as they pass
+    the scope's users), each naming the matching ancestor it came from in ``descendant_of``.
+    """
+    protected = ancestors(proc=proc) | {1, 2}
+    found = []
+    for pid in sorted(all_pids(proc)):
+        if pid in protected:
+            continue
+        info = describe(pid, proc)
+        if info is None or info.get("ppid") == 2:
+            continue  # gone, a zombie, or a kernel thread
+        ok, _reason = scope.matches(info)
+        if ok:
+            found.append(dict(((k, info.get(k)) for k in _FOUND_KEYS), descendant_of=None))
+    if with_descendants and found:
+        found.extend(_descendants_of(found, scope, protected, proc))
+    return found
+
+
+def _descendants_of(found, scope, protected, proc):
+    kids = children_map(proc)
+    seen = set(f["pid"] for f in found) | protected
+    extra = []
+    for root in [f["pid"] for f in found]:
+        todo = list(kids.get(root, []))
+        while todo:
+            pid = todo.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            todo.extend(kids.get(pid, []))
+            info = describe(pid, proc)
+            if info is None:
+                continue
+            if scope.users and not (str(info.get("uid")) in scope.users or info.get("user") in scope.users):
+                continue
+            extra.append(dict(((k, info.get(k)) for k in _FOUND_KEYS), descendant_of=root))
+    return sorted(extra, key=lambda f: f["pid"])
+
+
 def children_map(proc=PROC):
     kids = {}
     for pid in all_pids(proc):

@@ -149,50 +149,7 @@ integrity:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import (
-    DistError,
-    drift,
-    environment_site_dirs,
-    interpreter_site_dirs,
-    iter_distributions,
-    parse_requirements,
-    venv_python,
-)
-
-
-def inventory(module):
-    params = module.params
-    run = module.run_command
-    if params["venv"]:
-        python = venv_python(params["venv"])
-        sites = environment_site_dirs(params["venv"], python, run)
-    else:
-        sites = interpreter_site_dirs(params["python"], run)
-    dists, shadowed = iter_distributions(sites)
-    result = {
-        "changed": False,
-        "packages": [d.as_dict() for d in dists],
-        "count": len(dists),
-        "site_dirs": sites,
-        "shadowed": [d.as_dict() for d in shadowed],
-    }
-    if params["baseline"]:
-        try:
-            with open(params["baseline"], "rb") as f:
-                data = f.read()
-        except (IOError, OSError) as exc:
-            raise DistError("baseline %s cannot be read: %s" % (params["baseline"], exc.strerror or exc)) from exc
-        result["drift"] = drift(dists, parse_requirements(data, params["baseline"]))
-    if params["verify_files"]:
-        problems, checked = [], 0
-        for dist in dists:
-            missing, modified, count = dist.verify()
-            checked += count
-            if missing or modified:
-                problems.append({"name": dist.name, "version": dist.version, "missing": missing, "modified": modified})
-        result["integrity"] = {"ok": not problems, "files_checked": checked, "packages": problems}
-    result["problems"] = [p for d in dists for p in d.problems]
-    return result
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import DistError, inventory
 
 
 def main():
@@ -208,7 +165,8 @@ def main():
         supports_check_mode=True,
     )
     try:
-        result = inventory(module)
+        p = module.params
+        result = inventory(p["venv"], p["python"], p["baseline"], p["verify_files"], module.run_command)
     except DistError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(**result)

@@ -147,53 +147,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
     ProcError,
     Scope,
-    all_pids,
-    ancestors,
-    children_map,
-    describe,
+    find_processes,
     terminate,
 )
-
-_KEYS = ("pid", "ppid", "user", "comm", "cmdline", "start_time")
-
-
-def find(scope, with_descendants=False):
-    protected = ancestors() | {1, 2}
-    found = []
-    for pid in sorted(all_pids()):
-        if pid in protected:
-            continue
-        info = describe(pid)
-        if info is None or info.get("ppid") == 2:
-            continue  # gone, a zombie, or a kernel thread
-        ok, _reason = scope.matches(info)
-        if ok:
-            found.append(dict(((k, info.get(k)) for k in _KEYS), descendant_of=None))
-    if with_descendants and found:
-        found.extend(_descendants(found, scope, protected))
-    return found
-
-
-def _descendants(found, scope, protected):
-    """The processes below the matching ones, each with the matching ancestor it came from."""
-    kids = children_map()
-    seen = set(f["pid"] for f in found) | protected
-    extra = []
-    for root in [f["pid"] for f in found]:
-        todo = list(kids.get(root, []))
-        while todo:
-            pid = todo.pop()
-            if pid in seen:
-                continue
-            seen.add(pid)
-            todo.extend(kids.get(pid, []))
-            info = describe(pid)
-            if info is None:
-                continue
-            if scope.users and not (str(info.get("uid")) in scope.users or info.get("user") in scope.users):
-                continue
-            extra.append(dict(((k, info.get(k)) for k in _KEYS), descendant_of=root))
-    return sorted(extra, key=lambda f: f["pid"])
 
 
 def main():
@@ -220,7 +176,7 @@ def main():
                       tmux_socket=s["tmux_socket"])
         if scope.empty():
             module.fail_json(msg="scope names no criterion: give cmdline, name, users or tmux_session")
-        found = find(scope, p["descendants"])
+        found = find_processes(scope, with_descendants=p["descendants"])
     except ProcError as exc:
         module.fail_json(msg=str(exc))
     for note in scope.notes:

@@ -26,8 +26,9 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 import cuda_fixtures  # noqa: E402
 
-STATE = "/var/tmp/gpufleet-sim-main-test"
-PORT = "2532"
+# Its own fleet; overridable so that two checkouts can run this test at once.
+STATE = os.environ.get("GPUFLEET_MAIN_TEST_STATE", "/var/tmp/gpufleet-sim-main-test")
+PORT = os.environ.get("GPUFLEET_MAIN_TEST_PORT", "2532")
 FLEET = os.path.join(REPO, "tests", "sim", "fleet")
 
 

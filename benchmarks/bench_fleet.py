@@ -1,0 +1,590 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Fleet speed and scale: the preflight against the seeds' one-liners and the peers, one fleet, one run.
+
+Usage (as root, after tests/sim/setup-host.sh):
+
+    .venv/bin/python benchmarks/bench_fleet.py [--sizes 1x1,2x2,4x4,8x4] [--rounds 3]
+        [--configs A,B,C,D] [--before REF] [--remediate-rounds 3] [--profile]
+
+It brings up one simulated fleet of the largest size (scenario `incident`: torch +cu128 venvs,
+one container with the CUDA-13 contamination, one with a stale GPU holder, one with a stale
+compile cache, the rest healthy; state /var/tmp/gpufleet-sim-bench-fleet, inventory under
+build/bench-fleet/, port 2750, so it never meets another fleet) and measures each size NxM on
+the first N nodes and their first M containers. Interleaved in every round (the order rotates
+from round to round, so load from anything else on the machine hits all alike; round 0 is a
+warm-up and not counted):
+
+  A  the seeds' one-liners, one per container, all in parallel, a fresh ssh each:
+     ssh node 'pct exec ID -- bash -c "nvidia-smi --query-gpu=index,memory.used --format=csv,noheader;
+     <venv>/bin/uv pip list --python <venv>/bin/python | grep -iE cu13"'
+     (the fleet's venvs have no pip: uv is the seeds' other way to list them);
+  B  playbooks/preflight.yml (every check: job processes, GPUs and their holders, CUDA
+     contamination with evidence, compile caches), the pct connection with --method;
+  C  a straightforward playbook of two ansible.builtin.shell tasks doing A's work over
+     community.proxmox's proxmox_pct_remote (from the `ansible` 12 wheel, as
+     bench_connection.py takes it);
+  D  playbooks/preflight.yml under Mitogen (mitogen_linear, its lxc transport via the node:
+     mitogen_via=<node>, lxc-attach there), from a tools venv of the benchmark's own;
+  B0 (with --before REF) playbooks/preflight.yml of git revision REF, as it was shipped (its
+     ansible.cfg), on the largest size only.
+
+B, C, D and B0 start cold (no ssh master left from the previous run). B, C and D get one fork
+per container (-f). With --remediate-rounds, after the rounds: remediate.yml repairs the
+largest fleet once, then preflight.yml and remediate.yml (both with
+gpufleet_allow_running_job=true: the relaunched jobs are the fleet's own) are run alternately
+on the clean fleet; remediate must change nothing. With --profile, B (and B0) run once more
+with ansible.posix's profile_tasks callback, and once under py-spy (controller side).
+
+Prints a table of medians and ratios; writes the results (JSON) and the plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+
+from _fleetbench import BIN, PEER_COLLECTIONS, ROOT, Fleet, ansible_env, ensure_peer, ensure_tools, log
+
+WORK = os.path.join(ROOT, "build", "bench-fleet")
+TOOLS = os.path.join(ROOT, "build", "bench-tools")
+TOOL_PACKAGES = ["mitogen==0.3.54", "matplotlib", "py-spy"]
+PLAYBOOK = os.path.join(ROOT, "playbooks", "preflight.yml")
+REMEDIATE = os.path.join(ROOT, "playbooks", "remediate.yml")
+
+SHELL_PLAYBOOK = """\
+- name: The seeds' one-liners as shell tasks
+  hosts: bench
+  gather_facts: false
+  tasks:
+    - name: GPU memory
+      ansible.builtin.shell: "{{ gpufleet_nvidia_smi }} --query-gpu=index,memory.used --format=csv,noheader"
+      changed_when: false
+    - name: CUDA 13 packages in the venv
+      ansible.builtin.shell: "{{ gpufleet_venv }}/bin/uv pip list --python {{ gpufleet_venv }}/bin/python | grep -iE cu13"
+      register: cu13
+      changed_when: false
+      failed_when: cu13.rc > 1
+"""
+
+NAMES = {
+    "A": "A seeds' one-liners (ssh + pct exec per container, parallel)",
+    "B": "B preflight.yml (pct connection)",
+    "C": "C shell tasks over proxmox_pct_remote",
+    "D": "D preflight.yml under Mitogen (lxc via node)",
+    "B0": "B0 preflight.yml before",
+}
+RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
+
+
+def parse_sizes(text):
+    sizes = []
+    for item in text.split(","):
+        m = re.match(r"^\s*(\d+)x(\d+)\s*$", item)
+        if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+            raise SystemExit("bench: --sizes takes NODESxCONTAINERS items, e.g. 1x1,2x2,4x4,8x4 (got %r)" % item)
+        sizes.append((int(m.group(1)), int(m.group(2))))
+    return sorted(set(sizes), key=lambda s: (s[0] * s[1], s))
+
+
+def label(size):
+    return "%dx%d" % size
+
+
+class Bench(object):
+    def __init__(self, args, fleet):
+        self.args = args
+        self.fleet = fleet
+        self.nodes = fleet.nodes()
+        self.node_vars = fleet.inventory()["all"]["children"]["pve_nodes"]["hosts"]
+        self.home = os.path.join(WORK, "home")
+        self.logfile = os.path.join(WORK, "runs.log")
+        os.makedirs(os.path.join(self.home, ".ssh"), mode=0o700, exist_ok=True)
+        os.makedirs(os.path.join(self.home, "tmp"), exist_ok=True)
+        shutil.copy(self.nodes[0][0]["ansible_pct_known_hosts_file"], os.path.join(self.home, ".ssh", "known_hosts"))
+        with open(os.path.join(WORK, "shell.yml"), "w") as f:
+            f.write(SHELL_PLAYBOOK)
+        self.env = ansible_env(self.home, [PEER_COLLECTIONS])
+        self.mitogen_env = None
+        self.inventories = {}
+
+    # ------------------------------------------------------------------ inventories
+
+    def hosts(self, size):
+        n, m = size
+        return [h for hosts in self.nodes[:n] for h in hosts[:m]]
+
+    def write_inventories(self, size):
+        hosts = self.hosts(size)
+        n = size[0]
+        own = {}
+        peer = {}
+        mito = {}
+        for h in hosts:
+            v = {k: val for k, val in h.items() if k != "name"}
+            own[h["name"]] = dict(v, ansible_pct_method=self.args.method)
+            peer[h["name"]] = {
+                "ansible_connection": "community.proxmox.proxmox_pct_remote",
+                "ansible_host": h["ansible_pct_node_host"], "ansible_port": h["ansible_pct_node_port"],
+                "ansible_user": h["ansible_pct_node_user"], "ansible_private_key_file": h["ansible_pct_private_key_file"],
+                "proxmox_vmid": h["ansible_pct_vmid"], "ansible_python_interpreter": h["ansible_python_interpreter"],
+                "gpufleet_venv": h["gpufleet_venv"], "gpufleet_nvidia_smi": h["gpufleet_nvidia_smi"],
+            }
+            wrapper = os.path.join(WORK, "lxc-attach-%s" % h["pve_node"])
+            with open(wrapper, "w") as f:
+                # Mitogen runs `lxc-attach -n <name>` on the node; the simulated nodes keep their
+                # containers in an lxcpath of their own (-P), as pct's wrapper knows.
+                f.write("#!/bin/sh\nexec lxc-attach -P %s \"$@\"\n" % shlex.quote(h["ansible_pct_lxc_path"]))
+            os.chmod(wrapper, 0o755)
+            keep = {k: val for k, val in v.items() if not k.startswith("ansible_pct_") and k != "ansible_connection"}
+            mito[h["name"]] = dict(keep, ansible_connection="lxc", ansible_host=str(h["ansible_pct_vmid"]),
+                                   ansible_pct_vmid=h["ansible_pct_vmid"], mitogen_via=h["pve_node"],
+                                   mitogen_lxc_attach_path=wrapper)
+        node_names = sorted({h["pve_node"] for h in hosts})
+        paths = {}
+        docs = {
+            "B": {"all": {"children": {"pve_containers": {"hosts": own}}}},
+            "C": {"all": {"children": {"bench": {"hosts": peer}}}},
+            "D": {"all": {"children": {"pve_nodes": {"hosts": {k: self.node_vars[k] for k in node_names}},
+                                       "pve_containers": {"hosts": mito}}}},
+        }
+        for key, doc in docs.items():
+            paths[key] = os.path.join(WORK, "inventory-%s-%s.yml" % (key, label(size)))
+            with open(paths[key], "w") as f:
+                json.dump(doc, f, indent=1)
+        self.inventories[size] = paths
+        assert len(hosts) == n * size[1], "the fleet is smaller than %s" % label(size)
+
+    # ------------------------------------------------------------------ runs
+
+    def record(self, argv, out, wall, cwd=ROOT):
+        with open(self.logfile, "a") as f:
+            f.write("$ (cd %s; %s)  # %.2f s\n%s\n" % (cwd, shlex.join(argv), wall, out))
+
+    def playbook(self, argv, env, hosts, expect_rc=(0, 2), cwd=ROOT, changed_ok=True):
+        t0 = time.perf_counter()
+        out = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             check=False)
+        wall = time.perf_counter() - t0
+        self.record(argv, out.stdout, wall, cwd)
+        recap = {m.group(1): [int(x) for x in m.groups()[1:]] for m in RECAP.finditer(out.stdout)}
+        names = [h["name"] for h in hosts]
+        bad = [h for h in names if h not in recap or recap[h][2] != 0]
+        if out.returncode not in expect_rc or bad:
+            raise RuntimeError("%s: rc %d, hosts missing or unreachable: %s; log %s\n%s" % (
+                shlex.join(argv[-3:]), out.returncode, bad, self.logfile, out.stdout[-3000:]))
+        if not changed_ok:
+            changed = [h for h in names if recap[h][1] != 0]
+            if changed:
+                raise RuntimeError("%s changed %s on a clean fleet; log %s" % (argv[-1], changed, self.logfile))
+        return wall, {h: recap[h][3] > 0 for h in names}
+
+    def run_a(self, size):
+        hosts = self.hosts(size)
+
+        def one(h):
+            venv = h["gpufleet_venv"]
+            inner = "%s --query-gpu=index,memory.used --format=csv,noheader; %s/bin/uv pip list --python %s/bin/python | grep -iE cu13" % (
+                h["gpufleet_nvidia_smi"], venv, venv)
+            remote = "pct exec %d -- bash -c %s" % (h["ansible_pct_vmid"], shlex.quote(inner))
+            argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ControlMaster=no", "-o", "ControlPath=none",
+                    "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=" + h["ansible_pct_known_hosts_file"],
+                    "-o", "IdentitiesOnly=yes", "-i", h["ansible_pct_private_key_file"],
+                    "-p", str(h["ansible_pct_node_port"]), "root@" + h["ansible_pct_node_host"], remote]
+            out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+            # grep's 1 is "no CUDA 13 package": the clean answer. ssh's 255 or no GPU line is a failure.
+            if out.returncode > 1 or "MiB" not in out.stdout:
+                raise RuntimeError("A %s: rc %d: %s %s" % (h["name"], out.returncode, out.stdout, out.stderr))
+            return h["name"], "cu13" in out.stdout.lower()
+
+        t0 = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+            found = dict(pool.map(one, hosts))
+        wall = time.perf_counter() - t0
+        self.record(["one-liners", label(size)], json.dumps(found), wall)
+        return wall, found
+
+    def run_b(self, size, extra_env=None, pre=()):
+        hosts = self.hosts(size)
+        self.fleet.close_masters()
+        env = dict(self.env, **(extra_env or {}))
+        argv = list(pre) + [os.path.join(BIN, "ansible-playbook"), "-i", self.inventories[size]["B"], "-f", str(len(hosts)),
+                            PLAYBOOK]
+        return self.playbook(argv, env, hosts)
+
+    def run_c(self, size):
+        hosts = self.hosts(size)
+        argv = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventories[size]["C"], "-f", str(len(hosts)),
+                os.path.join(WORK, "shell.yml")]
+        return self.playbook(argv, self.env, hosts, expect_rc=(0,))
+
+    def run_d(self, size):
+        hosts = self.hosts(size)
+        argv = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventories[size]["D"], "-f", str(len(hosts)), PLAYBOOK]
+        return self.playbook(argv, self.mitogen_env, hosts)
+
+    def run_b0(self, size, extra_env=None, pre=()):
+        hosts = self.hosts(size)
+        self.fleet.close_masters()
+        env = ansible_env(self.home, [PEER_COLLECTIONS], extra_env)
+        env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join([os.path.join(self.before, "collections"), PEER_COLLECTIONS])
+        src = os.path.join(self.before, "src")
+        argv = list(pre) + [os.path.join(BIN, "ansible-playbook"), "-i", self.inventories[size]["B"],
+                            os.path.join(src, "playbooks", "preflight.yml")]
+        return self.playbook(argv, env, hosts, cwd=src)
+
+    def run(self, config, size):
+        return {"A": self.run_a, "B": self.run_b, "C": self.run_c, "D": self.run_d, "B0": self.run_b0}[config](size)
+
+    # ------------------------------------------------------------------ setup of B0 and D
+
+    def prepare_before(self, ref):
+        """The repository at `ref`, extracted (git archive) with a collections path of its own."""
+        self.before = os.path.join(WORK, "before")
+        shutil.rmtree(self.before, ignore_errors=True)
+        src = os.path.join(self.before, "src")
+        os.makedirs(src)
+        archive = os.path.join(self.before, "src.tar")
+        subprocess.run(["git", "-C", ROOT, "archive", "--format=tar", "-o", archive, ref], check=True)
+        with tarfile.open(archive) as t:
+            t.extractall(src)
+        coll = os.path.join(self.before, "collections", "ansible_collections", "gpufleet")
+        os.makedirs(coll)
+        os.symlink(src, os.path.join(coll, "hygiene"))
+        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", ref], stdout=subprocess.PIPE, text=True,
+                              check=True).stdout.strip()
+
+    def prepare_mitogen(self, site):
+        """Only mitogen and ansible_mitogen on ansible's PYTHONPATH (not the tools venv's other packages)."""
+        path = os.path.join(WORK, "mitogen-path")
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path)
+        for name in ("mitogen", "ansible_mitogen"):
+            os.symlink(os.path.join(site, name), os.path.join(path, name))
+        self.mitogen_env = dict(self.env, PYTHONPATH=path, ANSIBLE_STRATEGY="mitogen_linear",
+                                ANSIBLE_STRATEGY_PLUGINS=os.path.join(site, "ansible_mitogen", "plugins", "strategy"))
+
+
+# ---------------------------------------------------------------------- analysis
+
+
+def fit(points):
+    """Least squares wall = k + p_node * nodes + p_ct * containers over [(nodes, containers, wall)]."""
+    rows = [(1.0, float(n), float(c)) for n, c, _wall in points]
+    ys = [w for _n, _c, w in points]
+    ata = [[sum(r[i] * r[j] for r in rows) for j in range(3)] for i in range(3)]
+    aty = [sum(r[i] * y for r, y in zip(rows, ys)) for i in range(3)]
+    # Gaussian elimination on the 3x3 normal equations.
+    m = [ata[i] + [aty[i]] for i in range(3)]
+    for col in range(3):
+        piv = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-12:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(3):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [a - f * b for a, b in zip(m[r], m[col])]
+    k, p_node, p_ct = (m[i][3] / m[i][i] for i in range(3))
+    return {"fixed_s": k, "per_node_s": p_node, "per_container_s": p_ct}
+
+
+def profile_tasks(text):
+    """The profile_tasks callback's summary: [(task, seconds)]."""
+    out = []
+    part = text.split("=" * 20, 1)[-1]
+    for m in re.finditer(r"^(.+?) -+ (\d+\.\d+)s\s*$", part, re.MULTILINE):
+        out.append((m.group(1).strip(), float(m.group(2))))
+    return out
+
+
+def pyspy_top(raw_file, top=15):
+    """py-spy's raw (collapsed) stacks: the share of samples per leaf function, and per ansible area."""
+    leaves = collections.Counter()
+    total = 0
+    with open(raw_file) as f:
+        for line in f:
+            stack, _sep, count = line.rstrip("\n").rpartition(" ")
+            if not count.isdigit():
+                continue
+            n = int(count)
+            total += n
+            leaf = stack.split(";")[-1]
+            if leaf.startswith("process "):
+                continue  # a process's own root frame (py-spy --subprocesses): no Python function
+            leaf = re.sub(r" \((?:[^()]*/)?(site-packages/|lib/python3\.\d+/)?([^()]*)\)", r" (\2)", leaf)
+            leaves[leaf] += n
+    return total, [(name, n / total) for name, n in leaves.most_common(top)] if total else []
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1x1,2x2,4x4,8x4", help="NODESxCONTAINERS per node, comma separated")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--configs", default="A,B,C,D")
+    ap.add_argument("--before", metavar="REF", help="also run preflight.yml of this git revision (B0), largest size only")
+    ap.add_argument("--remediate-rounds", type=int, default=3, help="preflight vs remediate on the clean fleet (0: skip)")
+    ap.add_argument("--profile", action="store_true", help="profile_tasks and py-spy runs of B (and B0) at the largest size")
+    ap.add_argument("--method", default="lxc-attach", choices=["lxc-attach", "pct"], help="the pct connection's method for B")
+    ap.add_argument("--port", type=int, default=2750)
+    ap.add_argument("--state", default="/var/tmp/gpufleet-sim-bench-fleet")
+    ap.add_argument("--results", default=os.path.join(WORK, "results.json"))
+    ap.add_argument("--plot", default=os.path.join(ROOT, "docs", "img", "fleet-scaling.png"))
+    ap.add_argument("--peer-wheel", help="a downloaded ansible 12.x wheel to take community.proxmox and ansible.posix from")
+    args = ap.parse_args()
+    sizes = parse_sizes(args.sizes)
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in ("A", "B", "C", "D")]
+    if unknown or args.rounds < 1:
+        ap.error("--configs takes A, B, C, D (got %s); --rounds at least 1" % ",".join(unknown))
+    if os.geteuid() != 0:
+        raise SystemExit("bench: needs root (the simulated fleet does)")
+    largest = max(sizes, key=lambda s: (s[0] * s[1], s))
+    max_nodes = max(n for n, _m in sizes)
+    max_cts = max(m for _n, m in sizes)
+
+    versions = ensure_peer(args.peer_wheel)
+    site = ensure_tools(TOOLS, TOOL_PACKAGES) if "D" in configs or args.plot or args.profile else None
+    os.makedirs(WORK, exist_ok=True)
+    open(os.path.join(WORK, "runs.log"), "w").close()
+    fleet = Fleet(args.state, os.path.join(WORK, "inventory"), args.port)
+    results = {"runs": collections.defaultdict(list), "load": [], "errors": []}
+    meta = {
+        "command": " ".join([os.path.relpath(sys.executable, ROOT), os.path.relpath(__file__, ROOT)] + sys.argv[1:]),
+        "machine": "%s, %d CPUs, Python %s" % (platform.machine(), os.cpu_count(), platform.python_version()),
+        "ansible_core": subprocess.run([os.path.join(BIN, "ansible"), "--version"], stdout=subprocess.PIPE, text=True,
+                                       check=True).stdout.splitlines()[0],
+        "peers": versions, "method": args.method, "sizes": [label(s) for s in sizes], "rounds": args.rounds,
+        "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE, text=True,
+                                 check=False).stdout.strip(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    t_up = time.perf_counter()
+    try:
+        fleet.up(max_nodes, max_cts, ["--scenario", "incident", "--gpus", "4"])
+        meta["fleet_up_s"] = round(time.perf_counter() - t_up, 1)
+        log("fleet up (%dx%d) in %.1f s" % (max_nodes, max_cts, meta["fleet_up_s"]))
+        bench = Bench(args, fleet)
+        for size in sizes:
+            bench.write_inventories(size)
+        if site and "D" in configs:
+            bench.prepare_mitogen(site)
+        plan = [(c, s) for s in sizes for c in configs]
+        if args.before:
+            meta["before"] = bench.prepare_before(args.before)
+            plan.append(("B0", largest))
+        verdicts = {}
+        for r in range(args.rounds + 1):
+            k = r % len(plan)
+            for c, s in plan[k:] + plan[:k]:
+                load = os.getloadavg()[0]
+                try:
+                    wall, found = bench.run(c, s)
+                except RuntimeError as exc:  # recorded and reported; the other runs go on
+                    results["errors"].append("round %d %s %s: %s" % (r, c, label(s), str(exc)[:2000]))
+                    log("round %d %s %s FAILED: %s" % (r, c, label(s), str(exc)[:300]))
+                    continue
+                if r:
+                    results["runs"]["%s@%s" % (c, label(s))].append(round(wall, 3))
+                    results["load"].append(round(load, 2))
+                verdicts.setdefault(label(s), {})[c] = found
+                log("round %d %-2s %-5s %6.2f s (load %.1f)" % (r, c, label(s), wall, load))
+
+        for name, todo, fn in (("profile", args.profile, lambda: profile(bench, largest, site, args.before)),
+                               ("remediate", args.remediate_rounds, lambda: remediate(bench, largest, args.remediate_rounds))):
+            if todo:
+                try:
+                    results[name] = fn()
+                except RuntimeError as exc:
+                    results["errors"].append("%s: %s" % (name, str(exc)[:2000]))
+                    log("%s FAILED: %s" % (name, str(exc)[:300]))
+    finally:
+        t_down = time.perf_counter()
+        fleet.down()
+        log("fleet down in %.1f s" % (time.perf_counter() - t_down))
+
+    report(results, meta, sizes, configs, args, verdicts)
+    return 0
+
+
+def profile(bench, size, site, before):
+    out = {}
+    env = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks", "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all"}
+    runs = [("B", bench.run_b)] + ([("B0", bench.run_b0)] if before else [])
+    for name, fn in runs:
+        start = os.path.getsize(bench.logfile)
+        wall = fn(size, extra_env=env)[0]
+        with open(bench.logfile) as f:
+            f.seek(start)
+            out[name] = {"wall_s": round(wall, 2), "tasks": profile_tasks(f.read())}
+        log("profile %s: %.2f s" % (name, wall))
+        if site:
+            raw = os.path.join(WORK, "py-spy-%s.txt" % name)
+            pyspy = os.path.join(TOOLS, "bin", "py-spy")
+            record = [pyspy, "record", "--subprocesses", "--nonblocking", "--rate", "50", "--format", "raw", "--output", raw, "--"]
+            wall = fn(size, pre=record)[0]
+            total, top = pyspy_top(raw)
+            out[name]["py_spy"] = {"wall_s": round(wall, 2), "samples": total, "top": top}
+            log("py-spy %s: %.2f s, %d samples" % (name, wall, total))
+    return out
+
+
+def remediate(bench, size, rounds):
+    hosts = bench.hosts(size)
+    env = bench.env
+    inv = bench.inventories[size]["B"]
+    common = ["-i", inv, "-f", str(len(hosts)), "-e", "gpufleet_allow_running_job=true"]
+    bench.fleet.close_masters()
+    wall = bench.playbook([os.path.join(BIN, "ansible-playbook")] + common + [REMEDIATE], env, hosts, expect_rc=(0,))[0]
+    log("remediate repaired the fleet in %.2f s" % wall)
+    out = {"repair_s": round(wall, 2), "preflight": [], "remediate": []}
+    for r in range(rounds + 1):
+        order = [("preflight", PLAYBOOK), ("remediate", REMEDIATE)]
+        for name, book in order if r % 2 == 0 else order[::-1]:
+            bench.fleet.close_masters()
+            wall = bench.playbook([os.path.join(BIN, "ansible-playbook")] + common + [book], env, hosts,
+                                  expect_rc=(0,), changed_ok=(name == "preflight"))[0]
+            if r:
+                out[name].append(round(wall, 3))
+            log("clean fleet round %d %s %.2f s" % (r, name, wall))
+    return out
+
+
+def report(results, meta, sizes, configs, args, verdicts):
+    runs = results["runs"]
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    cols = configs + (["B0"] if "B0@%s" % label(max(sizes, key=lambda s: s[0] * s[1])) in med else [])
+    fits = {}
+    for c in configs:
+        pts = [(n, n * m, med["%s@%s" % (c, label((n, m)))]) for n, m in sizes]
+        fits[c] = fit(pts) if len({(n, t) for n, t, _wall in pts}) >= 3 else None
+    print("\n%s; %s; %s; peers %s; B's method %s; %d rounds, medians of the wall time of the whole run\n" % (
+        meta["machine"], meta["ansible_core"], "commit " + meta["commit"], meta["peers"], meta["method"], args.rounds))
+    print("| size (nodes x containers) | " + " | ".join(NAMES[c] for c in cols) + " | B/A | B/C | B/D |")
+    print("| --- |" + " ---: |" * (len(cols) + 3))
+    for s in sizes:
+        cells = []
+        for c in cols:
+            key = "%s@%s" % (c, label(s))
+            cells.append("%.2f s" % med[key] if key in med else "")
+
+        def ratio(a, b, s=s):
+            ka, kb = "%s@%s" % (a, label(s)), "%s@%s" % (b, label(s))
+            return "%.2fx" % (med[ka] / med[kb]) if ka in med and kb in med else ""
+        print("| %s (%d) | %s | %s | %s | %s |" % (label(s), s[0] * s[1], " | ".join(cells), ratio("B", "A"),
+                                                   ratio("B", "C"), ratio("B", "D")))
+    print("\nFit wall = fixed + per_node * nodes + per_container * containers (least squares over the sizes):")
+    for c in configs:
+        f = fits[c]
+        if f:
+            print("  %-2s fixed %.2f s, per node %+.0f ms, per container %+.0f ms" % (
+                c, f["fixed_s"], 1000 * f["per_node_s"], 1000 * f["per_container_s"]))
+    rem = results.get("remediate")
+    if rem and rem["preflight"]:
+        p, r = statistics.median(rem["preflight"]), statistics.median(rem["remediate"])
+        print("\nClean fleet (%s): preflight %.2f s, remediate %.2f s (nothing to do): %.2fx" % (
+            label(max(sizes, key=lambda s: s[0] * s[1])), p, r, r / p))
+    prof = results.get("profile") or {}
+    for name, pr in prof.items():
+        print("\nprofile_tasks, %s (%.2f s):" % (name, pr["wall_s"]))
+        for task, sec in pr["tasks"]:
+            print("  %6.2f s  %s" % (sec, task))
+        if "py_spy" in pr:
+            print("py-spy (controller and workers), %s: %d samples; leaf functions:" % (name, pr["py_spy"]["samples"]))
+            for fn, share in pr["py_spy"]["top"]:
+                print("  %5.1f%%  %s" % (100 * share, fn))
+    for err in results["errors"]:
+        print("\nFAILED: " + err.splitlines()[0])
+    print("\nload average (1 min) at the start of the counted runs: median %.1f, max %.1f" % (
+        statistics.median(results["load"]), max(results["load"])))
+    doc = {"meta": meta, "runs": runs, "medians": {k: round(v, 3) for k, v in med.items()}, "fits": fits,
+           "remediate": rem, "profile": prof, "load": results["load"], "verdicts": verdicts, "errors": results["errors"]}
+    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+    with open(args.results, "w") as f:
+        json.dump(doc, f, indent=1)
+    print("\nresults: %s" % os.path.relpath(args.results, ROOT))
+    if args.plot:
+        plot(doc, args.plot, sizes, configs)
+
+
+PLOT = r"""
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+doc = json.load(open(sys.argv[1]))
+sizes = [tuple(int(x) for x in s.split("x")) for s in doc["meta"]["sizes"]]
+names = json.loads(sys.argv[3])
+fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.8))
+for c, name in names.items():
+    pts = sorted((n * m, doc["medians"]["%s@%dx%d" % (c, n, m)], "%dx%d" % (n, m)) for n, m in sizes
+                 if "%s@%dx%d" % (c, n, m) in doc["medians"])
+    if not pts:
+        continue
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    for p in pts:
+        if c == "B":
+            ax.annotate(p[2], (p[0], p[1]), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    if c != "B":
+        ratio = [(n * m, doc["medians"]["B@%dx%d" % (n, m)] / doc["medians"]["%s@%dx%d" % (c, n, m)]) for n, m in sizes
+                 if "%s@%dx%d" % (c, n, m) in doc["medians"] and "B@%dx%d" % (n, m) in doc["medians"]]
+        ratio.sort()
+        bx.plot([p[0] for p in ratio], [p[1] for p in ratio], marker="o", label="B / " + c)
+b0 = [(n * m, doc["medians"]["B0@%dx%d" % (n, m)]) for n, m in sizes if "B0@%dx%d" % (n, m) in doc["medians"]]
+if b0:
+    ax.plot([p[0] for p in b0], [p[1] for p in b0], marker="x", ls="none", color="black", label="B0 preflight.yml before")
+ax.set_xlabel("containers (nodes x containers per node)")
+ax.set_ylabel("median wall time (s)")
+ax.set_title("Wall time by fleet size")
+ax.set_ylim(bottom=0)
+ax.grid(alpha=0.3)
+ax.legend(fontsize=7, loc="upper left")
+bx.axhline(1.0, color="grey", lw=0.8)
+bx.axhline(1.5, color="grey", lw=0.8, ls="--", label="goal B/A 1.5x")
+bx.axhline(0.3, color="grey", lw=0.8, ls=":", label="goal B/C 0.3x")
+bx.set_xlabel("containers")
+bx.set_ylabel("ratio of medians (same run)")
+bx.set_title("preflight (B) against the others")
+bx.set_ylim(bottom=0)
+bx.grid(alpha=0.3)
+bx.legend(fontsize=7)
+fig.suptitle(sys.argv[4], fontsize=8)
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=110)
+"""
+
+
+def plot(doc, path, sizes, configs):
+    python = os.path.join(TOOLS, "bin", "python")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    script = os.path.join(os.path.dirname(os.path.abspath(path)), ".plot-%d.py" % os.getpid())
+    with open(script, "w") as f:
+        f.write(PLOT)
+    names = {c: NAMES[c] for c in configs if c != "B0"}
+    title = "%s; %s; medians of %d rounds, interleaved" % (doc["meta"]["machine"], doc["meta"]["ansible_core"], doc["meta"]["rounds"])
+    data = script[:-3] + ".json"
+    with open(data, "w") as f:
+        json.dump(doc, f)
+    try:
+        subprocess.run([python, script, data, path, json.dumps(names), title], check=True)
+    finally:
+        os.unlink(script)
+        os.unlink(data)
+    print("plot: %s" % os.path.relpath(path, ROOT))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""readiness: one call returns what processes, gpu_state, cuda_contamination, pip_inventory and
+torch_cache return one by one, on a REAL seed venv (real wheels installed by uv), a REAL training
+stand-in holding a GPU of the nvidia-smi STAND-IN, and a real stale compile cache; and judges them."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+
+import pytest
+from cachetree import INDUCTOR_TREE, make_tree
+from cuda_fixtures import SEED_ADDED, SEED_BASE, build_seed_wheels, install, make_venv
+
+from ansible_collections.gpufleet.hygiene.plugins.modules import (
+    cuda_contamination,
+    gpu_state,
+    pip_inventory,
+    processes,
+    readiness,
+    torch_cache,
+)
+from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
+
+UV = shutil.which("uv", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+pytestmark = pytest.mark.slow
+
+# Differ from one reading to the next by nature (timings), not by what was read.
+VOLATILE = ("query_seconds", "invocation", "warnings")
+
+
+def pins(pairs):
+    return ["%s==%s" % p for p in pairs]
+
+
+def stable(result):
+    out = {k: v for k, v in result.items() if k not in VOLATILE}
+    out.pop("changed", None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def seed_wheels(tmp_path_factory):
+    root = tmp_path_factory.mktemp("seed")
+    build_seed_wheels(str(root / "wheels"), str(root / "work"))
+    return str(root / "wheels")
+
+
+@pytest.fixture
+def rig(tmp_path, seed_wheels):
+    """A container's worth of trouble: the seed's venv, a job holding GPU 1, a stale Inductor cache."""
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, seed_wheels, pins(SEED_BASE))
+    install(UV, venv, seed_wheels, pins(SEED_ADDED))
+    state = gpu_standin.make_state(tmp_path / "gpu", gpus=2, release_delay=0.2)
+    smi = gpu_standin.install_nvidia_smi(tmp_path / "bin", state)
+    trainers = gpu_standin.Trainers(state)
+    env = {"HOME": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    make_tree(env["TORCHINDUCTOR_CACHE_DIR"], INDUCTOR_TREE)
+    try:
+        # This rig's stand-ins only (other tests on the machine run the same program).
+        job = [re.escape(gpu_standin.TRAINER) + " --state " + re.escape(str(state)) + " "]
+        yield {"job": job, "venv": venv, "smi": smi, "devices": [os.path.join(state, "dev", "nvidia*")], "trainers": trainers,
+               "env": env, "baseline": str(tmp_path / "baseline.txt")}
+    finally:
+        trainers.cleanup()
+
+
+def args_of(rig, **kw):
+    args = {"job_patterns": rig["job"], "nvidia_smi": rig["smi"], "device_patterns": rig["devices"], "venv": rig["venv"],
+            "cache_environment": rig["env"]}
+    args.update(kw)
+    return args
+
+
+def test_one_call_reads_what_the_five_modules_read(run_module, rig):
+    job = rig["trainers"].start(gpu=1, mib=40960)
+    with open(rig["baseline"], "w") as f:
+        f.write("\n".join(pins(SEED_BASE)) + "\n")
+    res = run_module(readiness.main, args_of(rig, baseline=rig["baseline"], verify_files=True))
+    assert res["changed"] is False and "failed" not in res
+
+    alone = {
+        "processes": run_module(processes.main, {"scope": {"cmdline": rig["job"]}}),
+        "gpu_state": run_module(gpu_state.main, {"nvidia_smi": rig["smi"], "device_patterns": rig["devices"]}),
+        "cuda_contamination": run_module(cuda_contamination.main, {"venv": rig["venv"]}),
+        "pip_inventory": run_module(pip_inventory.main, {"venv": rig["venv"], "baseline": rig["baseline"], "verify_files": True}),
+        "torch_cache": run_module(torch_cache.main, {"venv": rig["venv"], "environment": rig["env"]}),
+    }
+    for name, result in alone.items():
+        assert stable(res[name]) == stable(result), name
+    # What was read is the real state, not just the same state twice.
+    assert [p["pid"] for p in res["processes"]["processes"]] == [job.pid]
+    [g0, g1] = sorted(res["gpu_state"]["gpus"], key=lambda g: g["index"])
+    assert g0["idle"] and not g1["idle"] and [p["pid"] for p in g1["processes"]] == [job.pid]
+    assert {c["name"] for c in res["cuda_contamination"]["contaminants"]} >= {"nvidia-nccl-cu13", "sglang-kernel"}
+    drift = res["pip_inventory"]["drift"]
+    assert {d["name"] for d in drift["extra"]} and res["pip_inventory"]["integrity"]["ok"] is False  # the wheels clobbered files
+
+    checks = {c["name"]: c for c in res["checks"]}
+    assert list(checks) == ["gpu_idle", "venv_clean", "packages", "caches_fresh"]
+    assert checks["gpu_idle"]["ok"] is False
+    assert checks["gpu_idle"]["summary"].startswith("GPU 1: 40960 MiB used, held by pid %d " % job.pid)
+    assert checks["venv_clean"]["ok"] is False
+    assert re.match(r"^\d+ package\(s\) built for another CUDA than 12\.8: .*nvidia-nccl-cu13 \S+ \(CUDA 13\)",
+                    checks["venv_clean"]["summary"]), checks["venv_clean"]["summary"]
+    assert checks["packages"]["ok"] is False
+    assert checks["packages"]["summary"].startswith("%d packages; %d missing (" % (res["pip_inventory"]["count"], len(drift["missing"])))
+    assert ", %d not in the baseline; files differ from RECORD in " % len(drift["extra"]) in checks["packages"]["summary"]
+    assert checks["caches_fresh"]["ok"] is False
+    assert checks["caches_fresh"]["summary"].startswith("built for another torch/Triton/CUDA: inductor %s (" % rig["env"]["TORCHINDUCTOR_CACHE_DIR"])
+    assert res["ready"] is False and res["running_job"] is True
+
+
+def test_the_jobs_own_gpu_use_passes_only_when_allowed(run_module, rig):
+    job = rig["trainers"].start(gpu=0, mib=1024)
+    res = run_module(readiness.main, args_of(rig, venv=None))
+    [gpu] = res["checks"]
+    assert gpu["ok"] is False and "held by pid %d" % job.pid in gpu["summary"]
+    res = run_module(readiness.main, args_of(rig, venv=None, allow_running_job=True))
+    assert res["checks"] == [{"name": "gpu_idle", "severity": "fail", "ok": True,
+                              "summary": "held by the running job (pid %d)" % job.pid}]
+    assert res["ready"] is True and res["running_job"] is True
+    # A holder that is not the job still fails, allowed or not.
+    res = run_module(readiness.main, args_of(rig, venv=None, allow_running_job=True, job_patterns=["^no-such-job$"]))
+    assert res["checks"][0]["ok"] is False and res["running_job"] is False
+
+
+def test_a_failed_read_is_reported_and_the_others_still_run(run_module, rig, tmp_path):
+    missing = str(tmp_path / "no-venv")
+    res = run_module(readiness.main, args_of(rig, venv=missing))
+    assert "failed" not in res  # the call itself succeeds; each read carries its own failure
+    assert res["cuda_contamination"]["failed"] is True and missing in res["cuda_contamination"]["msg"]
+    assert res["torch_cache"]["failed"] is True
+    assert res["gpu_state"]["gpu_available"] is True and res["gpu_state"]["idle"] is True
+    checks = {c["name"]: c for c in res["checks"]}
+    assert checks["gpu_idle"] == {"name": "gpu_idle", "severity": "fail", "ok": True, "summary": "2 GPU(s) idle"}
+    assert checks["venv_clean"]["ok"] is False and checks["venv_clean"]["summary"] == res["cuda_contamination"]["msg"]
+    assert checks["caches_fresh"]["ok"] is False and checks["caches_fresh"]["summary"] == res["torch_cache"]["msg"]
+    assert res["ready"] is False
+
+
+def test_what_is_not_asked_is_skipped_and_a_host_without_gpu_can_pass(run_module, tmp_path):
+    res = run_module(readiness.main, {"require_gpu": False, "nvidia_smi": str(tmp_path / "no-nvidia-smi"),
+                                      "device_patterns": [str(tmp_path / "dev" / "nvidia*")]})
+    for name in ("processes", "cuda_contamination", "pip_inventory", "torch_cache"):
+        assert res[name]["skipped"] is True, name
+    assert res["gpu_state"]["gpu_available"] is False
+    [gpu] = res["checks"]
+    assert gpu["ok"] is True and gpu["summary"].startswith("no usable GPU (")
+    assert res["ready"] is True and res["running_job"] is False
+    # With a GPU required, a GPU that cannot be read fails the check with the reason.
+    res = run_module(readiness.main, {"nvidia_smi": str(tmp_path / "no-nvidia-smi"),
+                                      "device_patterns": [str(tmp_path / "dev" / "nvidia*")]})
+    assert res["gpu_state"]["failed"] is True and res["gpu_state"]["gpu_available"] is False
+    assert res["checks"] == [{"name": "gpu_idle", "severity": "fail", "ok": False, "summary": res["gpu_state"]["msg"]}]
+    assert res["ready"] is False
