@@ -24,6 +24,8 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import (
     environment_site_dirs,
     file_digest,
     iter_distributions,
+    valid_project_name,
+    valid_version,
     venv_python,
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._pkgtool import Installer, shell_join
@@ -67,6 +69,12 @@ class VenvLock(object):
         os.close(self.fd)
 
 
+# What a dist-info says is put on an installer's command line only when it is a package
+# name and a version: "--python=/usr/bin/python3" as a Name would be an option of uv.
+_UNSAFE = ("its metadata names it %r, version %r, which an installer would not read as a package (%s): "
+           "not handed to uv or pip; remove that directory by hand")
+
+
 def _pkg_lines(dists):
     return "".join("%s==%s\n" % (d.name, d.version) for d in sorted(dists, key=lambda d: d.key))
 
@@ -80,6 +88,13 @@ class Contamination(object):
         self.venv = venv
         self.run_cmd = run
         self.expected_cuda = expected_cuda
+        for option, names in (("also_remove", also_remove), ("protect", protect)):
+            bad = [n for n in names if not valid_project_name(n)]
+            if bad:
+                raise DistError(
+                    "%s holds %s, which %s not a package name: a name is letters, digits, '.', '_' and '-', starting "
+                    "and ending with a letter or digit (as in sglang, flashinfer-python)"
+                    % (option, ", ".join(repr(n) for n in bad), "is" if len(bad) == 1 else "are"))
         self.protect = set(canonical_name(p) for p in protect)
         self.also_remove = [canonical_name(n) for n in also_remove]
         self.find_links = find_links
@@ -136,6 +151,8 @@ class Contamination(object):
             dist = by_key[key]
             if key in self.protect:
                 kept.append({"name": item["name"], "reason": "protected"})
+            elif not valid_project_name(dist.name) or not valid_version(dist.version):
+                kept.append({"name": item["name"], "reason": _UNSAFE % (dist.name, dist.version, dist.info_dir)})
             elif os.path.realpath(dist.site_dir) not in self.own_sites:
                 kept.append({"name": item["name"], "reason": "installed outside the venv, in %s" % dist.site_dir})
             else:
@@ -146,6 +163,9 @@ class Contamination(object):
                 continue
             if os.path.realpath(dist.site_dir) not in self.own_sites:
                 kept.append({"name": dist.name, "reason": "installed outside the venv, in %s" % dist.site_dir})
+                continue
+            if not valid_project_name(dist.name) or not valid_version(dist.version):
+                kept.append({"name": dist.name, "reason": _UNSAFE % (dist.name, dist.version, dist.info_dir)})
                 continue
             remove.append(dist)
         removing = set(d.key for d in remove)
@@ -169,8 +189,10 @@ class Contamination(object):
                             ok = False
                 if ok:
                     preserve.append(abs_path)
-                else:
+                elif valid_project_name(dist.name) and valid_version(dist.version):
                     reinstall[dist.key] = dist
+                elif not any(k["name"] == dist.name for k in kept):
+                    kept.append({"name": dist.name, "reason": _UNSAFE % (dist.name, dist.version, dist.info_dir)})
         return remove, kept, sorted(set(preserve)), sorted(reinstall.values(), key=lambda d: d.key)
 
     def remediate(self, result, dists, shared):

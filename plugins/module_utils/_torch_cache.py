@@ -600,7 +600,8 @@ def read_marker(real_root):
     try:
         with os.fdopen(fd, "rb") as f:
             data = json.loads(f.read(65536).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, OSError) as exc:
+    except (ValueError, UnicodeDecodeError, OSError, RecursionError) as exc:
+        # RecursionError: nesting deeper than the parser's stack ("[[[[..."), no marker ever written.
         return None, f"marker {path} is not valid JSON ({exc}): it is rewritten on the next clear"
     fp = data.get("fingerprint") if isinstance(data, dict) else None
     if not isinstance(fp, dict):
