@@ -196,6 +196,13 @@ class Contamination(object):
         return remove, kept, sorted(set(preserve)), sorted(reinstall.values(), key=lambda d: d.key)
 
     def remediate(self, result, dists, shared):
+        if not (os.path.isfile(os.path.join(self.venv, "pyvenv.cfg")) or os.path.isdir(os.path.join(self.venv, "conda-meta"))):
+            # A system prefix (/usr, or "/opt/venv/../../usr") has a bin/python3 and, on many
+            # distributions, a lib/python3.X/site-packages: it looks like a venv, and is the OS's.
+            raise DistError(
+                "venv %s (%s) has no pyvenv.cfg and no conda-meta: it is neither a virtual nor a conda environment, "
+                "and packages are removed only from one of those; give the training venv's own directory"
+                % (self.venv, os.path.realpath(self.venv)))
         remove, kept, preserve, reinstall = self.plan(dists, result["contaminants"], shared)
         result["kept"] = kept
         result["removed"] = [{"name": d.name, "version": d.version} for d in remove]

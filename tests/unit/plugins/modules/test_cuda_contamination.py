@@ -354,3 +354,22 @@ def test_hostile_dist_info_names_never_reach_the_installer(run_module, seed_venv
     other_after = inventory(run_module, other, verify_files=True)
     assert other_after["packages"] == other_before["packages"]
     assert other_after["integrity"] == other_before["integrity"]
+
+
+def test_removal_only_from_a_virtual_or_conda_environment(run_module, seed_venv):
+    """A system prefix (/usr on a distribution with lib/python3.X/site-packages) looks like a
+    venv: bin/python3 and site-packages. Without pyvenv.cfg or conda-meta nothing is removed."""
+    before = inventory(run_module, seed_venv, verify_files=True)
+    cfg = os.path.join(seed_venv, "pyvenv.cfg")
+    os.rename(cfg, cfg + ".away")
+    alias = seed_venv + "/bin/../"  # as "/opt/venv/../../usr" would reach a prefix
+    result = run_module(cuda_contamination.main, dict(venv=alias, remove=True, also_remove=SEED_LEFTOVERS))
+    assert result["failed"]
+    assert "has no pyvenv.cfg and no conda-meta: it is neither a virtual nor a conda environment" in result["msg"]
+    os.rename(cfg + ".away", cfg)
+    after = inventory(run_module, seed_venv, verify_files=True)
+    assert after["packages"] == before["packages"] and after["integrity"] == before["integrity"]
+    os.rename(cfg, cfg + ".away")
+    os.makedirs(os.path.join(seed_venv, "conda-meta"))
+    check = run_module(cuda_contamination.main, dict(venv=seed_venv, remove=True), check_mode=True)
+    assert not check.get("failed") and check["changed"], check
