@@ -40,15 +40,16 @@ class RemediationError(Exception):
 
 
 class VenvLock(object):
-    """An exclusive flock on ``<venv>/.gpufleet-hygiene.lock`` so two runs never remove at once."""
+    """An exclusive flock on the venv directory itself, so two runs never remove at once and
+    no lock file is left in the user's venv."""
 
     def __init__(self, venv, timeout):
-        self.path = os.path.join(venv, ".gpufleet-hygiene.lock")
+        self.path = venv
         self.timeout = timeout
         self.fd = None
 
     def __enter__(self):
-        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
         deadline = time.monotonic() + self.timeout
         while True:
             try:
@@ -60,7 +61,7 @@ class VenvLock(object):
                 if time.monotonic() >= deadline:
                     os.close(self.fd)
                     raise DistError(
-                        "another run holds %s for more than %ss; wait for it or raise lock_timeout"
+                        "another run holds the lock on venv %s for more than %ss; wait for it or raise lock_timeout"
                         % (self.path, self.timeout)) from None
                 time.sleep(0.1)
 
