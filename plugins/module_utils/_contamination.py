@@ -93,9 +93,9 @@ class Contamination(object):
             bad = [n for n in names if not valid_project_name(n)]
             if bad:
                 raise DistError(
-                    "%s holds %s, which %s not a package name: a name is letters, digits, '.', '_' and '-', starting "
-                    "and ending with a letter or digit (as in sglang, flashinfer-python)"
-                    % (option, ", ".join(repr(n) for n in bad), "is" if len(bad) == 1 else "are"))
+                    "%s holds %s, which %s: a name is letters, digits, '.', '_' and '-', starting and ending with a "
+                    "letter or digit (as in sglang, flashinfer-python)"
+                    % (option, ", ".join(repr(n) for n in bad), "is not a package name" if len(bad) == 1 else "are not package names"))
         self.protect = set(canonical_name(p) for p in protect)
         self.also_remove = [canonical_name(n) for n in also_remove]
         self.find_links = find_links

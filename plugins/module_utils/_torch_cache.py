@@ -162,6 +162,11 @@ def _from_variable(name, var, value):
     if not os.path.isabs(value):
         return Location(name, value, var, f"{var}={value} is not an absolute path (it would depend on the "
                         "job's working directory): give an absolute directory")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        # A newline or tab in a cache variable is a quoting mistake: state fresh would create
+        # the directory "/tmp\n/etc" and record it as a cache.
+        return Location(name, None, var, f"{var}={value!r} holds a control character (a newline or tab from a "
+                        "quoting mistake?): give the cache's directory alone")
     # Not normalised: "link/.." is resolved by the kernel through the link, and so is it here.
     return Location(name, value, var)
 
