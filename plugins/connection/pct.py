@@ -45,6 +45,7 @@ options:
   node_user:
     description:
       - User to log in to the node as. It must be allowed to run C(pct exec) (normally root).
+      - A name ssh would read as an option (a leading C(-)) or with characters no user name has is refused.
       - Commands inside the container start as root; use C(become) to run as another user there.
     type: string
     default: root
@@ -309,6 +310,18 @@ def validate_vmid(value):
     return vmid
 
 
+def validate_user(value):
+    """The node user as given; refuse what ssh would read as an option or refuse itself
+    ("remote username contains invalid characters"), so that it is a clear error, not a
+    failed module."""
+    user = str(value) if value is not None else ""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?", user):
+        raise AnsibleOptionsError(
+            "gpufleet.hygiene.pct: node_user must be a user name (letters, digits, '_', '.', '-', not starting with "
+            "'-'), got %r (ansible_pct_node_user, ansible_user)" % user)
+    return user
+
+
 def control_path(directory, user, host, port):
     """One socket per node: the hash covers user, address and port, not the container."""
     digest = hashlib.sha1(to_bytes("%s@%s:%s" % (user, host, port))).hexdigest()[:16]
@@ -387,6 +400,7 @@ class Connection(ConnectionBase):
     def _connect(self):
         if not self._connected:
             self._vmid = validate_vmid(self.get_option("vmid"))
+            validate_user(self.get_option("node_user"))
             cpdir = os.path.expanduser(self.get_option("control_path_dir"))
             try:
                 os.makedirs(cpdir, mode=0o700, exist_ok=True)

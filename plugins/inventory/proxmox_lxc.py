@@ -72,7 +72,8 @@ options:
   hostname:
     description:
       - How a container's inventory name is made. V(name) uses its hostname (falling back to
-        C(<node>-<vmid>) when it has none or when two containers share it), V(vmid) uses C(ct<vmid>).
+        C(<node>-<vmid>) when it has none, when two containers share it, when it is a node's name, or
+        when it is not a DNS name), V(vmid) uses C(ct<vmid>).
     type: string
     default: name
     choices: [name, vmid]
@@ -129,6 +130,7 @@ display = Display()
 
 _GPU = re.compile(r"^/dev/nvidia(\d+)$")
 _MARK = "@@gpufleet-pct-config"
+_HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?", re.ASCII)
 
 
 def parse_pct_list(text):
@@ -136,7 +138,8 @@ def parse_pct_list(text):
     rows = []
     for line in text.splitlines():
         fields = line.split()
-        if not fields or fields[0] == "VMID" or not (fields[0].isascii() and fields[0].isdigit()):
+        # A vmid is at most nine digits (Proxmox's 100-999999999); a longer run is no row.
+        if not fields or fields[0] == "VMID" or not (fields[0].isascii() and fields[0].isdigit() and len(fields[0]) <= 9):
             continue
         row = {"vmid": int(fields[0]), "status": fields[1] if len(fields) > 1 else "unknown", "lock": "", "name": ""}
         if len(fields) == 3:
@@ -176,6 +179,18 @@ def nvidia_devices(conf):
         if dev.startswith("/dev/nvidia") and dev not in seen:
             seen.append(dev)
     return seen
+
+
+def container_host_name(mode, node_name, row, names, node_names=()):
+    """A container's inventory name: its hostname, or ``<node>-<vmid>`` when it has none, shares
+    it with another container, is a node's name (it would take over that node's host and its
+    variables) or is not a DNS name (``pct list`` is what a node says, not what it should)."""
+    if mode == "vmid":
+        return "ct%d" % row["vmid"]
+    name = row.get("name") or ""
+    if not name or len(names.get(name, [])) > 1 or name in node_names or not _HOSTNAME.fullmatch(name):
+        return "%s-%d" % (node_name, row["vmid"])
+    return name
 
 
 def gpu_indices(devices):
@@ -293,6 +308,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         nodes_group = self.inventory.add_group(prefix + "nodes")
         all_group = self.inventory.add_group(prefix + "containers")
         names = {}
+        node_names = set(results["nodes"])
         for data in results["nodes"].values():
             for row in data["containers"]:
                 names.setdefault(row.get("name") or "", []).append(row["vmid"])
@@ -307,7 +323,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 self.inventory.set_variable(node_name, "ansible_ssh_private_key_file", self.get_option("private_key_file"))
             node_group = self.inventory.add_group(self._sanitize_group_name("%snode_%s" % (prefix, node_name)))
             for row in data["containers"]:
-                host = self._host_name(node_name, row, names)
+                host = self._host_name(node_name, row, names, node_names)
                 conf = row.get("config", {})
                 devices = nvidia_devices(conf)
                 gpus = gpu_indices(devices)
@@ -345,13 +361,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 self._add_host_to_composed_groups(self.get_option("groups"), allvars, host, strict=strict)
                 self._add_host_to_keyed_groups(self.get_option("keyed_groups"), allvars, host, strict=strict)
 
-    def _host_name(self, node_name, row, names):
-        if self.get_option("hostname") == "vmid":
-            return "ct%d" % row["vmid"]
-        name = row.get("name") or ""
-        if not name or len(names.get(name, [])) > 1:
-            return "%s-%d" % (node_name, row["vmid"])
-        return name
+    def _host_name(self, node_name, row, names, node_names):
+        return container_host_name(self.get_option("hostname"), node_name, row, names, node_names)
 
     def parse(self, inventory, loader, path, cache=True):
         super().parse(inventory, loader, path, cache)

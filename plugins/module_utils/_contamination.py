@@ -24,6 +24,8 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import (
     environment_site_dirs,
     file_digest,
     iter_distributions,
+    valid_project_name,
+    valid_version,
     venv_python,
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._pkgtool import Installer, shell_join
@@ -38,15 +40,16 @@ class RemediationError(Exception):
 
 
 class VenvLock(object):
-    """An exclusive flock on ``<venv>/.gpufleet-hygiene.lock`` so two runs never remove at once."""
+    """An exclusive flock on the venv directory itself, so two runs never remove at once and
+    no lock file is left in the user's venv."""
 
     def __init__(self, venv, timeout):
-        self.path = os.path.join(venv, ".gpufleet-hygiene.lock")
+        self.path = venv
         self.timeout = timeout
         self.fd = None
 
     def __enter__(self):
-        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
         deadline = time.monotonic() + self.timeout
         while True:
             try:
@@ -58,13 +61,19 @@ class VenvLock(object):
                 if time.monotonic() >= deadline:
                     os.close(self.fd)
                     raise DistError(
-                        "another run holds %s for more than %ss; wait for it or raise lock_timeout"
+                        "another run holds the lock on venv %s for more than %ss; wait for it or raise lock_timeout"
                         % (self.path, self.timeout)) from None
                 time.sleep(0.1)
 
     def __exit__(self, *exc):
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
+
+
+# What a dist-info says is put on an installer's command line only when it is a package
+# name and a version: "--python=/usr/bin/python3" as a Name would be an option of uv.
+_UNSAFE = ("its metadata names it %r, version %r, which an installer would not read as a package (%s): "
+           "not handed to uv or pip; remove that directory by hand")
 
 
 def _pkg_lines(dists):
@@ -80,6 +89,13 @@ class Contamination(object):
         self.venv = venv
         self.run_cmd = run
         self.expected_cuda = expected_cuda
+        for option, names in (("also_remove", also_remove), ("protect", protect)):
+            bad = [n for n in names if not valid_project_name(n)]
+            if bad:
+                raise DistError(
+                    "%s holds %s, which %s: a name is letters, digits, '.', '_' and '-', starting and ending with a "
+                    "letter or digit (as in sglang, flashinfer-python)"
+                    % (option, ", ".join(repr(n) for n in bad), "is not a package name" if len(bad) == 1 else "are not package names"))
         self.protect = set(canonical_name(p) for p in protect)
         self.also_remove = [canonical_name(n) for n in also_remove]
         self.find_links = find_links
@@ -136,6 +152,8 @@ class Contamination(object):
             dist = by_key[key]
             if key in self.protect:
                 kept.append({"name": item["name"], "reason": "protected"})
+            elif not valid_project_name(dist.name) or not valid_version(dist.version):
+                kept.append({"name": item["name"], "reason": _UNSAFE % (dist.name, dist.version, dist.info_dir)})
             elif os.path.realpath(dist.site_dir) not in self.own_sites:
                 kept.append({"name": item["name"], "reason": "installed outside the venv, in %s" % dist.site_dir})
             else:
@@ -146,6 +164,9 @@ class Contamination(object):
                 continue
             if os.path.realpath(dist.site_dir) not in self.own_sites:
                 kept.append({"name": dist.name, "reason": "installed outside the venv, in %s" % dist.site_dir})
+                continue
+            if not valid_project_name(dist.name) or not valid_version(dist.version):
+                kept.append({"name": dist.name, "reason": _UNSAFE % (dist.name, dist.version, dist.info_dir)})
                 continue
             remove.append(dist)
         removing = set(d.key for d in remove)
@@ -169,11 +190,20 @@ class Contamination(object):
                             ok = False
                 if ok:
                     preserve.append(abs_path)
-                else:
+                elif valid_project_name(dist.name) and valid_version(dist.version):
                     reinstall[dist.key] = dist
+                elif not any(k["name"] == dist.name for k in kept):
+                    kept.append({"name": dist.name, "reason": _UNSAFE % (dist.name, dist.version, dist.info_dir)})
         return remove, kept, sorted(set(preserve)), sorted(reinstall.values(), key=lambda d: d.key)
 
     def remediate(self, result, dists, shared):
+        if not (os.path.isfile(os.path.join(self.venv, "pyvenv.cfg")) or os.path.isdir(os.path.join(self.venv, "conda-meta"))):
+            # A system prefix (/usr, or "/opt/venv/../../usr") has a bin/python3 and, on many
+            # distributions, a lib/python3.X/site-packages: it looks like a venv, and is the OS's.
+            raise DistError(
+                "venv %s (%s) has no pyvenv.cfg and no conda-meta: it is neither a virtual nor a conda environment, "
+                "and packages are removed only from one of those; give the training venv's own directory"
+                % (self.venv, os.path.realpath(self.venv)))
         remove, kept, preserve, reinstall = self.plan(dists, result["contaminants"], shared)
         result["kept"] = kept
         result["removed"] = [{"name": d.name, "version": d.version} for d in remove]

@@ -90,8 +90,8 @@ def label_cuda(version):
         return None
     label = version.split("+", 1)[1].lower()
     match = _LABEL_RE.search(label)
-    if not match:
-        return None
+    if not match or match.group(1)[0] == "0":
+        return None  # cu00..cu09x: no CUDA is numbered 0, and a CUDA 0 would flag the package in every venv
     return digits_to_cuda(match.group(1))
 
 

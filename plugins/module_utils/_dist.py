@@ -21,6 +21,25 @@ class DistError(Exception):
     """Bad input that the user must fix (path, venv, baseline)."""
 
 
+_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+_NAME_CHARS = _ALNUM | frozenset("._-")
+_VERSION_CHARS = _ALNUM | frozenset(".!+_-")
+
+
+def valid_project_name(name):
+    """A project name as PEP 508 defines it; anything else is no package an installer can be
+    given (a name starting with ``-`` would be read as one of its options)."""
+    return (isinstance(name, str) and bool(name) and name[0] in _ALNUM and name[-1] in _ALNUM
+            and all(c in _NAME_CHARS for c in name))
+
+
+def valid_version(version):
+    """Only the characters of a PEP 440 version (local label included), starting with one
+    that cannot be read as an option."""
+    return (isinstance(version, str) and bool(version) and version[0] in _ALNUM
+            and all(c in _VERSION_CHARS for c in version))
+
+
 def canonical_name(name):
     """Normalise a project name as packaging.utils.canonicalize_name does (PEP 503):
     runs of ``-``, ``_`` and ``.`` become one ``-``, and the name is lower-cased."""

@@ -46,7 +46,12 @@ class ProcError(Exception):
 
 
 def _read(path, binary=False):
-    with open(path, "rb" if binary else "r") as f:
+    if binary:
+        with open(path, "rb") as f:
+            return f.read()
+    # A process names itself (prctl PR_SET_NAME) with any bytes: its stat line must still be
+    # read, or that process would look gone and be neither listed nor stopped.
+    with open(path, "r", encoding="utf-8", errors="replace") as f:
         return f.read()
 
 
@@ -86,10 +91,11 @@ def parse_status(text):
     """(real uid, NSpid list) from /proc/<pid>/status."""
     uid, nspid = None, []
     for line in text.splitlines():
-        if line.startswith("Uid:"):
-            uid = int(line.split()[1])
-        elif line.startswith("NSpid:"):
-            nspid = [int(x) for x in line.split()[1:]]
+        fields = line.split()
+        if line.startswith("Uid:") and len(fields) > 1 and fields[1].isascii() and fields[1].isdigit():
+            uid = int(fields[1])
+        elif line.startswith("NSpid:") and all(x.isascii() and x.isdigit() for x in fields[1:]):
+            nspid = [int(x) for x in fields[1:]]
     return uid, nspid
 
 
@@ -330,6 +336,22 @@ def tmux_pane_pids(session, socket=None, timeout=10):
     return set(int(x) for x in res.stdout.decode("ascii", "replace").split() if x.isdigit())
 
 
+def tmux_name_problem(session):
+    """Why ``session`` cannot name a tmux session exactly, or None.
+
+    tmux stores ``:`` and ``.`` in a new session's name as ``_`` and control characters
+    escaped, and reads them in a target as window and pane separators: ``=train:0`` or
+    ``=train.1`` target the session ``train``, whatever else follows. Such a name would
+    reach another session than the one given."""
+    if not session:
+        return "is empty: give the job's tmux session name"
+    bad = sorted(set(c for c in session if c in ":." or ord(c) < 32 or ord(c) == 127))
+    if bad:
+        return ("contains %s, which tmux reads as a window or pane separator or escapes in names: no session "
+                "is named that way (use letters, digits, - and _)" % ", ".join(repr(c) for c in bad))
+    return None
+
+
 class Scope(object):
     """Which processes may be terminated. Every criterion given must match (AND);
     within one criterion any item may match (OR). An empty scope matches nothing."""
@@ -341,6 +363,15 @@ class Scope(object):
             self.cmdline = [re.compile(p) for p in (cmdline or [])]
         except re.error as exc:
             raise ProcError("scope has an invalid regular expression: %s" % exc) from exc
+        for key, compiled in (("name", self.name), ("cmdline", self.cmdline)):
+            for rx in compiled:
+                if rx.search("") is not None:
+                    raise ProcError(
+                        "scope.%s pattern %r matches the empty string, so it matches every process: anchor it on "
+                        "the job, for example ^\\S*python3? \\S*train\\.py" % (key, rx.pattern))
+        why = tmux_name_problem(tmux_session) if tmux_session is not None else None
+        if why:
+            raise ProcError("scope.tmux_session %r %s" % (tmux_session, why))
         self.users = [str(u) for u in (users or [])]
         self.vmids = [int(v) for v in (vmids or [])]
         self.tmux_session = tmux_session

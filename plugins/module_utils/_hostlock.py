@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import time
 
@@ -35,7 +36,10 @@ def read_lock(path):
         info = json.loads(data.decode("utf-8"))
         if not isinstance(info, dict):
             raise ValueError("not an object")
-    except ValueError:
+        expires = float(info.get("expires") or 0)
+        if not math.isfinite(expires):
+            raise ValueError("expires is not a finite number")
+    except (ValueError, TypeError, RecursionError):  # RecursionError: "[[[[..." nested deeper than json's stack
         return {"owner": None, "taken": 0, "expires": 0, "garbled": True}
     return info
 
@@ -108,5 +112,5 @@ def _remove_if(path, held):
 def _when(stamp):
     try:
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(stamp)))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError, OSError):
         return "an unknown time"

@@ -59,18 +59,20 @@ class Installer(object):
                 "the venv ('%s -m ensurepip')" % (venv, python))
         return cls("pip", python)
 
+    # No cache: a run must not leave uv's or pip's cache (copies of every wheel it read) in
+    # the home directory of whoever it runs as; only the venv is what it was asked to change.
     def uninstall(self, names):
         if self.tool == "uv":
-            return [self.uv, "pip", "uninstall", "--python", self.python] + list(names)
+            return [self.uv, "pip", "uninstall", "--no-cache", "--python", self.python] + list(names)
         return [self.python, "-m", "pip", "uninstall", "--yes", "--disable-pip-version-check",
                 "--no-input"] + list(names)
 
     def reinstall(self, pins, find_links=None, no_index=False):
         """Reinstall exact versions, without touching their dependencies."""
         if self.tool == "uv":
-            argv = [self.uv, "pip", "install", "--python", self.python, "--reinstall", "--no-deps"]
+            argv = [self.uv, "pip", "install", "--no-cache", "--python", self.python, "--reinstall", "--no-deps"]
         else:
-            argv = [self.python, "-m", "pip", "install", "--force-reinstall", "--no-deps",
+            argv = [self.python, "-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-cache-dir",
                     "--disable-pip-version-check", "--no-input"]
         if find_links:
             argv += ["--find-links", find_links]

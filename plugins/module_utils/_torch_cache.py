@@ -162,6 +162,11 @@ def _from_variable(name, var, value):
     if not os.path.isabs(value):
         return Location(name, value, var, f"{var}={value} is not an absolute path (it would depend on the "
                         "job's working directory): give an absolute directory")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        # A newline or tab in a cache variable is a quoting mistake: state fresh would create
+        # the directory "/tmp\n/etc" and record it as a cache.
+        return Location(name, None, var, f"{var}={value!r} holds a control character (a newline or tab from a "
+                        "quoting mistake?): give the cache's directory alone")
     # Not normalised: "link/.." is resolved by the kernel through the link, and so is it here.
     return Location(name, value, var)
 
@@ -600,7 +605,8 @@ def read_marker(real_root):
     try:
         with os.fdopen(fd, "rb") as f:
             data = json.loads(f.read(65536).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, OSError) as exc:
+    except (ValueError, UnicodeDecodeError, OSError, RecursionError) as exc:
+        # RecursionError: nesting deeper than the parser's stack ("[[[[..."), no marker ever written.
         return None, f"marker {path} is not valid JSON ({exc}): it is rewritten on the next clear"
     fp = data.get("fingerprint") if isinstance(data, dict) else None
     if not isinstance(fp, dict):

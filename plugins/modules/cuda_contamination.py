@@ -24,6 +24,11 @@ description:
   - With O(remove=true), uninstalls the contaminants and O(also_remove) with uv (when the
     target has it) or pip, keeps the files that remaining packages share with them, and
     reinstalls at their recorded versions the packages whose files had been overwritten.
+  - Removes only from a virtual environment (C(pyvenv.cfg)) or a conda environment (C(conda-meta)),
+    never from a system prefix such as C(/usr); uv and pip run without their cache and the lock is
+    an C(flock) on the venv directory, so nothing outside the venv changes. A package whose metadata
+    does not give a package name and version (a name such as C(--python=...)) is listed in RV(kept),
+    never handed to the installer.
 extends_documentation_fragment:
   - gpufleet.hygiene.attributes
 attributes:
@@ -60,7 +65,8 @@ options:
   also_remove:
     description:
       - Names to remove together with the contaminants (a leftover serving stack such as
-        V(sglang) or V(flashinfer-python)). Names that are not installed are ignored.
+        V(sglang) or V(flashinfer-python)). Names that are not installed are ignored; a value that is
+        not a package name (letters, digits, C(.), C(_), C(-)) is refused.
     type: list
     elements: str
     default: []
@@ -203,7 +209,7 @@ restored:
   type: list
   elements: dict
 kept:
-  description: Contaminants not removed, with the reason (protected, or outside the venv).
+  description: Contaminants not removed, with the reason (protected, outside the venv, or metadata that is no package name and version).
   returned: when O(remove=true)
   type: list
   elements: dict

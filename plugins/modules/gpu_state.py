@@ -67,7 +67,9 @@ options:
         type: list
         elements: str
       cmdline:
-        description: Python regular expressions searched in the command line (arguments joined by spaces).
+        description:
+          - Python regular expressions searched in the command line (arguments joined by spaces).
+          - A pattern that matches the empty string (V(''), V(.*), V(train|)) would match every process and is refused.
         type: list
         elements: str
       users:
@@ -81,7 +83,9 @@ options:
         type: list
         elements: int
       tmux_session:
-        description: The processes of this tmux session's panes and their descendants.
+        description:
+          - The processes of this tmux session's panes and their descendants.
+          - A name with C(:), C(.) or a control character is refused; tmux reads C(=notes:0) as the session C(notes).
         type: str
       tmux_socket:
         description: The tmux server socket to ask (C(tmux -S)); the module user's default server when unset.

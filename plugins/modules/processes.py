@@ -42,7 +42,9 @@ options:
     required: true
     suboptions:
       cmdline:
-        description: Python regular expressions searched in the command line (arguments joined by spaces).
+        description:
+          - Python regular expressions searched in the command line (arguments joined by spaces).
+          - A pattern that matches the empty string (V(''), V(.*), V(train|)) would match every process and is refused.
         type: list
         elements: str
       name:
@@ -54,7 +56,9 @@ options:
         type: list
         elements: str
       tmux_session:
-        description: The processes of this tmux session's panes and their descendants.
+        description:
+          - The processes of this tmux session's panes and their descendants.
+          - A name with C(:), C(.) or a control character is refused; tmux reads C(=notes:0) as the session C(notes).
         type: str
       tmux_socket:
         description: The tmux server socket to ask (C(tmux -S)).

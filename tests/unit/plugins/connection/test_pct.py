@@ -139,6 +139,20 @@ def test_vmid_refuses_everything_else(bad):
         conn._connect()
 
 
+@pytest.mark.parametrize("bad", ["root -oProxyCommand=touch\\ /tmp/x", "-oProxyCommand=id", "root;id", "$(id)", "ro ot",
+                                 "root\n", "", "`id`"])
+def test_node_user_refuses_what_is_no_user_name(bad):
+    conn = make_conn(ansible_pct_vmid=100, ansible_pct_node_user=bad)
+    with pytest.raises(AnsibleOptionsError, match="node_user must be a user name"):
+        conn._connect()
+
+
+@pytest.mark.parametrize("good", ["root", "svc-pve", "ci_runner", "user.name", "admin@pam", "machine$"])
+def test_node_user_accepts_user_names(good):
+    conn = make_conn(ansible_pct_vmid=100, ansible_pct_node_user=good)
+    conn._connect()
+
+
 def test_exec_argv_exact(popen, tmp_path):
     rec = popen(stdout=b"ok\n")
     conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))

@@ -77,3 +77,18 @@ def test_gpus_from_dev_entries_pve9():
 def test_no_passthrough():
     conf = parse_pct_config("arch: amd64\nhostname: web\nmemory: 512\n")
     assert nvidia_devices(conf) == [] and gpu_indices([]) == []
+
+
+def test_host_name_never_takes_a_node_or_an_odd_name():
+    host_name = _plugin.container_host_name
+    rows = [{"vmid": 100, "name": "pve2"}, {"vmid": 101, "name": "a;touch$(x)"}, {"vmid": 102, "name": "-oProxyCommand=x"},
+            {"vmid": 103, "name": "train-103"}, {"vmid": 104, "name": "9" * 300}]
+    names = {r["name"]: [r["vmid"]] for r in rows}
+    got = [host_name("name", "pve1", r, names, {"pve1", "pve2"}) for r in rows]
+    # pve2 is a node: a container so named would take over that node's host and its variables.
+    assert got == ["pve1-100", "pve1-101", "pve1-102", "train-103", "pve1-104"]
+
+
+def test_pct_list_vmid_longer_than_nine_digits_is_no_row():
+    assert parse_pct_list("1" * 5000 + " running\n1234567890 running\n100 running\n") == [
+        {"vmid": 100, "status": "running", "lock": "", "name": ""}]

@@ -252,6 +252,12 @@ def test_restore_without_a_source_names_the_packages_and_the_command(run_module,
     (dict(expected_cuda="twelve"), "expected_cuda 'twelve' is not a CUDA version"),
     (dict(expected_cuda="12.8.1"), "expected_cuda '12.8.1' is not a CUDA version"),
     (dict(expected_cuda="0"), "expected_cuda '0' is not a CUDA version"),
+    (dict(remove=True, also_remove=["sglang; touch /tmp/PWNED"]), "also_remove holds 'sglang; touch /tmp/PWNED', which is not"),
+    (dict(remove=True, also_remove=["--python=/usr/bin/python3"]), "also_remove holds '--python=/usr/bin/python3', which is not"),
+    (dict(remove=True, also_remove=["$(touch /tmp/PWNED)", "`id`"]), "'$(touch /tmp/PWNED)', '`id`', which are not package names"),
+    (dict(remove=True, also_remove=["../torch"]), "also_remove holds '../torch'"),
+    (dict(remove=True, also_remove=["sglang\nrm"]), "also_remove holds 'sglang\\nrm'"),
+    (dict(protect=["torch", "-e"]), "protect holds '-e', which is not a package name"),
 ])
 def test_bad_input_is_a_clear_error(run_module, tmp_path, args, message):
     venv = make_venv(str(tmp_path / "venv"), UV)
@@ -322,3 +328,48 @@ def test_venv_seeing_another_environments_torch_through_a_pth(run_module, tmp_pa
     assert result["clean"] is True
     assert inventory(run_module, image)["packages"] == before_image
     assert "nvidia-nccl-cu12" not in names_versions(inventory(run_module, venv))
+
+
+def test_hostile_dist_info_names_never_reach_the_installer(run_module, seed_venv, seed_wheels, tmp_path):
+    """A dist-info whose METADATA names it as an installer option (a hostile or broken wheel)
+    is reported as kept and never put on uv's command line: the other venv it points at, and
+    the rest of this one, stay as they were; the real contaminants are still removed."""
+    other = make_venv(str(tmp_path / "other"), UV)
+    install(UV, other, seed_wheels, pins(SEED_BASE) + pins(SEED_ADDED))
+    other_before = inventory(run_module, other, verify_files=True)
+    site = inventory(run_module, seed_venv)["site_dirs"][0]
+    evil = os.path.join(site, "evil-1.0+cu130.dist-info")
+    os.makedirs(evil)
+    with open(os.path.join(evil, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: --python=%s/bin/python\nVersion: 1.0+cu130\n\n" % other)
+    with open(os.path.join(evil, "RECORD"), "w") as f:
+        f.write("evil-1.0+cu130.dist-info/METADATA,,\n")
+    result = run_module(cuda_contamination.main, dict(
+        venv=seed_venv, remove=True, also_remove=SEED_LEFTOVERS, find_links=seed_wheels, no_index=True))
+    assert not result.get("failed"), result
+    [kept] = [k for k in result["kept"] if k["name"].startswith("--python")]
+    assert "not handed to uv or pip" in kept["reason"]
+    assert {r["name"] for r in result["removed"]} == {n for n, _v in SEED_ADDED}
+    assert os.path.isdir(evil)
+    other_after = inventory(run_module, other, verify_files=True)
+    assert other_after["packages"] == other_before["packages"]
+    assert other_after["integrity"] == other_before["integrity"]
+
+
+def test_removal_only_from_a_virtual_or_conda_environment(run_module, seed_venv):
+    """A system prefix (/usr on a distribution with lib/python3.X/site-packages) looks like a
+    venv: bin/python3 and site-packages. Without pyvenv.cfg or conda-meta nothing is removed."""
+    before = inventory(run_module, seed_venv, verify_files=True)
+    cfg = os.path.join(seed_venv, "pyvenv.cfg")
+    os.rename(cfg, cfg + ".away")
+    alias = seed_venv + "/bin/../"  # as "/opt/venv/../../usr" would reach a prefix
+    result = run_module(cuda_contamination.main, dict(venv=alias, remove=True, also_remove=SEED_LEFTOVERS))
+    assert result["failed"]
+    assert "has no pyvenv.cfg and no conda-meta: it is neither a virtual nor a conda environment" in result["msg"]
+    os.rename(cfg + ".away", cfg)
+    after = inventory(run_module, seed_venv, verify_files=True)
+    assert after["packages"] == before["packages"] and after["integrity"] == before["integrity"]
+    os.rename(cfg, cfg + ".away")
+    os.makedirs(os.path.join(seed_venv, "conda-meta"))
+    check = run_module(cuda_contamination.main, dict(venv=seed_venv, remove=True), check_mode=True)
+    assert not check.get("failed") and check["changed"], check

@@ -126,3 +126,58 @@ def test_without_descendants_the_worker_is_left(run_module, tag, procs):
     finally:
         if _alive(worker):
             os.kill(worker, 9)
+
+
+@pytest.mark.parametrize("pattern", ["", ".*", "a|", "(?:x)?", r"\s*"])
+def test_pattern_matching_every_process_is_refused(run_module, tag, procs, pattern):
+    decoy = spawn(tag + "-decoy")
+    procs.append(decoy)
+    for key in ("cmdline", "name"):
+        result = run_module(processes.main, {"scope": {key: [pattern], "users": [str(os.getuid())]}, "state": "absent"})
+        assert result["failed"]
+        assert "scope.%s pattern %r matches the empty string, so it matches every process" % (key, pattern) in result["msg"]
+    assert decoy.poll() is None
+
+
+@pytest.mark.skipif(subprocess.run(["which", "tmux"], capture_output=True, check=False).returncode != 0,
+                    reason="tmux is not installed")
+@pytest.mark.parametrize("session", ["usersess:", "usersess:0", "usersess.0", "usersess:0.0", "train\nusersess", "", "a\tb"])
+def test_tmux_session_that_tmux_would_read_as_another_target_is_refused(run_module, tmp_path, tag, session):
+    """tmux reads =usersess:0 as the session usersess: such a name would reach a user's own
+    session. Refused, and that session's process survives."""
+    sock = str(tmp_path / "tmux.sock")
+    subprocess.run(["tmux", "-S", sock, "new-session", "-d", "-s", "usersess", sys.executable, "-c",
+                    "import time; time.sleep(120)", tag], check=True)
+    try:
+        before = run_module(processes.main, {"scope": {"tmux_session": "usersess", "tmux_socket": sock}})
+        assert before["count"] == 1
+        result = run_module(processes.main, {"scope": {"tmux_session": session, "tmux_socket": sock}, "state": "absent"})
+        assert result["failed"]
+        assert "scope.tmux_session %r" % session in result["msg"]
+        assert "is empty" in result["msg"] if not session else "no session is named that way" in result["msg"]
+        after = run_module(processes.main, {"scope": {"tmux_session": "usersess", "tmux_socket": sock}})
+        assert after["processes"] == before["processes"]
+    finally:
+        subprocess.run(["tmux", "-S", sock, "kill-server"], check=False)
+
+
+def test_process_naming_itself_with_bytes_that_are_not_utf8_is_still_seen(run_module, tag, procs):
+    """A process may set its name (comm, in /proc/<pid>/stat) to any bytes: it must still be
+    listed and stopped, not look gone."""
+    code = ("import ctypes, time\n"
+            "ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(b'\\xff\\xfe) x (job'), 0, 0, 0)\n"
+            "open('/proc/self/comm', 'rb').read()\n"
+            "time.sleep(120)\n")
+    job = subprocess.Popen([sys.executable, "-c", code, tag])
+    procs.append(job)
+    for _i in range(100):
+        with open("/proc/%d/comm" % job.pid, "rb") as f:
+            if f.read().startswith(b"\xff"):
+                break
+        time.sleep(0.02)
+    q = run_module(processes.main, {"scope": {"cmdline": [tag + "$"]}})
+    assert [p["pid"] for p in q["processes"]] == [job.pid]
+    assert q["processes"][0]["comm"] == "\ufffd\ufffd) x (job"
+    done = run_module(processes.main, {"scope": {"cmdline": [tag + "$"]}, "state": "absent", "grace_period": 5})
+    assert done["terminated"][0]["outcome"] == "terminated"
+    assert job.wait(timeout=5) == -15

@@ -211,6 +211,8 @@ def test_root_that_is_a_symlink_is_refused(run_module, job, tmp_path):
     ("CUDA_CACHE_PATH", "/usr/local", "/usr/local is the system directory /usr/local"),
     ("TRITON_CACHE_DIR", "/etc", "is the top-level directory /etc"),
     ("TRITON_CACHE_DIR", "rel/cache", "is not an absolute path"),
+    ("TRITON_CACHE_DIR", "/tmp\n/etc", "holds a control character"),
+    ("CUDA_CACHE_PATH", "/tmp/cache\t", "holds a control character"),
 ])
 def test_dangerous_variables_are_refused(run_module, job, var, value, fragment):
     env = dict(job)
