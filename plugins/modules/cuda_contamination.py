@@ -225,7 +225,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._contamination im
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import CudaError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import DistError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._pkgtool import PkgToolError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._results import diff_only_in_diff_mode
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._results import diff_only_in_diff_mode, warnings_to_module
 
 
 def main():
@@ -257,12 +257,11 @@ def main():
         if p["remove"]:
             result = job.remediate(result, dists, shared)
     except RemediationError as exc:
-        partial = diff_only_in_diff_mode(module, exc.partial)
+        partial = warnings_to_module(module, diff_only_in_diff_mode(module, exc.partial))
         module.fail_json(msg=str(exc), **partial)
     except (CudaError, DistError, PkgToolError) as exc:
-        module.fail_json(msg=str(exc), **result)
-    for warning in result.pop("warnings", []):
-        module.warn(warning)
+        module.fail_json(msg=str(exc), **warnings_to_module(module, result))
+    warnings_to_module(module, result)
     module.exit_json(**diff_only_in_diff_mode(module, result))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import types
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._results import diff_only_in_diff_mode
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._results import diff_only_in_diff_mode, warnings_to_module
 
 
 def test_diff_kept_only_in_diff_mode():
@@ -16,3 +16,11 @@ def test_diff_kept_only_in_diff_mode():
     assert diff_only_in_diff_mode(types.SimpleNamespace(_diff=False), {"changed": True, "diff": diff}) == {"changed": True}
     assert diff_only_in_diff_mode(types.SimpleNamespace(_diff=True), {"changed": False, "diff": []}) == {"changed": False}
     assert diff_only_in_diff_mode(types.SimpleNamespace(_diff=True), {"changed": False}) == {"changed": False}
+
+
+def test_warnings_go_to_module_warn():
+    seen = []
+    module = types.SimpleNamespace(warn=seen.append)
+    assert warnings_to_module(module, {"changed": False, "warnings": ["a", "b"]}) == {"changed": False}
+    assert seen == ["a", "b"]
+    assert warnings_to_module(module, {"changed": False}) == {"changed": False} and seen == ["a", "b"]
