@@ -87,7 +87,7 @@ expires:
 waited_for:
   description:
     - The owner of another run's lock that this call waited for before taking it, V(null) when the
-      lock was free. That run may have changed the host meanwhile: read its state again.
+      lock was free. That run may have changed the host meanwhile, so read its state again.
   returned: with O(state=present)
   type: str
 """
