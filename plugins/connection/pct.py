@@ -475,7 +475,8 @@ class Connection(ConnectionBase):
         vmid = str(self._vmid)
         lines = [line.strip() for line in err.splitlines()]
         if "container '%s' not running!" % vmid in lines:
-            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s on node %s is not running (stopped); start it (pct start %s) and run "
+            raise AnsibleConnectionFailure(
+                "gpufleet.hygiene.pct: container %s on node %s is not running (stopped); start it (pct start %s) and run "
                 "again, or leave it out of the run (--limit)" % (vmid, node, vmid))
         if any(re.fullmatch(r"Configuration file '[^']*/%s\.conf' does not exist" % vmid, line) for line in lines):
             raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s does not exist on node %s" % (vmid, node))
@@ -525,7 +526,8 @@ class Connection(ConnectionBase):
         out, perr = self._communicate(proc)
         text = to_text(out + perr)
         if "status: stopped" in text:
-            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s on node %s is not running (stopped); start it (pct start %s) and run "
+            raise AnsibleConnectionFailure(
+                "gpufleet.hygiene.pct: container %s on node %s is not running (stopped); start it (pct start %s) and run "
                 "again, or leave it out of the run (--limit)" % (vmid, node, vmid))
         if "does not exist" in text:
             raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s does not exist on node %s" % (vmid, node))
