@@ -5,8 +5,10 @@
 
 One fleet for the module (2 nodes x 2 containers, scenario `incident`): train-100 holds the
 CUDA-13 contamination, train-101 a stale Inductor cache, train-200 a stale training process
-holding its GPU, train-201 is healthy with a decoy process and file. Each test breaks what
-it needs, injects one fault while `playbooks/remediate.yml` runs (or before), and checks:
+holding its GPU, train-201 is healthy with a decoy process and file. Three runs of
+`playbooks/remediate.yml` over the whole fleet inject the faults, several at once on
+different hosts (module fixtures `outage`, `gpu_faults`, `contention`); each fault has its
+own test of that run and of the re-run, which checks:
 
 - the run finishes for the rest of the fleet (their recap),
 - the affected host's message says what happened and what to do,
@@ -22,8 +24,9 @@ failing half-way (an immutable file), two remediate runs on one container at onc
 reused between listing and signalling (a real reused PID in a PID namespace), and the
 container's /run and /tmp full (tmpfs filled to ENOSPC).
 
-Needs root. Own fleet: $GPUFLEET_FAULTS_STATE (default /var/tmp/gpufleet-sim-faults) and
-$GPUFLEET_FAULTS_PORT (default 2850), so it runs beside the suite's other fleets.
+Needs root, and the cgroup-v1 freezer at /sys/fs/cgroup/freezer (the state-D holder). Own
+fleet: $GPUFLEET_FAULTS_STATE (default /var/tmp/gpufleet-sim-faults) and $GPUFLEET_FAULTS_PORT
+(default 2850), so it runs beside the suite's other fleets.
 """
 
 from __future__ import annotations
