@@ -489,7 +489,9 @@ class Connection(ConnectionBase):
         vmid = str(self._vmid)
         lines = [line.strip() for line in err.splitlines()]
         if "container '%s' not running!" % vmid in lines:
-            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s on node %s is not running (stopped)" % (vmid, node))
+            raise AnsibleConnectionFailure(
+                "gpufleet.hygiene.pct: container %s on node %s is not running (stopped); start it (pct start %s) and run "
+                "again, or leave it out of the run (--limit)" % (vmid, node, vmid))
         if any(re.fullmatch(r"Configuration file '[^']*/%s\.conf' does not exist" % vmid, line) for line in lines):
             raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s does not exist on node %s" % (vmid, node))
         tool = self.get_option("pct_path") if self.get_option("method") == "pct" else "lxc-attach"
@@ -506,6 +508,31 @@ class Connection(ConnectionBase):
                 raise AnsibleConnectionFailure("gpufleet.hygiene.pct: SSH authentication to node %s failed: %s" % (node, err.strip()))
             if any(any(p in line for p in _SSH_UNREACHABLE) for line in lines):
                 raise AnsibleConnectionFailure("gpufleet.hygiene.pct: node %s is unreachable: %s" % (node, err.strip()))
+        if not stdout and not err.strip():
+            self._explain_silent_failure(rc, node, vmid)
+
+    def _explain_silent_failure(self, rc, node, vmid):
+        """A command failed with no output at all: its transport may have died under it (the
+        node's sshd killed, the node down: ssh exits 255; the container stopped: lxc-attach is
+        killed), or the command failed quietly. Ask the node whether the container runs."""
+        proc = self._popen(self._ssh_argv(self._quote([self.get_option("pct_path"), "status", vmid])))
+        try:
+            out, perr = proc.communicate(timeout=max(5, self.get_option("connect_timeout") * 2))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            out, perr = b"", b"no answer"
+        text = to_text(out + perr, errors="surrogate_or_replace").strip()
+        if "status: stopped" in text:
+            raise AnsibleConnectionFailure(
+                "gpufleet.hygiene.pct: container %s on node %s stopped during a command (exit status %s, no output); "
+                "what the command had done there is unknown: start it (pct start %s) and run again" % (vmid, node, rc, vmid))
+        if proc.returncode != 0 and rc == 255:
+            raise AnsibleConnectionFailure(
+                "gpufleet.hygiene.pct: the SSH connection to node %s was lost during a command in container %s (ssh "
+                "exited 255 with no output), and the node does not answer now: %s. What the command had done in the "
+                "container is unknown: bring the node's sshd (or the node) back, then run again" % (node, vmid, text or "no output"))
+        # The node answers and the container runs: the command's own exit status.
 
     def _explain_attach_failure(self, node, vmid, err):
         """lxc-attach says the same for a stopped and a missing container; ask pct which it is."""
@@ -513,7 +540,9 @@ class Connection(ConnectionBase):
         out, perr = self._communicate(proc)
         text = to_text(out + perr)
         if "status: stopped" in text:
-            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s on node %s is not running (stopped)" % (vmid, node))
+            raise AnsibleConnectionFailure(
+                "gpufleet.hygiene.pct: container %s on node %s is not running (stopped); start it (pct start %s) and run "
+                "again, or leave it out of the run (--limit)" % (vmid, node, vmid))
         if "does not exist" in text:
             raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s does not exist on node %s" % (vmid, node))
         raise AnsibleConnectionFailure("gpufleet.hygiene.pct: lxc-attach to container %s on node %s failed: %s" % (vmid, node, err.strip()))

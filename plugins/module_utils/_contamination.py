@@ -277,7 +277,9 @@ class Contamination(object):
         errors = []
         if rc != 0 or failed:
             errors.append(
-                "the uninstall failed part-way (%s exited %s): removed %s; still installed %s: %s"
+                "the uninstall failed part-way (%s exited %s): removed %s; still installed %s: %s. Fix what "
+                "stopped it (a read-only or immutable file, a full disk, see the error above) and run again: the "
+                "next run removes what is left and restores the files the removed packages had overwritten"
                 % (installer.tool, rc, ", ".join(d.name for d in removed) or "nothing",
                    ", ".join(d.name for d in failed) or "nothing", (err or out or "").strip()[:600]))
         if restore_failed:

@@ -41,8 +41,9 @@ EXIT_CODES = {
                   "the driver's user-space libraries are missing or do not match")),
     13: ("nvml", "the installed NVML does not implement a function nvidia-smi needs"),
     14: ("inforom", "the infoROM of a GPU is corrupted"),
-    15: ("bus", ("a GPU has fallen off the bus or is otherwise inaccessible (nvidia-smi exit code 15); "
-                 "the node needs a GPU reset or a reboot")),
+    15: ("bus", ("a GPU has fallen off the bus or is otherwise inaccessible (nvidia-smi exit code 15; "
+                 "the node's kernel log typically shows Xid 79); the node needs a GPU reset or a reboot, nothing in "
+                 "the container can fix it")),
     255: ("failed", "nvidia-smi failed with an internal or driver error"),
 }
 
@@ -103,8 +104,11 @@ class Pending(object):
         except subprocess.TimeoutExpired as exc:
             self._kill()
             raise GpuError(
-                "%s did not answer within %ss and was killed; a hung nvidia-smi usually means a GPU "
-                "or the driver is in trouble (check dmesg for Xid errors)" % (" ".join(self.argv), self.timeout),
+                "%s did not answer within %ss (command_timeout) and was killed. A hung nvidia-smi usually "
+                "means a GPU or the driver is in trouble: check the node's kernel log (dmesg) for Xid errors, "
+                "then reset the GPU or reboot the node. If the GPUs are only slow to answer, raise "
+                "command_timeout (gpufleet_nvidia_smi_timeout for the roles and playbooks)"
+                % (" ".join(self.argv), self.timeout),
                 kind="timeout") from exc
         self.seconds = time.monotonic() - self.started
         out = out.decode("utf-8", "replace")

@@ -131,9 +131,9 @@ def describe(pid, proc=PROC):
     st = read_stat(pid, proc)
     if st is None or st[1] in ("Z", "X"):
         return None
-    comm, _state, ppid, started = st
+    comm, state, ppid, started = st
     info = {"pid": pid, "ppid": ppid, "start_time": started, "comm": comm, "uid": None, "user": None,
-            "cmdline": "", "container_pid": None, "vmid": None}
+            "cmdline": "", "container_pid": None, "vmid": None, "state": state}
     with contextlib.suppress(IOError, OSError):
         argv = _read("%s/%d/cmdline" % (proc, pid), binary=True).split(b"\0")
         info["cmdline"] = " ".join(a.decode("utf-8", "replace") for a in argv if a)
@@ -147,6 +147,32 @@ def describe(pid, proc=PROC):
     with contextlib.suppress(IOError, OSError):
         info["vmid"] = vmid_from_cgroup(_read("%s/%d/cgroup" % (proc, pid)))
     return info
+
+
+def wchan(pid, proc=PROC):
+    """The kernel function a sleeping process waits in (/proc/<pid>/wchan), or None."""
+    try:
+        text = _read("%s/%d/wchan" % (proc, pid)).strip()
+    except (IOError, OSError):
+        return None
+    return text if text and text != "0" else None
+
+
+def stuck_text(pid, proc=PROC):
+    """'state D (uninterruptible sleep, in <wchan>)' for a process stuck in the kernel, else ''."""
+    st = read_stat(pid, proc)
+    if st is None or st[1] != "D":
+        return ""
+    where = wchan(pid, proc)
+    return "state D (uninterruptible sleep%s)" % (", in %s" % where if where else "")
+
+
+# What to do about a process that SIGKILL does not end (said by every module that kills).
+STUCK_ADVICE = (
+    "A process in state D waits inside the kernel and cannot be killed until that call returns, usually "
+    "on a GPU driver in trouble or on storage (a hung NFS or FUSE mount); the GPU memory it holds is "
+    "freed only when it exits. Look at /proc/<pid>/stack and the node's kernel log (dmesg, Xid errors); "
+    "if it never exits, reset the GPU or reboot the node, then run again")
 
 
 def ancestors(pid=None, proc=PROC):

@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu import (
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
     PROC,
+    STUCK_ADVICE,
     ProcError,
     ancestors,
     describe,
@@ -27,6 +28,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
     device_minor,
     driver_minor_uuids,
     scan_device_holders,
+    stuck_text,
     terminate,
 )
 
@@ -49,6 +51,7 @@ def _process(pid, info, name=None, used=None):
         entry["name"] = name or info["comm"]
         entry["comm"] = info["comm"]
         entry["uid"] = info["uid"]
+        entry["state"] = info.get("state")
     else:
         entry["name"] = name
     return entry
@@ -69,6 +72,8 @@ def _holder_text(p):
         where.append("%s MiB" % p["used_memory_mib"])
     if p.get("start_time") is None:
         where.append("not visible in this /proc")
+    elif p.get("state") == "D":
+        where.append(stuck_text(p["pid"]) or "state D (uninterruptible sleep)")
     return text + (" (%s)" % ", ".join(where) if where else "")
 
 
@@ -189,7 +194,16 @@ class GpuState(object):
             time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
 
     def _drain_message(self, busy, timeout):
-        parts = []
+        parts, advice = [], []
+        holders = [p for gpu in busy for p in gpu["processes"]]
+        if any(p.get("state") == "D" for p in holders):
+            advice.append(STUCK_ADVICE)
+        elif holders:
+            advice.append("Stop the holders named here (or widen the scope if they belong to the job), then run again")
+        if any(not gpu["processes"] for gpu in busy):
+            advice.append("If the memory of a process that exited is never released, the driver or the GPU is in "
+                          "trouble: check the node's kernel log (dmesg, Xid errors) and reset the GPU or reboot the "
+                          "node; if it is only slow, raise timeout")
         for gpu in busy:
             text = "%s did not drain within %ss: %s MiB used (threshold %s MiB)" % (
                 _label(gpu), timeout, gpu["memory_used_mib"], self.threshold_mib)
@@ -199,7 +213,7 @@ class GpuState(object):
                 text += (", no holder visible from this vantage (memory not yet released by the driver, "
                          "or held from another container)")
             parts.append(text)
-        return ". ".join(parts)
+        return ". ".join(parts + advice)
 
     def _result(self, snap, selected):
         return {"gpus": selected, "idle": all(g["idle"] for g in selected), "vantage": snap["vantage"],

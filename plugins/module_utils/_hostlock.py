@@ -46,8 +46,14 @@ def read_lock(path):
 
 def _write_new(path, info):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(info, f)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f)
+    except OSError:
+        # A full filesystem creates the file and then refuses its content: leave no empty lock.
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
 
 
 def acquire(path, owner, ttl, wait, check_mode=False, now=time.time, sleep=time.sleep):
@@ -71,7 +77,9 @@ def acquire(path, owner, ttl, wait, check_mode=False, now=time.time, sleep=time.
             except FileExistsError:
                 continue  # another run won the race: look again
             except OSError as exc:
-                raise LockError("cannot create lock %s: %s" % (path, exc.strerror or exc)) from exc
+                raise LockError("cannot create lock %s: %s; nothing was changed on this host. Free space on "
+                                "its filesystem (or make it writable), or choose another path for the lock, "
+                                "then run again" % (path, exc.strerror or exc)) from exc
         if held.get("owner") == owner:
             return False, held, note
         if held.get("garbled") or float(held.get("expires") or 0) < now():
@@ -83,9 +91,11 @@ def acquire(path, owner, ttl, wait, check_mode=False, now=time.time, sleep=time.
             continue
         if now() >= deadline:
             raise LockError(
-                "%s is held by %s since %s (expires %s): another run is acting on this host; "
-                "wait for it, or remove the lock with state=absent force=true if that run is gone"
-                % (path, held.get("owner"), _when(held.get("taken")), _when(held.get("expires"))))
+                "%s is held by %s since %s (expires %s): another run is acting on this host, and nothing "
+                "was changed here. Wait for it and run again; if that run is gone (interrupted before it "
+                "gave the lock back), run again as its owner to resume its work (the playbooks: "
+                "-e gpufleet_run_id=%s), or remove the lock (host_lock state=absent force=true)"
+                % (path, held.get("owner"), _when(held.get("taken")), _when(held.get("expires")), held.get("owner")))
         sleep(0.5)
 
 

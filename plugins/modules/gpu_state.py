@@ -21,8 +21,8 @@ description:
     the processes with an open handle on a device file matching O(device_patterns), found in
     C(/proc/*/fd).
   - With O(state=drained), polls until every selected GPU is idle (memory used at most
-    O(threshold_mib) and no holder), instead of a fixed sleep; fails on O(timeout) naming the GPU
-    and its holders.
+    O(threshold_mib) and no holder), instead of a fixed sleep; fails on O(timeout) naming the GPU,
+    its holders (a holder stuck in the kernel, state D, is named as such) and what to do.
   - With O(state=idle), terminates the holders of the selected GPUs that match O(scope) (SIGTERM,
     O(grace_period), SIGKILL), then waits for drain as O(state=drained) does. Holders outside the
     scope are reported in RV(out_of_scope) and never signalled.
@@ -230,7 +230,8 @@ gpus:
         - The holders. C(pid), C(name), C(used_memory_mib) (null when unknown, as inside a
           container), C(vmid) and C(container_pid) (the container and the PID inside it, on a node;
           null on the node itself), C(user), C(uid), C(cmdline), C(start_time) (clock ticks after boot,
-          field 22 of C(/proc/<pid>/stat); null when the PID is not visible in this C(/proc)), and
+          field 22 of C(/proc/<pid>/stat); null when the PID is not visible in this C(/proc)), C(state)
+          (the process state letter, C(D) for one stuck in the kernel that no signal ends), and
           with O(vantage=container) C(devices), the device files it holds open.
       type: list
       elements: dict

@@ -84,11 +84,17 @@ expires:
   description: When the lock expires, in seconds since the epoch.
   returned: when held
   type: float
+waited_for:
+  description:
+    - The owner of another run's lock that this call waited for before taking it, V(null) when the
+      lock was free. That run may have changed the host meanwhile, so read its state again.
+  returned: with O(state=present)
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._hostlock import LockError, acquire, release
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._hostlock import LockError, acquire, read_lock, release
 
 
 def main():
@@ -106,10 +112,15 @@ def main():
     p = module.params
     try:
         if p["state"] == "present":
+            before = read_lock(p["path"])
             changed, info, note = acquire(p["path"], p["owner"], p["ttl"], p["timeout"], module.check_mode)
             if note:
                 module.warn(note)
-            module.exit_json(changed=changed, owner=info.get("owner"), taken=info.get("taken"), expires=info.get("expires"))
+            waited_for = None
+            if changed and before is not None and not note and before.get("owner") != p["owner"]:
+                waited_for = before.get("owner")
+            module.exit_json(changed=changed, owner=info.get("owner"), taken=info.get("taken"), expires=info.get("expires"),
+                             waited_for=waited_for)
         changed, note = release(p["path"], p["owner"], p["force"], module.check_mode)
         if note:
             module.warn(note)

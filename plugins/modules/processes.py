@@ -149,9 +149,11 @@ terminated:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
+    STUCK_ADVICE,
     ProcError,
     Scope,
     find_processes,
+    stuck_text,
     terminate,
 )
 
@@ -197,9 +199,14 @@ def main():
         result["changed"] = any(o["signals"] for o in outcomes.values())
         survivors = [t for t in result["terminated"] if t["outcome"] == "survived"]
         if survivors:
+            described = []
+            for t in survivors:
+                how = stuck_text(t["pid"])
+                described.append("pid %d (%s%s)" % (t["pid"], t["cmdline"][:80], "; " + how if how else ""))
             module.fail_json(
-                msg="still running after SIGKILL (stuck in the kernel or the driver?): %s; the host may need a reboot"
-                    % ", ".join("%d (%s)" % (t["pid"], t["cmdline"][:80]) for t in survivors), **result)
+                msg="%d process(es) still running after SIGTERM, %ss of grace and SIGKILL: %s. %s. The other "
+                    "processes in scope were stopped; nothing outside the scope was signalled"
+                    % (len(survivors), p["grace_period"], ", ".join(described), STUCK_ADVICE), **result)
     module.exit_json(**result)
 
 

@@ -55,6 +55,10 @@ options:
   nvidia_smi:
     description: As M(gpufleet.hygiene.gpu_state) O(gpufleet.hygiene.gpu_state#module:nvidia_smi).
     type: path
+  command_timeout:
+    description: As M(gpufleet.hygiene.gpu_state) O(gpufleet.hygiene.gpu_state#module:command_timeout).
+    type: float
+    default: 15
   device_patterns:
     description: As M(gpufleet.hygiene.gpu_state) O(gpufleet.hygiene.gpu_state#module:device_patterns).
     type: list
@@ -171,12 +175,17 @@ checks:
     ok:
       description: The check passed.
       type: bool
+    error:
+      description:
+        - The read behind the check failed (for V(gpu_idle) - nvidia-smi hung or failed, a GPU fell
+          off the bus), so the check could not judge; RV(checks[].summary) carries the read's message.
+      type: bool
     summary:
       description: One line saying what was found.
       type: str
   sample:
-    - {name: gpu_idle, severity: fail, ok: false, summary: "GPU 0: 40960 MiB used, held by pid 1731 python3"}
-    - {name: venv_clean, severity: fail, ok: true, summary: 14 packages consistent with CUDA 12.8}
+    - {name: gpu_idle, severity: fail, ok: false, error: false, summary: "GPU 0: 40960 MiB used, held by pid 1731 python3"}
+    - {name: venv_clean, severity: fail, ok: true, error: false, summary: 14 packages consistent with CUDA 12.8}
 ready:
   description: Every check passed.
   returned: always
@@ -226,7 +235,8 @@ def read_processes(p, warnings):
 
 def read_gpus(p, nvidia_smi, check_mode, warnings):
     backend = "nvidia-smi" if p["nvidia_smi"] else "auto"  # as gpu_state: a named nvidia-smi is what is asked
-    state = GpuState(backend=backend, nvidia_smi=nvidia_smi, vantage="auto", device_patterns=p["device_patterns"],
+    state = GpuState(backend=backend, nvidia_smi=nvidia_smi, command_timeout=p["command_timeout"], vantage="auto",
+                     device_patterns=p["device_patterns"],
                      threshold_mib=p["threshold_mib"])
     try:
         result = state.run(state="query", wanted=[], check_mode=check_mode)
@@ -316,7 +326,7 @@ def check_gpu(gpu, job, allow_running_job):
                 text += ", no process holds it (memory not released yet?)"
             parts.append(text)
         summary = "; ".join(parts)
-    return {"name": "gpu_idle", "severity": "fail", "ok": bool(ok), "summary": summary}
+    return {"name": "gpu_idle", "severity": "fail", "ok": bool(ok), "error": error, "summary": summary}
 
 
 def check_venv(cuda):
@@ -332,7 +342,7 @@ def check_venv(cuda):
         clobbered = len(cuda.get("clobbered", []))
         summary = "%d package(s) built for another CUDA than %s: %s%s" % (
             len(bad), cuda_version, listed, ("; %s file(s) of other packages overwritten" % clobbered) if clobbered > 0 else "")
-    return {"name": "venv_clean", "severity": "fail", "ok": not error and not bad, "summary": summary}
+    return {"name": "venv_clean", "severity": "fail", "ok": not error and not bad, "error": error, "summary": summary}
 
 
 def check_packages(packages):
@@ -349,7 +359,7 @@ def check_packages(packages):
             len(drift["extra"]),
             "" if integrity["ok"] else "; files differ from RECORD in " + ", ".join(d["name"] for d in integrity["packages"]))
     ok = not error and not drift["missing"] and not drift["changed"] and bool(integrity["ok"])
-    return {"name": "packages", "severity": "fail", "ok": ok, "summary": summary}
+    return {"name": "packages", "severity": "fail", "ok": ok, "error": error, "summary": summary}
 
 
 def check_caches(caches):
@@ -361,7 +371,7 @@ def check_caches(caches):
         summary = "%d cache(s), built for this venv" % len([c for c in caches["caches"] if c["exists"]])
     else:
         summary = "built for another torch/Triton/CUDA: " + ", ".join("%s %s (%s entries)" % (c["name"], c["path"], c["entries"]) for c in stale)
-    return {"name": "caches_fresh", "severity": "fail", "ok": not error and not stale, "summary": summary}
+    return {"name": "caches_fresh", "severity": "fail", "ok": not error and not stale, "error": error, "summary": summary}
 
 
 def judge(result, allow_running_job):
@@ -385,6 +395,7 @@ def main():
             require_gpu=dict(type="bool", default=True),
             threshold_mib=dict(type="int", default=64),
             nvidia_smi=dict(type="path"),
+            command_timeout=dict(type="float", default=15),
             device_patterns=dict(type="list", elements="str", default=["/dev/nvidia*"]),
             venv=dict(type="path"),
             expected_cuda=dict(type="str"),
@@ -398,6 +409,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    if p["command_timeout"] <= 0:
+        module.fail_json(msg="command_timeout must be more than 0 (got %s)" % p["command_timeout"])
     run = module.run_command
     notes = {name: [] for name in ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache")}
     result = {"changed": False}

@@ -22,6 +22,7 @@ VENV_BIN = os.path.join(REPO, ".venv", "bin")
 STATE = os.path.abspath(os.environ.get("GPUFLEET_SIM_STATE", "/var/tmp/gpufleet-sim"))
 INVENTORY = os.path.join(REPO, "inventory", "sim", "fleet.yml")
 DISCOVERY = os.path.join(REPO, "inventory", "sim", "discovered.proxmox_lxc.yml")
+PORT = int(os.environ.get("GPUFLEET_SIM_PORT", "2222"))  # the session fleet's nodes (tests/sim/fleet reads it too)
 
 
 @pytest.fixture(scope="session")

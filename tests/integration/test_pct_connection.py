@@ -18,7 +18,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import INVENTORY, REPO
+from conftest import INVENTORY, PORT, REPO
 
 PLAYBOOK = os.path.join(REPO, "tests", "integration", "targets", "connection_pct", "test_connection.yml")
 LARGE = 32 * 1024 * 1024
@@ -112,7 +112,7 @@ def bad_inventory(fleet, tmp_path_factory):
     # pve1's address with pve2's host key: a host key that does not match
     (d / "wrong_known_hosts").write_text(keys[1].replace("[127.0.1.2]", "[127.0.1.1]") + "\n")
     (d / "empty_known_hosts").write_text("")
-    pve1 = {"ansible_pct_node_host": "127.0.1.1", "ansible_pct_node_port": 2222}
+    pve1 = {"ansible_pct_node_host": "127.0.1.1", "ansible_pct_node_port": PORT}
     hosts = {
         "ghost-999": dict(pve1, ansible_pct_vmid=999),
         "ghost-999-attach": dict(pve1, ansible_pct_vmid=999, ansible_pct_method="lxc-attach"),
@@ -131,15 +131,15 @@ def bad_inventory(fleet, tmp_path_factory):
 
 
 @pytest.mark.parametrize("host, status, message", [
-    ("train-101", "UNREACHABLE", r"container 101 on node root@127\.0\.1\.1:2222 is not running \(stopped\)"),
-    ("stopped-attach", "UNREACHABLE", r"container 101 on node root@127\.0\.1\.1:2222 is not running \(stopped\)"),
-    ("ghost-999", "UNREACHABLE", r"container 999 does not exist on node root@127\.0\.1\.1:2222"),
-    ("ghost-999-attach", "UNREACHABLE", r"container 999 does not exist on node root@127\.0\.1\.1:2222"),
+    ("train-101", "UNREACHABLE", r"container 101 on node root@127\.0\.1\.1:%d is not running \(stopped\)" % PORT),
+    ("stopped-attach", "UNREACHABLE", r"container 101 on node root@127\.0\.1\.1:%d is not running \(stopped\)" % PORT),
+    ("ghost-999", "UNREACHABLE", r"container 999 does not exist on node root@127\.0\.1\.1:%d" % PORT),
+    ("ghost-999-attach", "UNREACHABLE", r"container 999 does not exist on node root@127\.0\.1\.1:%d" % PORT),
     ("node-down", "UNREACHABLE", r"node root@127\.0\.1\.250:2222 is unreachable: .*Connection refused"),
-    ("bad-key", "UNREACHABLE", r"SSH authentication to node root@127\.0\.1\.1:2222 failed: .*Permission denied"),
-    ("wrong-hostkey", "UNREACHABLE", r"host key of node root@127\.0\.1\.1:2222 is unknown or does not match"),
-    ("unknown-hostkey", "UNREACHABLE", r"host key of node root@127\.0\.1\.1:2222 is unknown or does not match"),
-    ("no-pct", "UNREACHABLE", r"/usr/local/bin/no-such-pct not found on node root@127\.0\.1\.1:2222"),
+    ("bad-key", "UNREACHABLE", r"SSH authentication to node root@127\.0\.1\.1:%d failed: .*Permission denied" % PORT),
+    ("wrong-hostkey", "UNREACHABLE", r"host key of node root@127\.0\.1\.1:%d is unknown or does not match" % PORT),
+    ("unknown-hostkey", "UNREACHABLE", r"host key of node root@127\.0\.1\.1:%d is unknown or does not match" % PORT),
+    ("no-pct", "UNREACHABLE", r"/usr/local/bin/no-such-pct not found on node root@127\.0\.1\.1:%d" % PORT),
     ("bad-vmid", "FAILED", r"vmid must be an integer from 100 to 999999999"),
 ])
 def test_distinct_failures(ansible_cli, bad_inventory, tmp_path, host, status, message):

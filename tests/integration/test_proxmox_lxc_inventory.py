@@ -10,7 +10,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import DISCOVERY, REPO, VENV_BIN
+from conftest import DISCOVERY, PORT, REPO, VENV_BIN
 
 
 def inventory(_ansible_cli, path, *extra):
@@ -63,7 +63,7 @@ def test_discovers_the_fleet(ansible_cli):
     assert hv["train-200"]["pve_gpus"] == ["/dev/nvidia0"]          # lxc.mount.entry style
     assert hv["train-201"]["pve_gpus"] == ["/dev/nvidia1"]          # devN: style
     assert hv["train-101"]["pve_status"] == "stopped" and hv["train-101"]["pve_node"] == "pve1"
-    assert hv["pve3"]["ansible_host"] == "127.0.1.3" and hv["pve3"]["ansible_port"] == 2222
+    assert hv["pve3"]["ansible_host"] == "127.0.1.3" and hv["pve3"]["ansible_port"] == PORT
 
 
 def test_unreachable_node_is_a_warning(ansible_cli, tmp_path):
@@ -84,7 +84,7 @@ def test_host_keys_are_checked(ansible_cli, fleet, tmp_path, known_hosts, why):
         kh.write_text(keys[1].replace("[127.0.1.2]", "[127.0.1.1]") + "\n")
     else:
         kh.write_text("")
-    path = config(tmp_path, "hk", known_hosts_file=str(kh), nodes=[{"name": "pve1", "host": "127.0.1.1", "port": 2222}])
+    path = config(tmp_path, "hk", known_hosts_file=str(kh), nodes=[{"name": "pve1", "host": "127.0.1.1", "port": PORT}])
     inv, warnings = inventory(ansible_cli, path)
     assert why in warnings
     assert "train-100" not in inv["_meta"]["hostvars"]

@@ -9,7 +9,7 @@ import hashlib
 import os
 import subprocess
 
-from conftest import FLEET, REPO
+from conftest import FLEET, PORT, REPO
 
 
 def test_pct_list_exact_format(node_ssh):
@@ -79,7 +79,7 @@ def test_pct_push_pull_start_stop(node_ssh, tmp_path):
 
 def test_fleet_status(fleet):
     out = subprocess.run([FLEET, "status"], stdout=subprocess.PIPE, text=True, check=True).stdout
-    assert "pve1   127.0.1.1:2222 sshd pid" in out
+    assert "pve1   127.0.1.1:%d sshd pid" % PORT in out
     assert "100:running 101:stopped" in out
     assert "pve3" in out and "(no containers)" in out
 

@@ -22,6 +22,7 @@ Its GPUs and their memory come from a state directory named by $GPU_STANDIN_STAT
                     "release_delay": seconds memory stays used after its holder died,
                     "never_drain": [indexes whose memory is never released],
                     "fault": null | "hang" | "exit:<rc>",  "hang_seconds": 3600,
+                    "fault_message": text printed with exit:<rc> (default: nvidia-smi's own),
                     "no_process_message": print "No running processes found" when none}
     dev/nvidia<N>  files standing for the device nodes (or bind-mounts of them)
     claims/<pid>.json  written by the training stand-in (train_dflash.py): pid, start_time,
@@ -83,7 +84,10 @@ FAULT_MESSAGES = {
     12: "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that the "
         "NVIDIA Display Driver is properly installed and present in your system.\nPlease also try adding "
         "directory that contains libnvidia-ml.so to your system PATH.",
-    15: "Unable to determine the device handle for GPU0000:18:00.0: GPU is lost.  Reboot the system "
+    # As nvidia-smi prints it when a GPU has fallen off the bus (Xid 79): the bus id is the
+    # first configured GPU's; "fault_message" in config.json replaces the whole text.
+    15: "Unable to determine the device handle for GPU{bus_id}: Unknown Error\n"
+        "Unable to determine the device handle for GPU{bus_id}: GPU is lost.  Reboot the system "
         "to recover this GPU",
 }
 
@@ -277,7 +281,11 @@ def main(argv):
         time.sleep(float(config.get("hang_seconds", 3600)))
     elif fault and str(fault).startswith("exit:"):
         rc = int(str(fault).split(":", 1)[1])
-        fail(FAULT_MESSAGES.get(rc, "stand-in fault"), rc)
+        gpus = config.get("gpus") or [{}]
+        bus_id = gpu_defaults(0, gpus[0])["bus_id"]
+        domain, _sep, rest = bus_id.partition(":")
+        bus_id = "%s:%s" % (domain[-4:], rest)  # this message prints a 4-digit PCI domain
+        fail(config.get("fault_message") or FAULT_MESSAGES.get(rc, "stand-in fault").format(bus_id=bus_id), rc)
     gpus = gpu_table(config, time.time())
     if not gpus:
         fail(FAULT_MESSAGES[6], 6)

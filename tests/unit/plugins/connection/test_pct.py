@@ -352,3 +352,48 @@ def test_reset_stops_the_node_master(popen, tmp_path):
     conn.reset()
     assert rec.argv[-4:] == ["-O", "exit", "--", "pve1.example.com"]
     assert conn.connected is False
+
+
+class Sequence(Recorder):
+    """A Recorder whose calls answer in turn: [(rc, stdout, stderr), ...]."""
+
+    def __init__(self, answers):
+        super().__init__()
+        self.answers = list(answers)
+
+    def __call__(self, argv, **kwargs):
+        self.rc, self.stdout, self.stderr = self.answers.pop(0)
+        return super().__call__(argv, **kwargs)
+
+
+def test_connection_lost_under_a_command(monkeypatch, tmp_path):
+    """ssh exits 255 with no output at all and the node no longer answers: unreachable, said so."""
+    rec = Sequence([(255, b"", b""), (255, b"", b"ssh: connect to host pve1.example.com port 22: Connection refused\r\n")])
+    patch_popen(monkeypatch, rec)
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))
+    conn._connect()
+    with pytest.raises(AnsibleConnectionFailure, match=r"connection to node root@pve1\.example\.com:22 was lost during a "
+                       r"command in container 101 .* does not answer now: ssh: connect to host .*Connection refused\. .*run again"):
+        conn.exec_command("true")
+    assert shlex.split(rec.calls[-1][0][-1]) == ["pct", "status", "101"]  # the probe
+
+
+def test_container_stopped_under_a_command(monkeypatch, tmp_path):
+    """lxc-attach killed by the container's stop (137, no output): the container is named as stopped."""
+    rec = Sequence([(137, b"", b""), (0, b"status: stopped\n", b"")])
+    patch_popen(monkeypatch, rec)
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))
+    conn._connect()
+    with pytest.raises(AnsibleConnectionFailure, match=r"container 101 on node root@pve1\.example\.com:22 stopped during a "
+                       r"command \(exit status 137, no output\).*start it \(pct start 101\) and run again"):
+        conn.exec_command("true")
+
+
+@pytest.mark.parametrize("rc", [1, 137, 255])
+def test_silent_failure_of_the_command_itself(monkeypatch, tmp_path, rc):
+    """The same silent failure while the node answers and the container runs is the command's own."""
+    rec = Sequence([(rc, b"", b""), (0, b"status: running\n", b"")])
+    patch_popen(monkeypatch, rec)
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))
+    conn._connect()
+    assert conn.exec_command("exit %d" % rc) == (rc, b"", b"")

@@ -231,3 +231,21 @@ def test_scope_tmux_session(gpu, tmp_path):
         assert "was not found" in missing.notes[0]
     finally:
         subprocess.run(["tmux", "-S", sock, "kill-server"], check=False)
+
+
+def _fake_stat_proc(tmp_path, pid, state, wchan):
+    d = tmp_path / str(pid)
+    d.mkdir()
+    fields = [state, "1"] + ["0"] * 17 + ["4242"] + ["0"] * 10  # field 22 (start time) is 4242
+    (d / "stat").write_text("%d (python3) %s\n" % (pid, " ".join(fields)))
+    (d / "wchan").write_text(wchan)
+    return str(tmp_path)
+
+
+def test_stuck_text_names_state_d_and_where_it_waits(tmp_path):
+    proc = _fake_stat_proc(tmp_path, 77, "D", "__refrigerator")
+    assert _gpuproc.stuck_text(77, proc) == "state D (uninterruptible sleep, in __refrigerator)"
+    assert describe(77, proc)["state"] == "D"
+    other = _fake_stat_proc(tmp_path, 78, "S", "do_select")
+    assert _gpuproc.stuck_text(78, other) == ""
+    assert _gpuproc.stuck_text(79, other) == ""  # gone

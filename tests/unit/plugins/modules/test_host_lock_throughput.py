@@ -123,3 +123,34 @@ def test_throughput_bad_input(run_module, tmp_path, args, message):
 def test_throughput_missing_log_names_the_problem(run_module, tmp_path):
     result = run_module(throughput.main, {"log": str(tmp_path / "none.log"), "wait": 1})
     assert result["failed"] and "holds 0 throughput readings" in result["msg"]
+
+
+def test_full_filesystem_leaves_no_empty_lock(run_module, tmp_path, monkeypatch):
+    """The file is created, its content refused (ENOSPC): no empty lock stays behind."""
+    import errno
+
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils import _hostlock
+
+    def full(_info, _f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_hostlock.json, "dump", full)
+    path = tmp_path / "lock"
+    result = run_module(host_lock.main, {"path": str(path), "owner": "run-a"})
+    assert result["failed"] and not path.exists()
+    assert "cannot create lock %s: No space left on device; nothing was changed on this host" % path in result["msg"]
+
+
+def test_waited_for_names_the_run_that_held_the_lock(run_module, tmp_path):
+    path = tmp_path / "lock"
+    free = run_module(host_lock.main, {"path": str(path), "owner": "run-a"})
+    assert free["waited_for"] is None
+    release = threading.Timer(1.0, path.unlink)
+    release.start()
+    try:
+        result = run_module(host_lock.main, {"path": str(path), "owner": "run-b", "timeout": 20})
+    finally:
+        release.join()
+    assert result["changed"] and result["owner"] == "run-b" and result["waited_for"] == "run-a"
+    held = run_module(host_lock.main, {"path": str(path), "owner": "run-c", "timeout": 1})
+    assert held["failed"] and "-e gpufleet_run_id=run-b" in held["msg"] and "nothing was changed here" in held["msg"]
