@@ -17,6 +17,7 @@ import contextlib
 import json
 import math
 import os
+import tempfile
 import time
 
 
@@ -45,15 +46,21 @@ def read_lock(path):
 
 
 def _write_new(path, info):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    """Create the lock with its content in one step: written to a file of its own first, then
+    hard-linked to ``path`` (which fails if ``path`` exists). Another run never sees a lock
+    that exists but is still empty, which it would take for a garbled one and take over."""
+    parent = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=parent)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(info, f)
-    except OSError:
-        # A full filesystem creates the file and then refuses its content: leave no empty lock.
+        os.chmod(tmp, 0o644)
+        os.link(tmp, path)
+    finally:
+        # Also on a full file system, which creates the file and then refuses its content:
+        # nothing is left behind, and no lock exists.
         with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise
+            os.unlink(tmp)
 
 
 def acquire(path, owner, ttl, wait, check_mode=False, now=time.time, sleep=time.sleep):
