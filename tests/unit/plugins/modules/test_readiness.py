@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import sys
+import time
 
 import pytest
 from cachetree import INDUCTOR_TREE, make_tree
@@ -122,7 +123,7 @@ def test_the_jobs_own_gpu_use_passes_only_when_allowed(run_module, rig):
     [gpu] = res["checks"]
     assert gpu["ok"] is False and "held by pid %d" % job.pid in gpu["summary"]
     res = run_module(readiness.main, args_of(rig, venv=None, allow_running_job=True))
-    assert res["checks"] == [{"name": "gpu_idle", "severity": "fail", "ok": True,
+    assert res["checks"] == [{"name": "gpu_idle", "severity": "fail", "ok": True, "error": False,
                               "summary": "held by the running job (pid %d)" % job.pid}]
     assert res["ready"] is True and res["running_job"] is True
     # A holder that is not the job still fails, allowed or not.
@@ -138,7 +139,7 @@ def test_a_failed_read_is_reported_and_the_others_still_run(run_module, rig, tmp
     assert res["torch_cache"]["failed"] is True
     assert res["gpu_state"]["gpu_available"] is True and res["gpu_state"]["idle"] is True
     checks = {c["name"]: c for c in res["checks"]}
-    assert checks["gpu_idle"] == {"name": "gpu_idle", "severity": "fail", "ok": True, "summary": "2 GPU(s) idle"}
+    assert checks["gpu_idle"] == {"name": "gpu_idle", "severity": "fail", "ok": True, "error": False, "summary": "2 GPU(s) idle"}
     assert checks["venv_clean"]["ok"] is False and checks["venv_clean"]["summary"] == res["cuda_contamination"]["msg"]
     assert checks["caches_fresh"]["ok"] is False and checks["caches_fresh"]["summary"] == res["torch_cache"]["msg"]
     assert res["ready"] is False
@@ -157,5 +158,20 @@ def test_what_is_not_asked_is_skipped_and_a_host_without_gpu_can_pass(run_module
     res = run_module(readiness.main, {"nvidia_smi": str(tmp_path / "no-nvidia-smi"),
                                       "device_patterns": [str(tmp_path / "dev" / "nvidia*")]})
     assert res["gpu_state"]["failed"] is True and res["gpu_state"]["gpu_available"] is False
-    assert res["checks"] == [{"name": "gpu_idle", "severity": "fail", "ok": False, "summary": res["gpu_state"]["msg"]}]
+    assert res["checks"] == [{"name": "gpu_idle", "severity": "fail", "ok": False, "error": True, "summary": res["gpu_state"]["msg"]}]
     assert res["ready"] is False
+
+
+def test_a_hung_nvidia_smi_is_an_error_naming_the_timeout(run_module, tmp_path):
+    hung = tmp_path / "nvidia-smi"
+    hung.write_text("#!/bin/sh\nexec sleep 60\n")
+    hung.chmod(0o755)
+    started = time.monotonic()
+    res = run_module(readiness.main, {"nvidia_smi": str(hung), "command_timeout": 0.5,
+                                      "device_patterns": [str(tmp_path / "dev" / "nvidia*")]})
+    assert time.monotonic() - started < 30, "the call was not bounded"
+    [gpu] = res["checks"]
+    assert gpu["ok"] is False and gpu["error"] is True
+    assert "did not answer within 0.5s (command_timeout)" in gpu["summary"]
+    assert run_module(readiness.main, {"nvidia_smi": str(hung), "command_timeout": 0})["msg"] == \
+        "command_timeout must be more than 0 (got 0.0)"
