@@ -90,6 +90,15 @@ def parse_metadata(data, what="METADATA", problems=None):
     return fields
 
 
+def record_lines(text):
+    """RECORD's rows: lines end with LF or CRLF only. (str.splitlines would also break a row at
+    characters a file name may hold, such as NEL, U+2028 or the form feed.)"""
+    lines = text.split("\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
 def parse_record(data, what="RECORD", problems=None, site_dir=None):
     """Parse a RECORD file.
 
@@ -107,7 +116,7 @@ def parse_record(data, what="RECORD", problems=None, site_dir=None):
     rows = []
     append = rows.append
     prefix = site_dir.rstrip("/") + "/" if site_dir is not None else None
-    lines = text.splitlines()
+    lines = record_lines(text)
     # Without a quote character no field holds a comma, and splitting from the right is
     # exact (and twice as fast as the csv module); otherwise let csv do the unquoting.
     reader = (line.rsplit(",", 2) for line in lines) if '"' not in text else csv.reader(lines)
@@ -244,7 +253,7 @@ class Distribution(object):
                 self._paths = [(r[0], r[1]) for r in self.record]  # quoting or bad bytes: the full parser
                 return self._paths
             prefix = self.site_dir.rstrip("/") + "/"
-            rels = [line.rsplit(",", 2)[0] for line in text.splitlines()]  # as parse_record splits
+            rels = [line.rsplit(",", 2)[0] for line in record_lines(text)]  # as parse_record splits
             if text.startswith("/") or "\n/" in text or ".." in text or "./" in text or "//" in text:
                 # Some path needs normalising (absolute, `..`, `.`, doubled slashes): per line.
                 self._paths = [

@@ -404,11 +404,24 @@ def test_job_secrets_never_reach_the_output_at_vvv(fleet, tmp_path):
     secret = "hf_" + secrets.token_hex(16)
     inv = overlay_inventory(tmp_path / "overlay.yml", {"gpufleet_job": job(env={"HF_TOKEN": secret, "TORCHINDUCTOR_CACHE_DIR": CACHE})})
     outputs = {}
-    for role in ("verify", "purge", "relaunch", "kill"):
-        res = run_role(fleet, "train-100", role, "-vvv", "-e", "verify_fail=false", inventories=[inv])
-        assert res.returncode == 0, res.stdout[-3000:]
-        outputs[role] = res.stdout
-        assert secret not in res.stdout, "%s printed the job's token" % role
+    # A tmux server of its own (the decoy sessions keep the container's usual one running), so
+    # that the relaunch is what starts it: a server keeps the command line that started it.
+    tmux_dir = "/tmp/gpufleet-secret-tmux"
+    sh(fleet, 100, "mkdir -m 700 %s" % tmux_dir)
+    env = json.dumps({"role_environment": {"TMUX_TMPDIR": tmux_dir}})
+    try:
+        for role in ("verify", "purge", "relaunch", "kill"):
+            res = run_role(fleet, "train-100", role, "-vvv", "-e", "verify_fail=false", "-e", env, inventories=[inv])
+            assert res.returncode == 0, res.stdout[-3000:]
+            outputs[role] = res.stdout
+            assert secret not in res.stdout, "%s printed the job's token" % role
+            if role == "relaunch":
+                # Every command line in the container, the new tmux server's and the job's included.
+                cmdlines = sh(fleet, 100, "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done")
+                assert "tmux" in sh(fleet, 100, "ls %s" % tmux_dir)
+                assert secret not in cmdlines, "a process's command line shows the job's token"
+    finally:
+        sh(fleet, 100, "rm -rf %s" % tmux_dir)
     assert '"TORCHINDUCTOR_CACHE_DIR": "%s"' % CACHE in outputs["verify"]  # what places the caches still goes
     assert "HF_TOKEN" not in outputs["verify"] and "HF_TOKEN" not in outputs["purge"]
     inputcounts.record("hostile-inventory", "secret-in-job-env", 1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils import _dist
@@ -38,6 +38,7 @@ def _paths_both_ways(lines):
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(ROW, max_size=12))
+@example([("", "\x85/.", "", "")])  # NEL is a line break to str.splitlines, not to RECORD
 def test_cheap_paths_equal_the_full_parser(rows):
     lines = ["%s%s,%s,%s" % (lead, path, digest, size) for lead, path, digest, size in rows]
     cheap, full = _paths_both_ways(lines)
@@ -46,10 +47,11 @@ def test_cheap_paths_equal_the_full_parser(rows):
 
 def test_common_and_unusual_rows():
     lines = ["torch/__init__.py,sha256=AAAA,10", "../../bin/torchrun,sha256=BBBB,20", "/abs/file.so,,",
-             "nvidia//cu13/lib/libcudart.so.13,,", "./pkg/x.py,,", "a,b.py,sha256=CCCC,3", "demo-1.0.dist-info/RECORD,,"]
+             "nvidia//cu13/lib/libcudart.so.13,,", "./pkg/x.py,,", "a,b.py,sha256=CCCC,3", "pkg/a\x85b\u2028c.py,,",
+             "demo-1.0.dist-info/RECORD,,"]
     cheap, full = _paths_both_ways(lines)
     assert cheap == full
     assert [rel for _abs, rel in cheap] == ["torch/__init__.py", "../../bin/torchrun", "/abs/file.so",
                                            "nvidia//cu13/lib/libcudart.so.13", "./pkg/x.py", "a,b.py",
-                                           "demo-1.0.dist-info/RECORD"]
+                                           "pkg/a\x85b\u2028c.py", "demo-1.0.dist-info/RECORD"]
     assert cheap[1][0] == os.path.normpath(os.path.join(os.path.dirname(cheap[0][0]), "..", "..", "..", "bin", "torchrun"))
