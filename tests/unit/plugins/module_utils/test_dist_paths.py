@@ -51,7 +51,9 @@ def test_common_and_unusual_rows():
              "demo-1.0.dist-info/RECORD,,"]
     cheap, full = _paths_both_ways(lines)
     assert cheap == full
-    assert [rel for _abs, rel in cheap] == ["torch/__init__.py", "../../bin/torchrun", "/abs/file.so",
-                                           "nvidia//cu13/lib/libcudart.so.13", "./pkg/x.py", "a,b.py",
-                                           "pkg/a\x85b\u2028c.py", "demo-1.0.dist-info/RECORD"]
+    expected = [
+        "torch/__init__.py", "../../bin/torchrun", "/abs/file.so", "nvidia//cu13/lib/libcudart.so.13", "./pkg/x.py",
+        "a,b.py", "pkg/a\x85b\u2028c.py", "demo-1.0.dist-info/RECORD",
+    ]
+    assert [rel for _abs, rel in cheap] == expected
     assert cheap[1][0] == os.path.normpath(os.path.join(os.path.dirname(cheap[0][0]), "..", "..", "..", "bin", "torchrun"))
