@@ -40,11 +40,10 @@ import sys
 import threading
 import time
 
+import cuda_fixtures  # tests/lib, on pytest's pythonpath (pytest.ini)
 import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
-import cuda_fixtures  # noqa: E402
 
 STATE = os.path.abspath(os.environ.get("GPUFLEET_FAULTS_STATE", "/var/tmp/gpufleet-sim-faults"))
 PORT = os.environ.get("GPUFLEET_FAULTS_PORT", "2850")

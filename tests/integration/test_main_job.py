@@ -18,13 +18,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
+import cuda_fixtures  # tests/lib, on pytest's pythonpath (pytest.ini)
 import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
-import cuda_fixtures  # noqa: E402
 
 # Its own fleet; overridable so that two checkouts can run this test at once.
 STATE = os.environ.get("GPUFLEET_MAIN_TEST_STATE", "/var/tmp/gpufleet-sim-main-test")

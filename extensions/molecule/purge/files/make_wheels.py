@@ -8,6 +8,8 @@ import sys
 
 ROOT, OUT = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+# A script run by the scenario with the checkout's root as its first argument: tests/lib is
+# only known once that is read, hence the import after it.
 import wheelmaker  # noqa: E402  pylint: disable=import-error,wrong-import-position
 
 os.makedirs(OUT, exist_ok=True)

@@ -139,8 +139,6 @@ def test_pattern_matching_every_process_is_refused(run_module, tag, procs, patte
     assert decoy.poll() is None
 
 
-@pytest.mark.skipif(subprocess.run(["which", "tmux"], capture_output=True, check=False).returncode != 0,
-                    reason="tmux is not installed")
 @pytest.mark.parametrize("session", ["usersess:", "usersess:0", "usersess.0", "usersess:0.0", "train\nusersess", "", "a\tb"])
 def test_tmux_session_that_tmux_would_read_as_another_target_is_refused(run_module, tmp_path, tag, session):
     """tmux reads =usersess:0 as the session usersess: such a name would reach a user's own
