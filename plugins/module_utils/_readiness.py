@@ -1,0 +1,271 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The readiness module's logic: the five reads of one container and the verify role's verdicts.
+
+Shared by the readiness module (run in the container by Ansible) and node_readiness (run on a
+Proxmox VE node, which starts this code in each of its containers, see _fanout). Nothing here
+imports ansible.module_utils: ``run(argv) -> (rc, stdout, stderr)`` and ``which(name)`` are given.
+
+Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._contamination import Contamination, RemediationError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import CudaError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import DistError, inventory
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu import GpuError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import ProcError, Scope, find_processes
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpustate import GpuState, no_gpu_result
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._pkgtool import PkgToolError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._torch_cache import CACHE_NAMES, CacheError, TorchCache
+
+# The readiness module's options (node_readiness takes the same, per container).
+ARGUMENT_SPEC = dict(
+    job_patterns=dict(type="list", elements="str", default=[]),
+    job_users=dict(type="list", elements="str", default=[]),
+    require_gpu=dict(type="bool", default=True),
+    threshold_mib=dict(type="int", default=64),
+    nvidia_smi=dict(type="path"),
+    command_timeout=dict(type="float", default=15),
+    device_patterns=dict(type="list", elements="str", default=["/dev/nvidia*"]),
+    venv=dict(type="path"),
+    expected_cuda=dict(type="str"),
+    baseline=dict(type="path"),
+    verify_files=dict(type="bool", default=False),
+    caches=dict(type="bool", default=True),
+    cache_user=dict(type="str"),
+    cache_environment=dict(type="dict"),
+    allow_running_job=dict(type="bool", default=False),
+)
+
+READS = ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache")
+
+
+def bad_option(p):
+    """What is wrong with validated options, or None."""
+    if p["command_timeout"] <= 0:
+        return "command_timeout must be more than 0 (got %s)" % p["command_timeout"]
+    return None
+
+
+def skipped(reason):
+    return {"changed": False, "skipped": True, "skip_reason": reason}
+
+
+def failed(msg, **partial):
+    partial.pop("diff", None)
+    partial.update(changed=False, failed=True, msg=msg)
+    return partial
+
+
+def read_processes(p, warnings):
+    if not p["job_patterns"]:
+        return skipped("no job_patterns")
+    try:
+        scope = Scope(cmdline=p["job_patterns"], users=p["job_users"] or None)
+        found = find_processes(scope)
+    except ProcError as exc:
+        return failed(str(exc))
+    warnings.extend(scope.notes)
+    return {"changed": False, "processes": found, "count": len(found)}
+
+
+def read_gpus(p, nvidia_smi, check_mode, warnings):
+    backend = "nvidia-smi" if p["nvidia_smi"] else "auto"  # as gpu_state: a named nvidia-smi is what is asked
+    state = GpuState(backend=backend, nvidia_smi=nvidia_smi, command_timeout=p["command_timeout"], vantage="auto",
+                     device_patterns=p["device_patterns"],
+                     threshold_mib=p["threshold_mib"])
+    try:
+        result = state.run(state="query", wanted=[], check_mode=check_mode)
+    except GpuError as exc:
+        fallback = None if p["require_gpu"] else no_gpu_result(exc)
+        if fallback is None:
+            return failed(str(exc), gpu_available=False, error_kind=exc.kind, rc=exc.rc)
+        warnings.append("no usable GPU, passing because require_gpu=false: %s" % exc)
+        return fallback
+    except ProcError as exc:
+        return failed(str(exc))
+    warnings.extend(state.notes)
+    return result
+
+
+def read_venv(p, run, check_mode, warnings):
+    result = {"changed": False}
+    try:
+        job = Contamination(p["venv"], run, expected_cuda=p["expected_cuda"], check_mode=check_mode)
+        result = job.scan()[0]
+    except (RemediationError, CudaError, DistError, PkgToolError) as exc:
+        return failed(str(exc), **result)
+    result["changed"] = False
+    warnings.extend(result.pop("warnings", []))
+    result.pop("diff", None)
+    return result
+
+
+def read_packages(p, run):
+    try:
+        return inventory(p["venv"], None, p["baseline"], p["verify_files"], run)
+    except DistError as exc:
+        return failed(str(exc))
+
+
+def read_caches(p, run, check_mode, warnings):
+    job = None
+    try:
+        job = TorchCache(list(CACHE_NAMES), state="present", venv=p["venv"], user=p["cache_user"],
+                         environment=p["cache_environment"], check_mode=check_mode, run=run)
+        result = job.execute()
+    except CacheError as exc:
+        warnings.extend(job.warnings if job else [])
+        return failed(str(exc), **dict(exc.partial))
+    except DistError as exc:
+        return failed(str(exc))
+    warnings.extend(job.warnings)
+    result.pop("diff", None)
+    return result
+
+
+# ---------------------------------------------------------------------------- the verdicts
+# The checks of the verify role, judged here on the target so that the controller only records
+# them (templating them in Jinja cost the controller more than the reads). Each check is
+# {name, severity, ok, summary}; the summaries are the role's one line per check.
+
+
+def check_gpu(gpu, job, allow_running_job):
+    job_pids = [p["pid"] for p in job.get("processes", [])]
+    gpus = gpu.get("gpus", [])
+    busy = [g for g in gpus if not g["idle"]]
+    foreign = [h for g in gpus for h in g["processes"] if h["pid"] not in job_pids]
+    # A failed read has no `gpus` (a host without GPU under require_gpu=false has an empty list):
+    # it fails the check whatever gpu_available says.
+    error = "gpus" not in gpu
+    running_ok = bool(allow_running_job and job_pids and not foreign)
+    available = gpu.get("gpu_available", True)
+    ok = not error and (not available or gpu.get("idle", False) or running_ok)
+    if error:
+        summary = gpu.get("msg", "gpu_state failed")
+    elif not available:
+        summary = "no usable GPU (%s)" % gpu.get("reason", "unknown reason")
+    elif gpu.get("idle", False):
+        summary = "%d GPU(s) idle" % len(gpus)
+    elif running_ok:
+        summary = "held by the running job (pid %s)" % ", ".join(str(pid) for pid in job_pids)
+    else:
+        parts = []
+        for g in busy:
+            text = "GPU %s: %s MiB used" % (g["index"], g["memory_used_mib"])
+            holders = g["processes"]
+            if holders:
+                text += ", held by " + ", ".join("pid %s %s" % (h["pid"], h["name"]) for h in holders[:5])
+                if len(holders) > 5:
+                    text += " and %d more" % (len(holders) - 5)
+            else:
+                text += ", no process holds it (memory not released yet?)"
+            parts.append(text)
+        summary = "; ".join(parts)
+    return {"name": "gpu_idle", "severity": "fail", "ok": bool(ok), "error": error, "summary": summary}
+
+
+def check_venv(cuda):
+    error = "reference" not in cuda
+    bad = cuda.get("contaminants", [])
+    cuda_version = cuda.get("reference", {}).get("cuda_version", "?")
+    if error:
+        summary = cuda.get("msg", "cuda_contamination failed")
+    elif not bad:
+        summary = "%s packages consistent with CUDA %s" % (cuda.get("scanned", 0), cuda_version)
+    else:
+        listed = ", ".join(re.sub(r" ([0-9]+)$", r" (CUDA \1)", "%s %s %s" % (b["name"], b["version"], b["cuda_major"])) for b in bad)
+        clobbered = len(cuda.get("clobbered", []))
+        summary = "%d package(s) built for another CUDA than %s: %s%s" % (
+            len(bad), cuda_version, listed, ("; %s file(s) of other packages overwritten" % clobbered) if clobbered > 0 else "")
+    return {"name": "venv_clean", "severity": "fail", "ok": not error and not bad, "error": error, "summary": summary}
+
+
+def check_packages(packages):
+    error = "packages" not in packages
+    drift = packages.get("drift", {"extra": [], "missing": [], "changed": []})
+    integrity = packages.get("integrity", {"ok": True, "packages": []})
+    if error:
+        summary = packages.get("msg", "pip_inventory failed")
+    else:
+        summary = "%s packages; %d missing (%s), %d at another version (%s), %d not in the baseline%s" % (
+            packages.get("count", 0),
+            len(drift["missing"]), ", ".join(d["name"] for d in drift["missing"][:5]),
+            len(drift["changed"]), ", ".join(d["name"] for d in drift["changed"][:5]),
+            len(drift["extra"]),
+            "" if integrity["ok"] else "; files differ from RECORD in " + ", ".join(d["name"] for d in integrity["packages"]))
+    ok = not error and not drift["missing"] and not drift["changed"] and bool(integrity["ok"])
+    return {"name": "packages", "severity": "fail", "ok": ok, "error": error, "summary": summary}
+
+
+def check_caches(caches):
+    error = "caches" not in caches
+    stale = [c for c in caches.get("caches", []) if c["stale"]]
+    if error:
+        summary = caches.get("msg", "torch_cache failed")
+    elif not stale:
+        summary = "%d cache(s), built for this venv" % len([c for c in caches["caches"] if c["exists"]])
+    else:
+        summary = "built for another torch/Triton/CUDA: " + ", ".join("%s %s (%s entries)" % (c["name"], c["path"], c["entries"]) for c in stale)
+    return {"name": "caches_fresh", "severity": "fail", "ok": not error and not stale, "error": error, "summary": summary}
+
+
+def judge(result, allow_running_job):
+    """The verify role's checks of one reading: [gpu_idle, venv_clean, packages, caches_fresh],
+    a check whose read was skipped left out."""
+    checks = [check_gpu(result["gpu_state"], result["processes"], allow_running_job)]
+    if not result["cuda_contamination"].get("skipped"):
+        checks.append(check_venv(result["cuda_contamination"]))
+    if not result["pip_inventory"].get("skipped"):
+        checks.append(check_packages(result["pip_inventory"]))
+    if not result["torch_cache"].get("skipped"):
+        checks.append(check_caches(result["torch_cache"]))
+    return checks
+
+
+def read(p, run, which, check_mode=False):
+    """Every read of one container and their verdicts: the readiness module's result, with
+    ``warnings`` (each "<read>: <text>") for the caller to show. ``p`` are validated options."""
+    notes = {name: [] for name in READS}
+    result = {"changed": False}
+
+    # The GPUs are read in a thread while this one scans /proc and the venv: nvidia-smi's time
+    # (tens to hundreds of ms on a real node) overlaps the reading of files.
+    nvidia_smi = p["nvidia_smi"] or which("nvidia-smi")
+    gpu = {}
+    crashed = []
+
+    def read_gpus_into_gpu():
+        try:
+            gpu.update(read_gpus(p, nvidia_smi, check_mode, notes["gpu_state"]))
+        except Exception as exc:  # noqa: BLE001 - raised again in the main thread, as gpu_state itself would
+            crashed.append(exc)
+
+    reader = threading.Thread(target=read_gpus_into_gpu)
+    reader.start()
+    result["processes"] = read_processes(p, notes["processes"])
+    if p["venv"]:
+        result["cuda_contamination"] = read_venv(p, run, check_mode, notes["cuda_contamination"])
+        result["pip_inventory"] = (read_packages(p, run) if p["baseline"] or p["verify_files"]
+                                   else skipped("neither baseline nor verify_files"))
+        result["torch_cache"] = read_caches(p, run, check_mode, notes["torch_cache"]) if p["caches"] else skipped("caches=false")
+    else:
+        for name in ("cuda_contamination", "pip_inventory", "torch_cache"):
+            result[name] = skipped("no venv")
+    reader.join()
+    if crashed:
+        raise crashed[0]
+    result["gpu_state"] = gpu
+    result["checks"] = judge(result, p["allow_running_job"])
+    result["ready"] = all(c["ok"] for c in result["checks"])
+    result["running_job"] = bool(result["processes"].get("processes"))
+    result["warnings"] = ["%s: %s" % (name, warning) for name in READS for warning in notes[name]]
+    return result
