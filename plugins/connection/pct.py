@@ -230,6 +230,18 @@ options:
         key: pipelining
       - section: connection
         key: pipelining
+  run_on:
+    description:
+      - V(container) runs every command inside the container (what this connection is for).
+      - V(node) runs them on the container's Proxmox VE node itself, over the same SSH master,
+        for a task that works on several containers of the node at once
+        (M(gpufleet.hygiene.node_readiness)); set it on that task only, with its own
+        C(ansible_python_interpreter) (the node's).
+    type: string
+    default: container
+    choices: [container, node]
+    vars:
+      - name: ansible_pct_run_on
   become_success_timeout:
     description: Seconds to wait for privilege escalation inside the container to succeed.
     type: int
@@ -389,7 +401,10 @@ class Connection(ConnectionBase):
         return " ".join(shlex.quote(to_text(a)) for a in argv)
 
     def _in_container(self, argv):
-        """ssh argv running argv in the container; the single remote string is quoted per argument."""
+        """ssh argv running argv in the container (or, with run_on=node, on the node itself); the
+        single remote string is quoted per argument."""
+        if self.get_option("run_on") == "node":
+            return self._ssh_argv(self._quote(argv))
         return self._ssh_argv(self._quote(self._container_argv(argv)))
 
     def _shell_executable(self):
@@ -406,8 +421,9 @@ class Connection(ConnectionBase):
                 os.makedirs(cpdir, mode=0o700, exist_ok=True)
             except OSError as exc:
                 raise AnsibleConnectionFailure("gpufleet.hygiene.pct: cannot create control_path_dir %s: %s" % (cpdir, exc)) from exc
-            display.vvv("PCT CONNECT node=%s:%s vmid=%s method=%s" % (
-                self.get_option("node_host"), self.get_option("node_port"), self._vmid, self.get_option("method")),
+            display.vvv("PCT CONNECT node=%s:%s vmid=%s method=%s run_on=%s" % (
+                self.get_option("node_host"), self.get_option("node_port"), self._vmid, self.get_option("method"),
+                self.get_option("run_on")),
                 host=self.get_option("node_host"))
             self._connected = True
         return self
@@ -488,17 +504,21 @@ class Connection(ConnectionBase):
         node = "%s@%s:%s" % (self.get_option("node_user"), self.get_option("node_host"), self.get_option("node_port"))
         vmid = str(self._vmid)
         lines = [line.strip() for line in err.splitlines()]
-        if "container '%s' not running!" % vmid in lines:
+        if self.get_option("run_on") == "node":
+            lines_in_container = []  # nothing ran through pct or lxc-attach: only ssh's own failures apply
+        else:
+            lines_in_container = lines
+        if "container '%s' not running!" % vmid in lines_in_container:
             raise AnsibleConnectionFailure(
                 "gpufleet.hygiene.pct: container %s on node %s is not running (stopped); start it (pct start %s) and run "
                 "again, or leave it out of the run (--limit)" % (vmid, node, vmid))
-        if any(re.fullmatch(r"Configuration file '[^']*/%s\.conf' does not exist" % vmid, line) for line in lines):
+        if any(re.fullmatch(r"Configuration file '[^']*/%s\.conf' does not exist" % vmid, line) for line in lines_in_container):
             raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s does not exist on node %s" % (vmid, node))
         tool = self.get_option("pct_path") if self.get_option("method") == "pct" else "lxc-attach"
         missing_tool = re.compile(r"(^|: )%s: (command not found|not found|No such file or directory)$" % re.escape(tool))
-        if rc == 127 and not stdout and any(missing_tool.search(line) for line in lines):
+        if rc == 127 and not stdout and any(missing_tool.search(line) for line in lines_in_container):
             raise AnsibleConnectionFailure("gpufleet.hygiene.pct: %s not found on node %s (is it a Proxmox VE node?)" % (tool, node))
-        if self.get_option("method") == "lxc-attach" and any("Failed to get init pid" in line for line in lines):
+        if self.get_option("method") == "lxc-attach" and any("Failed to get init pid" in line for line in lines_in_container):
             self._explain_attach_failure(node, vmid, err)
         if rc == 255 and not stdout:
             if any(any(p in line for p in _SSH_HOSTKEY) for line in lines):
@@ -508,7 +528,7 @@ class Connection(ConnectionBase):
                 raise AnsibleConnectionFailure("gpufleet.hygiene.pct: SSH authentication to node %s failed: %s" % (node, err.strip()))
             if any(any(p in line for p in _SSH_UNREACHABLE) for line in lines):
                 raise AnsibleConnectionFailure("gpufleet.hygiene.pct: node %s is unreachable: %s" % (node, err.strip()))
-        if not stdout and not err.strip():
+        if not stdout and not err.strip() and lines_in_container is lines:
             self._explain_silent_failure(rc, node, vmid)
 
     def _explain_silent_failure(self, rc, node, vmid):

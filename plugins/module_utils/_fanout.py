@@ -1,0 +1,230 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Run the readiness reads in many containers of one Proxmox VE node from one process there.
+
+The node_readiness module runs on the node. For each container it starts, through ``pct exec``
+(or ``lxc-attach``), the container's own Python with a small bootstrap program (BOOTSTRAP) and
+sends it, over stdin, this package's module_utils that the reads need, the container's options
+and, when the container's Python is the node's version, the bytecode already compiled here (so
+that no container compiles them again). The bootstrap imports them from memory (nothing is
+written in the container), calls _readiness.read() exactly as the readiness module does, and
+prints the result as one JSON line. The containers are read concurrently.
+
+This is what ``pct exec`` does for every Ansible module anyway, minus what Ansible adds per
+module call: one worker process on the controller, the AnsiballZ payload, the import of
+ansible.module_utils.basic and the compilation of every shipped source.
+
+Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only; the
+half that runs in the container (container_main and below) imports nothing outside the standard
+library and _readiness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+PACKAGE = "ansible_collections.gpufleet.hygiene.plugins.module_utils"
+ENTRY = PACKAGE + "._fanout"
+READER = PACKAGE + "._readiness"
+RESULT_MARK = "GPUFLEET-READINESS "
+DEFAULT_PYTHON = "/usr/bin/python3"
+# Where the readiness module would look for nvidia-smi (AnsibleModule.get_bin_path: PATH, then these).
+SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
+
+# The program each container runs (python3 -I -S -c BOOTSTRAP): read the header line and the
+# modules from stdin, import them from memory, call ENTRY's container_main(header).
+BOOTSTRAP = r"""
+import sys, json, marshal, importlib.abc, importlib.util
+def _boot():
+    data = sys.stdin.buffer.read()
+    cut = data.index(b"\n")
+    head = json.loads(data[:cut].decode("utf-8"))
+    pos, codes = cut + 1, {}
+    same = importlib.util.MAGIC_NUMBER.hex() == head["magic"]
+    for name, n_src, n_code in head["modules"]:
+        src, code = data[pos:pos + n_src], data[pos + n_src:pos + n_src + n_code]
+        pos += n_src + n_code
+        codes[name] = (src, code if same else b"")
+    packages = set()
+    for name in codes:
+        parts = name.split(".")
+        packages.update(".".join(parts[:i]) for i in range(1, len(parts)))
+
+    class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path=None, target=None):
+            if name in codes or name in packages:
+                return importlib.util.spec_from_loader(name, self, is_package=name in packages)
+            return None
+        def create_module(self, spec):
+            return None
+        def exec_module(self, module):
+            name = module.__name__
+            if name in packages:
+                module.__path__ = []
+                return
+            src, code = codes[name]
+            module.__file__ = "<gpufleet.hygiene>/" + name.replace(".", "/") + ".py"
+            exec(marshal.loads(code) if code else compile(src, module.__file__, "exec"), module.__dict__)
+
+    sys.meta_path.insert(0, Finder())
+    importlib.import_module(head["entry"]).container_main(head)
+_boot()
+"""
+
+_IMPORT = re.compile(r"^\s*from ansible_collections\.gpufleet\.hygiene\.plugins\.module_utils\.(_\w+) import", re.M)
+
+
+# ----------------------------------------------------------------------------- on the node
+
+
+def module_sources(get_source, roots=(READER, ENTRY)):
+    """{module name: source} of roots and every module_util they import, found by reading
+    their import lines (get_source(name) returns a module's source)."""
+    sources, todo = {}, list(roots)
+    while todo:
+        name = todo.pop()
+        if name in sources:
+            continue
+        sources[name] = get_source(name)
+        todo.extend(PACKAGE + "." + short for short in _IMPORT.findall(sources[name]))
+    return sources
+
+
+def loaded_source(name):
+    """The source of an importable module, from its loader (a file, or the zip Ansible ships)."""
+    __import__(name)
+    module = sys.modules[name]
+    source = module.__loader__.get_source(name) if hasattr(module.__loader__, "get_source") else None
+    if source is None:
+        with open(module.__file__, encoding="utf-8") as handle:
+            source = handle.read()
+    return source
+
+
+def module_blobs(sources):
+    """The modules part of the payload: (index entries, bytes). Each module is sent as source
+    and as this Python's bytecode; a container whose Python has another magic number compiles
+    the source instead."""
+    import marshal
+
+    entries, parts = [], []
+    for name in sorted(sources):
+        src = sources[name].encode("utf-8")
+        code = marshal.dumps(compile(src, "<gpufleet.hygiene>/" + name.replace(".", "/") + ".py", "exec"))
+        entries.append([name, len(src), len(code)])
+        parts += [src, code]
+    return entries, b"".join(parts)
+
+
+def payload(entries, blob, args, check_mode):
+    import importlib.util
+
+    head = {"magic": importlib.util.MAGIC_NUMBER.hex(), "modules": entries, "entry": ENTRY,
+            "args": args, "check_mode": bool(check_mode)}
+    return json.dumps(head).encode("utf-8") + b"\n" + blob
+
+
+def attach_argv(vmid, python, method="pct", pct_path="pct", lxc_path=None):
+    """The node's argv that runs the bootstrap in container vmid (an argv list: no shell)."""
+    inner = [python, "-I", "-S", "-c", BOOTSTRAP]
+    if method == "lxc-attach":
+        head = ["lxc-attach", "-n", str(vmid)]
+        if lxc_path:
+            head += ["-P", lxc_path]
+        return head + ["--"] + inner
+    return [pct_path, "exec", str(vmid), "--"] + inner
+
+
+def explain(vmid, python, rc, stdout, stderr, method):
+    """A message for a container whose bootstrap gave no result."""
+    err = stderr.strip()
+    lines = [line.strip() for line in err.splitlines()]
+    if "container '%s' not running!" % vmid in lines or (method == "lxc-attach" and "Failed to get init pid" in err):
+        return "container %s is not running (stopped); start it (pct start %s) and run again, or leave it out of the run (--limit)" % (vmid, vmid)
+    if any(re.fullmatch(r"Configuration file '[^']*/%s\.conf' does not exist" % vmid, line) for line in lines):
+        return "container %s does not exist on this node" % vmid
+    if rc in (126, 127) or "No such file or directory" in err and python in err:
+        return ("no Python at %s in container %s (exit status %s): install python3 there, or name the interpreter "
+                "with ansible_python_interpreter" % (python, vmid, rc))
+    tail = err[-2000:] or stdout.strip()[-2000:] or "no output"
+    return "reading container %s failed (exit status %s): %s" % (vmid, rc, tail)
+
+
+def parse_output(stdout):
+    """The result line the bootstrap printed, or None."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(RESULT_MARK):
+            try:
+                return json.loads(line[len(RESULT_MARK):])
+            except ValueError:
+                return None
+    return None
+
+
+def read_containers(jobs, max_parallel, timeout):
+    """jobs: [(key, argv, stdin bytes, vmid, python, method)]. Runs them all, at most max_parallel
+    at once; returns {key: result}, a failed container's result {failed, msg, rc}."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(job):
+        key, argv, data, vmid, python, method = job
+        try:
+            proc = subprocess.run(argv, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return key, {"changed": False, "failed": True, "rc": None,
+                         "msg": "reading container %s took more than %s s (container_timeout); it was stopped" % (vmid, timeout)}
+        except OSError as exc:
+            return key, {"changed": False, "failed": True, "rc": None, "msg": "cannot run %s on this node: %s" % (argv[0], exc)}
+        out = proc.stdout.decode("utf-8", "surrogateescape")
+        err = proc.stderr.decode("utf-8", "surrogateescape")
+        result = parse_output(out) if proc.returncode == 0 else None
+        if result is None:
+            return key, {"changed": False, "failed": True, "rc": proc.returncode, "msg": explain(vmid, python, proc.returncode, out, err, method)}
+        return key, result
+
+    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(jobs) or 1))) as pool:
+        return dict(pool.map(one, jobs))
+
+
+# ----------------------------------------------------------------------------- in the container
+
+
+def _run(argv):
+    """AnsibleModule.run_command's answer for an argv list: (rc, stdout, stderr) as text."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as exc:
+        return 2, "", str(exc)
+    return proc.returncode, proc.stdout.decode("utf-8", "surrogateescape"), proc.stderr.decode("utf-8", "surrogateescape")
+
+
+def _which(name):
+    """AnsibleModule.get_bin_path's answer: PATH, then the sbin directories; None when absent."""
+    import shutil
+
+    dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    dirs += [d for d in SBIN_DIRS if d not in dirs]
+    return shutil.which(name, path=os.pathsep.join(dirs))
+
+
+def container_main(head):
+    """The bootstrap's entry in the container: read, print one result line."""
+    import traceback
+
+    try:
+        reader = __import__(READER, fromlist=["read"])
+        result = reader.read(head["args"], _run, _which, head["check_mode"])
+    except Exception as exc:  # noqa: BLE001 - reported to the node as this container's failure, with the traceback
+        result = {"changed": False, "failed": True, "msg": "readiness failed in the container: %s: %s" % (type(exc).__name__, exc),
+                  "exception": traceback.format_exc()}
+    sys.stdout.write(RESULT_MARK + json.dumps(result) + "\n")
+    sys.stdout.flush()

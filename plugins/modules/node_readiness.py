@@ -1,0 +1,225 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_readiness
+short_description: On a Proxmox VE node, read the readiness of several of its containers in one module run
+version_added: 0.2.0
+author: gpufleet.hygiene maintainers (@gpufleet)
+description:
+  - Runs on a Proxmox VE node. For each container listed in O(containers) it runs, inside the
+    container, exactly the reads and verdicts of M(gpufleet.hygiene.readiness) with that
+    container's options, and returns each container's result under its inventory name.
+  - Every container is entered with C(pct exec <vmid> --) (or C(lxc-attach -n <vmid> --)) as the
+    M(gpufleet.hygiene.pct) connection would, and its own Python runs the reads there, so they see
+    the container's files, processes, users and GPUs as the readiness module would; the code and
+    options travel over stdin and nothing is written in the container.
+  - One module run per node instead of one per container, the containers read concurrently - what
+    makes the preflight, remediate and hygiene playbooks fast on large fleets. The verify role's
+    C(node) entry point calls it.
+  - A container that cannot be read (stopped, no Python, bad options) gets C(failed=true) and
+    C(msg) in its own result; the others are still read. The module itself fails only on bad
+    top-level options.
+  - Reads only; changes nothing.
+extends_documentation_fragment:
+  - gpufleet.hygiene.attributes
+  - gpufleet.hygiene.attributes.info_module
+options:
+  containers:
+    description:
+      - The containers to read.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      host:
+        description: The container's inventory name, the key of its result in RV(containers).
+        type: str
+        required: true
+      vmid:
+        description:
+          - The container's Proxmox VE ID (an integer from 100 to 999999999).
+          - Left out, the reads run on the machine the module runs on (a host that is its own node,
+            reached without M(gpufleet.hygiene.pct)).
+        type: int
+      python:
+        description: The container's Python 3 interpreter.
+        type: str
+        default: /usr/bin/python3
+      method:
+        description: How to enter the container, as the connection's O(gpufleet.hygiene.pct#connection:method).
+        type: str
+        default: pct
+        choices: [pct, lxc-attach]
+      pct_path:
+        description: Name or path of C(pct) on the node.
+        type: str
+        default: pct
+      lxc_path:
+        description: LXC path (C(lxc-attach -P)) for O(containers[].method=lxc-attach); unset on Proxmox VE.
+        type: str
+      args:
+        description:
+          - The options of M(gpufleet.hygiene.readiness) for this container, as that module takes them
+            and validated the same way (an unknown or ill-typed option fails this container only).
+        type: dict
+        default: {}
+  max_parallel:
+    description:
+      - How many containers are read at once. V(0) means as many as the node has CPUs.
+    type: int
+    default: 0
+  container_timeout:
+    description: Seconds one container's reading may take before it is stopped and reported as failed.
+    type: float
+    default: 300
+notes:
+  - The container's Python runs with C(-I -S) (isolated, no site packages) and needs only its standard library.
+  - When the container's Python is the node's version the bytecode compiled on the node is used; otherwise it
+    compiles the sources itself.
+seealso:
+  - module: gpufleet.hygiene.readiness
+  - role: gpufleet.hygiene.verify
+"""
+
+EXAMPLES = r"""
+- name: Read two containers of this node at once
+  gpufleet.hygiene.node_readiness:
+    containers:
+      - host: train-101
+        vmid: 101
+        args:
+          venv: /opt/venv
+          job_patterns: ['train\.py']
+          cache_user: trainer
+      - host: train-102
+        vmid: 102
+        method: lxc-attach
+        args:
+          venv: /opt/venv
+  register: node_read
+
+- name: Show train-101's verdicts
+  ansible.builtin.debug:
+    msg: "{{ node_read.containers['train-101'].checks }}"
+"""
+
+RETURN = r"""
+containers:
+  description:
+    - Each container's result under its O(containers[].host), the result of M(gpufleet.hygiene.readiness)
+      for it (C(processes), C(gpu_state), C(cuda_contamination), C(pip_inventory), C(torch_cache), C(checks),
+      C(ready), C(running_job)), plus C(warnings), that module's warnings as a list.
+    - A container that could not be read has C(failed=true), C(msg) saying why, and C(rc) (the exit status of
+      C(pct exec), or null).
+  returned: always
+  type: dict
+  sample:
+    train-101: {changed: false, ready: true, running_job: false, warnings: [],
+                checks: [{name: gpu_idle, severity: fail, ok: true, error: false, summary: 1 GPU(s) idle}]}
+    train-102: {changed: false, failed: true, rc: 255, msg: container 102 is not running (stopped); start it (pct start 102) and run again}
+read:
+  description: How many containers were read, and how many of them could not be.
+  returned: always
+  type: dict
+  sample: {containers: 2, failed: 0, seconds: 0.41}
+"""
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._fanout import (
+    attach_argv,
+    loaded_source,
+    module_blobs,
+    module_sources,
+    payload,
+    read_containers,
+)
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, bad_option, read
+
+VMID_MIN, VMID_MAX = 100, 999999999
+
+
+def container_args(entry):
+    """The container's readiness options, validated as the readiness module validates them;
+    (options, None) or (None, message)."""
+    outcome = ArgumentSpecValidator(ARGUMENT_SPEC).validate(dict(entry["args"] or {}))
+    if outcome.error_messages:
+        return None, "bad readiness options for %s: %s" % (entry["host"], "; ".join(outcome.error_messages))
+    options = outcome.validated_parameters
+    problem = bad_option(options)
+    if problem:
+        return None, "bad readiness options for %s: %s" % (entry["host"], problem)
+    return options, None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            containers=dict(type="list", elements="dict", required=True, options=dict(
+                host=dict(type="str", required=True),
+                vmid=dict(type="int"),
+                python=dict(type="str", default="/usr/bin/python3"),
+                method=dict(type="str", default="pct", choices=["pct", "lxc-attach"]),
+                pct_path=dict(type="str", default="pct"),
+                lxc_path=dict(type="str"),
+                args=dict(type="dict", default={}),
+            )),
+            max_parallel=dict(type="int", default=0),
+            container_timeout=dict(type="float", default=300),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["max_parallel"] < 0:
+        module.fail_json(msg="max_parallel must be 0 (as many as the node has CPUs) or more (got %s)" % p["max_parallel"])
+    if p["container_timeout"] <= 0:
+        module.fail_json(msg="container_timeout must be more than 0 (got %s)" % p["container_timeout"])
+    hosts = [c["host"] for c in p["containers"]]
+    twice = sorted(set(h for h in hosts if hosts.count(h) > 1))
+    if twice:
+        module.fail_json(msg="containers: each host may be listed once; listed more than once: %s" % ", ".join(twice))
+
+    started = time.monotonic()
+    results, jobs, local = {}, [], []
+    blobs = None
+    for entry in p["containers"]:
+        options, problem = container_args(entry)
+        vmid = entry["vmid"]
+        if problem is None and vmid is not None and not VMID_MIN <= vmid <= VMID_MAX:
+            problem = "vmid of %s must be an integer from %d to %d, got %s" % (entry["host"], VMID_MIN, VMID_MAX, vmid)
+        if problem is None and not os.path.isabs(entry["python"]):
+            problem = "python of %s must be an absolute path, got %r" % (entry["host"], entry["python"])
+        if problem:
+            results[entry["host"]] = {"changed": False, "failed": True, "rc": None, "msg": problem}
+        elif vmid is None:
+            local.append((entry["host"], options))
+        else:
+            if blobs is None:
+                blobs = module_blobs(module_sources(loaded_source))
+            argv = attach_argv(vmid, entry["python"], entry["method"], entry["pct_path"], entry["lxc_path"])
+            jobs.append((entry["host"], argv, payload(blobs[0], blobs[1], options, module.check_mode), vmid, entry["python"], entry["method"]))
+
+    parallel = p["max_parallel"] or os.cpu_count() or 1
+    if jobs:
+        results.update(read_containers(jobs, parallel, p["container_timeout"]))
+    for host, options in local:
+        results[host] = read(options, module.run_command, module.get_bin_path, module.check_mode)
+    for host in hosts:
+        results[host].setdefault("warnings", [])
+    failed = sum(1 for r in results.values() if r.get("failed"))
+    module.exit_json(changed=False, containers=results,
+                     read={"containers": len(results), "failed": failed, "seconds": round(time.monotonic() - started, 3)})
+
+
+if __name__ == "__main__":
+    main()
