@@ -3,7 +3,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """readiness: one call returns what processes, gpu_state, cuda_contamination, pip_inventory and
 torch_cache return one by one, on a REAL seed venv (real wheels installed by uv), a REAL training
-stand-in holding a GPU of the nvidia-smi STAND-IN, and a real stale compile cache; and judges them."""
+stand-in holding a GPU of the nvidia-smi STAND-IN, and a real stale compile cache; and judges them.
+node_readiness returns, per container, the same as readiness, through a STAND-IN of the node's
+`pct exec` (it runs the command here) and real subprocesses of the container's Python."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from cuda_fixtures import SEED_ADDED, SEED_BASE, build_seed_wheels, install, mak
 from ansible_collections.gpufleet.hygiene.plugins.modules import (
     cuda_contamination,
     gpu_state,
+    node_readiness,
     pip_inventory,
     processes,
     readiness,
@@ -175,3 +178,86 @@ def test_a_hung_nvidia_smi_is_an_error_naming_the_timeout(run_module, tmp_path):
     assert "did not answer within 0.5s (command_timeout)" in gpu["summary"]
     assert run_module(readiness.main, {"nvidia_smi": str(hung), "command_timeout": 0})["msg"] == \
         "command_timeout must be more than 0 (got 0.0)"
+
+
+# ---------------------------------------------------------------------------- node_readiness
+
+# STAND-IN for Proxmox VE's `pct exec VMID -- CMD...` on a node: runs CMD here. Container 105 is
+# stopped (pct's own message and status), container 106 hangs.
+FAKE_PCT = """#!/bin/sh
+[ "$1" = exec ] && [ "$3" = -- ] || { echo "usage: pct exec <vmid> -- <command>" >&2; exit 2; }
+vmid=$2
+shift 3
+case "$vmid" in
+  105) echo "container '105' not running!" >&2; exit 255 ;;
+  106) exec sleep 30 ;;
+esac
+exec "$@"
+"""
+
+
+@pytest.fixture
+def pct(tmp_path):
+    path = tmp_path / "pct"
+    path.write_text(FAKE_PCT)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_node_readiness_reads_each_container_as_readiness_does(run_module, rig, pct):
+    job = rig["trainers"].start(gpu=1, mib=40960)
+    args = args_of(rig, allow_running_job=True)
+    alone = run_module(readiness.main, args)
+    res = run_module(node_readiness.main, {"containers": [
+        {"host": "ct-101", "vmid": 101, "pct_path": pct, "python": sys.executable, "args": args},
+        {"host": "self", "args": args},  # no vmid: read here, in the module's own process
+    ]})
+    assert res["changed"] is False and "failed" not in res
+    assert res["read"]["containers"] == 2 and res["read"]["failed"] == 0
+    for host in ("ct-101", "self"):
+        got = res["containers"][host]
+        assert "failed" not in got, got
+        for name in ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache"):
+            assert stable(got[name]) == stable(alone[name]), (host, name)
+        assert got["checks"] == alone["checks"] and got["ready"] == alone["ready"] and got["running_job"] is True
+        assert isinstance(got["warnings"], list)
+    # The real state: the job holds GPU 1, the venv is contaminated.
+    checks = {c["name"]: c for c in res["containers"]["ct-101"]["checks"]}
+    assert checks["gpu_idle"]["ok"] is True and checks["gpu_idle"]["summary"] == "held by the running job (pid %d)" % job.pid
+    assert checks["venv_clean"]["ok"] is False and "nvidia-nccl-cu13" in checks["venv_clean"]["summary"]
+
+
+def test_node_readiness_a_container_that_cannot_be_read_fails_alone(run_module, rig, pct):
+    args = args_of(rig, venv=None)
+    res = run_module(node_readiness.main, {"container_timeout": 2, "containers": [
+        {"host": "good", "vmid": 101, "pct_path": pct, "python": sys.executable, "args": args},
+        {"host": "stopped", "vmid": 105, "pct_path": pct, "python": sys.executable, "args": args},
+        {"host": "hung", "vmid": 106, "pct_path": pct, "python": sys.executable, "args": args},
+        {"host": "no-python", "vmid": 102, "pct_path": pct, "python": "/nonexistent/python3", "args": args},
+        {"host": "relative-python", "vmid": 103, "pct_path": pct, "python": "python3", "args": args},
+        {"host": "bad-timeout", "vmid": 104, "pct_path": pct, "args": dict(args, command_timeout=0)},
+        {"host": "unknown-option", "vmid": 107, "pct_path": pct, "args": dict(args, venv_path="/opt/venv")},
+        {"host": "bad-vmid", "vmid": 7, "pct_path": pct, "args": args},
+    ]})
+    assert "failed" not in res, res
+    got = res["containers"]
+    assert "failed" not in got["good"] and got["good"]["checks"][0]["name"] == "gpu_idle"
+    assert res["read"]["failed"] == 7
+    msgs = {host: r["msg"] for host, r in got.items() if r.get("failed")}
+    assert msgs["stopped"].startswith("container 105 is not running (stopped); start it (pct start 105)")
+    assert msgs["hung"] == "reading container 106 took more than 2.0 s (container_timeout); it was stopped"
+    assert msgs["no-python"].startswith("no Python at /nonexistent/python3 in container 102 (exit status 127)")
+    assert msgs["relative-python"] == "python of relative-python must be an absolute path, got 'python3'"
+    assert msgs["bad-timeout"] == "bad readiness options for bad-timeout: command_timeout must be more than 0 (got 0.0)"
+    assert msgs["unknown-option"].startswith("bad readiness options for unknown-option: ") and "venv_path" in msgs["unknown-option"]
+    assert msgs["bad-vmid"] == "vmid of bad-vmid must be an integer from 100 to 999999999, got 7"
+
+
+@pytest.mark.parametrize("args, msg", [
+    ({"containers": [{"host": "a"}, {"host": "a"}]}, "containers: each host may be listed once; listed more than once: a"),
+    ({"containers": [], "max_parallel": -1}, "max_parallel must be 0 (as many as the node has CPUs) or more (got -1)"),
+    ({"containers": [], "container_timeout": 0}, "container_timeout must be more than 0 (got 0.0)"),
+])
+def test_node_readiness_refuses_bad_options(run_module, args, msg):
+    res = run_module(node_readiness.main, args)
+    assert res["failed"] is True and res["msg"] == msg

@@ -1,0 +1,62 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""_fanout: the bootstrap a container's Python runs, fed over stdin, in a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils import _fanout, _readiness
+
+ARGS = {"job_patterns": [], "job_users": [], "require_gpu": False, "threshold_mib": 64, "nvidia_smi": "/nonexistent/nvidia-smi",
+        "command_timeout": 5.0, "device_patterns": ["/dev/nvidia*"], "venv": None, "expected_cuda": None, "baseline": None,
+        "verify_files": False, "caches": True, "cache_user": None, "cache_environment": None, "allow_running_job": False}
+
+
+def run_bootstrap(data):
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", _fanout.BOOTSTRAP], input=data, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return _fanout.parse_output(proc.stdout.decode())
+
+
+def test_the_payload_holds_exactly_what_the_reads_import():
+    sources = _fanout.module_sources(_fanout.loaded_source)
+    short = sorted(name.rsplit(".", 1)[1] for name in sources)
+    assert short == ["_contamination", "_cuda", "_dist", "_elf", "_fanout", "_gpu", "_gpuproc", "_gpustate", "_pkgtool",
+                     "_readiness", "_torch_cache"]
+    # Nothing of Ansible travels or is needed in the container.
+    assert not any("from ansible.module_utils" in src or "import ansible." in src for src in sources.values())
+
+
+def test_bytecode_or_source_the_result_is_the_one_read_gives():
+    entries, blob = _fanout.module_blobs(_fanout.module_sources(_fanout.loaded_source))
+    same = _fanout.payload(entries, blob, ARGS, False)
+    cut = same.index(b"\n")
+    head = json.loads(same[:cut])
+    assert head["entry"] == _fanout.ENTRY and head["check_mode"] is False
+    head["magic"] = "00000000"  # another Python version: the container compiles the sources itself
+    other = json.dumps(head).encode() + same[cut:]
+    here = _readiness.read(dict(ARGS), _fanout._run, _fanout._which)
+    for data in (same, other):
+        got = run_bootstrap(data)
+        assert got["checks"] == here["checks"] and got["ready"] is True
+        assert got["checks"][0]["summary"].startswith("no usable GPU (")
+
+
+def test_a_crash_in_the_container_is_a_result_not_a_traceback():
+    entries, blob = _fanout.module_blobs(_fanout.module_sources(_fanout.loaded_source))
+    broken = dict(ARGS)
+    del broken["threshold_mib"]  # read() needs every option: a KeyError inside the container
+    got = run_bootstrap(_fanout.payload(entries, blob, broken, False))
+    assert got["failed"] is True and got["msg"] == "readiness failed in the container: KeyError: 'threshold_mib'"
+    assert "Traceback" in got["exception"]
+
+
+def test_attach_argv_is_a_list_with_the_vmid_as_one_word():
+    assert _fanout.attach_argv(101, "/usr/bin/python3")[:6] == ["pct", "exec", "101", "--", "/usr/bin/python3", "-I"]
+    argv = _fanout.attach_argv(101, "/usr/bin/python3", method="lxc-attach", lxc_path="/var/lib/lxc x")
+    assert argv[:6] == ["lxc-attach", "-n", "101", "-P", "/var/lib/lxc x", "--"]
