@@ -35,6 +35,16 @@ def fmt_default(value):
     return "`%s`" % cell(text[:-4].strip() if text.endswith("\n...") else text)
 
 
+def option_row(name, opt):
+    kind = opt.get("type", "str")
+    if kind == "list" and opt.get("elements"):
+        kind = "list of %s" % opt["elements"]
+    if opt.get("choices"):
+        kind += " (%s)" % ", ".join(str(c) for c in opt["choices"])
+    default = "*required*" if opt.get("required") else fmt_default(opt.get("default"))
+    return "| `%s` | %s | %s | %s |" % (name, kind, default, cell(" ".join(as_list(opt.get("description")))))
+
+
 def render(role, spec):
     main = spec["argument_specs"]["main"]
     lines = ["# gpufleet.hygiene.%s" % role, "", main["short_description"], ""]
@@ -42,14 +52,16 @@ def render(role, spec):
         lines += [para, ""]
     lines += ["<!-- Generated from meta/argument_specs.yml by scripts/role_readme.py: edit the spec, not this file. -->", "",
               "## Variables", "", "| variable | type | default | description |", "| --- | --- | --- | --- |"]
-    for name, opt in main.get("options", {}).items():
-        kind = opt.get("type", "str")
-        if kind == "list" and opt.get("elements"):
-            kind = "list of %s" % opt["elements"]
-        if opt.get("choices"):
-            kind += " (%s)" % ", ".join(str(c) for c in opt["choices"])
-        default = "*required*" if opt.get("required") else fmt_default(opt.get("default"))
-        lines.append("| `%s` | %s | %s | %s |" % (name, kind, default, cell(" ".join(as_list(opt.get("description"))))))
+    lines += [option_row(name, opt) for name, opt in main.get("options", {}).items()]
+    for entry, other in spec["argument_specs"].items():
+        if entry == "main":
+            continue
+        lines += ["", "## Entry point `%s` (`tasks_from: %s`)" % (entry, entry), "", other["short_description"], ""]
+        for para in as_list(other.get("description")):
+            lines += [para, ""]
+        added = [(n, o) for n, o in other.get("options", {}).items() if n not in main.get("options", {})]
+        lines += ["It takes every variable above, and:", "", "| variable | type | default | description |", "| --- | --- | --- | --- |"]
+        lines += [option_row(name, opt) for name, opt in added]
     lines += ["", "## Example", "", "```yaml", "- name: Use the %s role" % role, "  hosts: pve_containers",
               "  gather_facts: false", "  roles:", "    - role: gpufleet.hygiene.%s" % role, "```", ""]
     return "\n".join(lines)

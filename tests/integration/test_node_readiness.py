@@ -1,0 +1,53 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The verify role's node entry point (one node_readiness run per node, each container read inside
+itself) over the session's simulated fleet: the same verify_result as one readiness call per
+container, one module run per node, and a stopped container reported by name."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+INVENTORY = os.path.join(REPO, "inventory", "sim", "fleet.yml")
+COMPARE = os.path.join(REPO, "tests", "integration", "targets", "node_readiness", "compare.yml")
+
+
+def containers(fleet, running):
+    return [ct for node in fleet["nodes"] for ct in node["containers"] if ct["running"] is running]
+
+
+@pytest.mark.parametrize("method", ["pct", "lxc-attach"])
+def test_node_read_gives_the_same_verify_result_as_per_container(fleet, ansible_cli, tmp_path, method):
+    running = [ct["name"] for ct in containers(fleet, True)]
+    out = tmp_path / "compare.json"
+    res = ansible_cli("ansible-playbook", "-i", INVENTORY, COMPARE, "--limit", ",".join(running),
+                      "-e", "compare_out=%s" % out, "-e", "ansible_pct_method=%s" % method, "-v")
+    assert res.returncode == 0, res.stdout
+    both = json.loads(out.read_text())
+    assert sorted(both) == sorted(running)
+    for host, (per_container, per_node) in both.items():
+        assert per_container is not None and per_node == per_container, host
+        assert [c["name"] for c in per_node["checks"]][0] == "gpu_idle"
+    # One node_readiness run per node that has running containers, by its first container.
+    nodes_with_running = {node["name"] for node in fleet["nodes"] if any(ct["running"] for ct in node["containers"])}
+    section = res.stdout.split("TASK [gpufleet.hygiene.verify : Read every container of this node at once, on the node]", 1)[1]
+    section = section.split("TASK [", 1)[0]
+    ran = [line for line in section.splitlines() if line.startswith("ok: [")]
+    assert len(ran) == len(nodes_with_running), section
+
+
+def test_a_stopped_container_fails_preflight_by_name_and_its_node_peers_are_read(fleet, ansible_cli):
+    [stopped] = containers(fleet, False)
+    res = ansible_cli("ansible-playbook", "-i", INVENTORY, os.path.join(REPO, "playbooks", "preflight.yml"))
+    assert res.returncode == 2, res.stdout
+    assert ("%s is not ready: [gpu_idle] container %d is not running (stopped); start it (pct start %d) and run again"
+            % (stopped["name"], stopped["vmid"], stopped["vmid"])) in res.stdout.replace("\n        ", " ")
+    recap = res.stdout.split("PLAY RECAP", 1)[1]
+    for ct in containers(fleet, True):
+        line = next(x for x in recap.splitlines() if x.startswith(ct["name"] + " "))
+        assert "unreachable=0" in line and "changed=0" in line, line
