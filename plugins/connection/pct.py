@@ -504,10 +504,8 @@ class Connection(ConnectionBase):
         node = "%s@%s:%s" % (self.get_option("node_user"), self.get_option("node_host"), self.get_option("node_port"))
         vmid = str(self._vmid)
         lines = [line.strip() for line in err.splitlines()]
-        if self.get_option("run_on") == "node":
-            lines_in_container = []  # nothing ran through pct or lxc-attach: only ssh's own failures apply
-        else:
-            lines_in_container = lines
+        # With run_on=node nothing ran through pct or lxc-attach: only ssh's own failures apply.
+        lines_in_container = [] if self.get_option("run_on") == "node" else lines
         if "container '%s' not running!" % vmid in lines_in_container:
             raise AnsibleConnectionFailure(
                 "gpufleet.hygiene.pct: container %s on node %s is not running (stopped); start it (pct start %s) and run "

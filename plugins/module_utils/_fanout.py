@@ -77,7 +77,7 @@ def _boot():
 _boot()
 """
 
-_IMPORT = re.compile(r"^\s*from ansible_collections\.gpufleet\.hygiene\.plugins\.module_utils\.(_\w+) import", re.M)
+_IMPORT = re.compile(r"^\s*from ansible_collections\.gpufleet\.hygiene\.plugins\.module_utils\.(_\w+) import", re.MULTILINE)
 
 
 # ----------------------------------------------------------------------------- on the node
@@ -176,7 +176,7 @@ def read_containers(jobs, max_parallel, timeout):
     def one(job):
         key, argv, data, vmid, python, method = job
         try:
-            proc = subprocess.run(argv, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+            proc = subprocess.run(argv, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return key, {"changed": False, "failed": True, "rc": None,
                          "msg": "reading container %s took more than %s s (container_timeout); it was stopped" % (vmid, timeout)}
@@ -201,7 +201,7 @@ def _run(argv):
     import subprocess
 
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
     except OSError as exc:
         return 2, "", str(exc)
     return proc.returncode, proc.stdout.decode("utf-8", "surrogateescape"), proc.stderr.decode("utf-8", "surrogateescape")

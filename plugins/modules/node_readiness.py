@@ -146,7 +146,8 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._fanout import (
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, bad_option, read
 
-VMID_MIN, VMID_MAX = 100, 999999999
+VMID_MIN = 100
+VMID_MAX = 999999999
 
 
 def container_args(entry):
