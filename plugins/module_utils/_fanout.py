@@ -40,13 +40,15 @@ SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 # The program each container runs (python3 -I -S -c BOOTSTRAP): read the header line and the
 # modules from stdin, import them from memory, call ENTRY's container_main(header).
 BOOTSTRAP = r"""
-import sys, json, marshal, importlib.abc, importlib.util
+import sys, json, marshal
+from importlib.machinery import ModuleSpec
+from importlib.util import MAGIC_NUMBER
 def _boot():
     data = sys.stdin.buffer.read()
     cut = data.index(b"\n")
     head = json.loads(data[:cut].decode("utf-8"))
     pos, codes = cut + 1, {}
-    same = importlib.util.MAGIC_NUMBER.hex() == head["magic"]
+    same = MAGIC_NUMBER.hex() == head["magic"]
     for name, n_src, n_code in head["modules"]:
         src, code = data[pos:pos + n_src], data[pos + n_src:pos + n_src + n_code]
         pos += n_src + n_code
@@ -56,10 +58,12 @@ def _boot():
         parts = name.split(".")
         packages.update(".".join(parts[:i]) for i in range(1, len(parts)))
 
-    class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    class Finder(object):
+        # A meta path finder and loader by duck typing: importlib.abc would import
+        # importlib.resources, a fifth of this program's start-up.
         def find_spec(self, name, path=None, target=None):
             if name in codes or name in packages:
-                return importlib.util.spec_from_loader(name, self, is_package=name in packages)
+                return ModuleSpec(name, self, is_package=name in packages)
             return None
         def create_module(self, spec):
             return None
@@ -73,7 +77,7 @@ def _boot():
             exec(marshal.loads(code) if code else compile(src, module.__file__, "exec"), module.__dict__)
 
     sys.meta_path.insert(0, Finder())
-    importlib.import_module(head["entry"]).container_main(head)
+    __import__(head["entry"], fromlist=["container_main"]).container_main(head)
 _boot()
 """
 
@@ -218,12 +222,12 @@ def _which(name):
 
 def container_main(head):
     """The bootstrap's entry in the container: read, print one result line."""
-    import traceback
-
     try:
         reader = __import__(READER, fromlist=["read"])
         result = reader.read(head["args"], _run, _which, head["check_mode"])
     except Exception as exc:  # noqa: BLE001 - reported to the node as this container's failure, with the traceback
+        import traceback  # only now: importing it costs every container a few ms
+
         result = {"changed": False, "failed": True, "msg": "readiness failed in the container: %s: %s" % (type(exc).__name__, exc),
                   "exception": traceback.format_exc()}
     sys.stdout.write(RESULT_MARK + json.dumps(result) + "\n")

@@ -231,6 +231,31 @@ def judge(result, allow_running_job):
     return checks
 
 
+def failed_checks(p, msg):
+    """The checks a reading with options p would have made, each failed with msg: the reading
+    itself failed (the container stopped, no Python there, bad options)."""
+    names = ["gpu_idle"]
+    if p.get("venv"):
+        names.append("venv_clean")
+        if p.get("baseline") or p.get("verify_files"):
+            names.append("packages")
+        if p.get("caches", True):
+            names.append("caches_fresh")
+    return [{"name": name, "severity": "fail", "ok": False, "error": True, "summary": msg} for name in names]
+
+
+def brief(result, p):
+    """What the verify role records of a reading (the keys of its verify_result), from a result of
+    read() or a failure {failed, msg}; p are the options the reading was asked with."""
+    if result.get("failed"):
+        msg = result.get("msg") or "readiness failed"
+        return {"failed": True, "msg": msg, "ready": False, "running_job": False, "checks": failed_checks(p, msg),
+                "gpus": [], "contaminants": [], "caches": [], "warnings": result.get("warnings", [])}
+    return {"ready": result["ready"], "running_job": result["running_job"], "checks": result["checks"],
+            "gpus": result["gpu_state"].get("gpus", []), "contaminants": result["cuda_contamination"].get("contaminants", []),
+            "caches": result["torch_cache"].get("caches", []), "warnings": result.get("warnings", [])}
+
+
 def read(p, run, which, check_mode=False):
     """Every read of one container and their verdicts: the readiness module's result, with
     ``warnings`` (each "<read>: <text>") for the caller to show. ``p`` are validated options."""

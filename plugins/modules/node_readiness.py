@@ -69,6 +69,14 @@ options:
             and validated the same way (an unknown or ill-typed option fails this container only).
         type: dict
         default: {}
+  brief:
+    description:
+      - Return of each container only what the verify role records (C(ready), C(running_job), C(checks), C(gpus),
+        C(contaminants), C(caches), C(warnings)) instead of every read in full; a container that could not be read
+        then has every check it would have made, failed with its C(msg).
+      - Much less data for the controller to template when it only records verdicts.
+    type: bool
+    default: false
   max_parallel:
     description:
       - How many containers are read at once. V(0) means as many as the node has CPUs.
@@ -117,6 +125,7 @@ containers:
       C(ready), C(running_job)), plus C(warnings), that module's warnings as a list.
     - A container that could not be read has C(failed=true), C(msg) saying why, and C(rc) (the exit status of
       C(pct exec), or null).
+    - With O(brief=true), only the keys listed there.
   returned: always
   type: dict
   sample:
@@ -144,7 +153,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._fanout import (
     payload,
     read_containers,
 )
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, bad_option, read
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, bad_option, brief, read
 
 VMID_MIN = 100
 VMID_MAX = 999999999
@@ -175,6 +184,7 @@ def main():
                 lxc_path=dict(type="str"),
                 args=dict(type="dict", default={}),
             )),
+            brief=dict(type="bool", default=False),
             max_parallel=dict(type="int", default=0),
             container_timeout=dict(type="float", default=300),
         ),
@@ -215,8 +225,13 @@ def main():
         results.update(read_containers(jobs, parallel, p["container_timeout"]))
     for host, options in local:
         results[host] = read(options, module.run_command, module.get_bin_path, module.check_mode)
+    asked = {c["host"]: c["args"] or {} for c in p["containers"]}
     for host in hosts:
         results[host].setdefault("warnings", [])
+        for warning in results[host]["warnings"]:
+            module.warn("%s: %s" % (host, warning))
+        if p["brief"]:
+            results[host] = brief(results[host], asked[host])
     failed = sum(1 for r in results.values() if r.get("failed"))
     module.exit_json(changed=False, containers=results,
                      read={"containers": len(results), "failed": failed, "seconds": round(time.monotonic() - started, 3)})
