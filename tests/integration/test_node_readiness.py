@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 INVENTORY = os.path.join(REPO, "inventory", "sim", "fleet.yml")
+FLEET = os.path.join(REPO, "tests", "sim", "fleet")
 COMPARE = os.path.join(REPO, "tests", "integration", "targets", "node_readiness", "compare.yml")
 
 
@@ -51,3 +53,22 @@ def test_a_stopped_container_fails_preflight_by_name_and_its_node_peers_are_read
     for ct in containers(fleet, True):
         line = next(x for x in recap.splitlines() if x.startswith(ct["name"] + " "))
         assert "unreachable=0" in line and "changed=0" in line, line
+
+
+def test_a_node_that_cannot_be_reached_fails_each_of_its_containers_by_name(fleet, ansible_cli):
+    node = next(n for n in fleet["nodes"] if len([c for c in n["containers"] if c["running"]]) >= 2)
+    names = [c["name"] for c in node["containers"]]
+    subprocess.run([FLEET, "sshd", node["name"], "stop"], cwd=REPO, check=True, timeout=60)
+    try:
+        res = ansible_cli("ansible-playbook", "-i", INVENTORY, os.path.join(REPO, "playbooks", "preflight.yml"), "--limit", ",".join(names))
+    finally:
+        subprocess.run([FLEET, "sshd", node["name"], "start"], cwd=REPO, check=True, timeout=60)
+    recap = {line.split()[0]: line for line in res.stdout.split("PLAY RECAP", 1)[1].splitlines() if line.strip()}
+    unreachable = [h for h in names if "unreachable=1" in recap[h]]
+    assert len(unreachable) == 1, res.stdout[-3000:]  # the container that read for its node
+    [reader] = unreachable
+    for host in names:
+        if host != reader:
+            assert "failed=1" in recap[host], recap[host]
+            assert ("%s is not ready: [gpu_idle] reading through node %s failed (by %s): " % (host, node["address"], reader)
+                    in res.stdout.replace("\n        ", " ")), res.stdout[-3000:]
