@@ -43,19 +43,21 @@ options:
         required: true
       vmid:
         description:
-          - The container's Proxmox VE ID (an integer from 100 to 999999999).
+          - The container's Proxmox VE ID (an integer from 100 to 999999999, or its digits as text); anything
+            else fails this container only.
           - Left out, the reads run on the machine the module runs on (a host that is its own node,
             reached without M(gpufleet.hygiene.pct)).
-        type: int
+        type: raw
       python:
         description: The container's Python 3 interpreter.
         type: str
         default: /usr/bin/python3
       method:
-        description: How to enter the container, as the connection's O(gpufleet.hygiene.pct#connection:method).
+        description:
+          - How to enter the container, as the connection's O(gpufleet.hygiene.pct#connection:method) - V(pct) or
+            V(lxc-attach); anything else fails this container only.
         type: str
         default: pct
-        choices: [pct, lxc-attach]
       pct_path:
         description: Name or path of C(pct) on the node.
         type: str
@@ -140,6 +142,7 @@ read:
 """
 
 import os
+import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -157,6 +160,18 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import
 
 VMID_MIN = 100
 VMID_MAX = 999999999
+METHODS = ("pct", "lxc-attach")
+
+
+def parse_vmid(value):
+    """An integer vmid in range (from an int or its digits as text), else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        vmid = value
+    elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value):
+        vmid = int(value)
+    else:
+        return None
+    return vmid if VMID_MIN <= vmid <= VMID_MAX else None
 
 
 def container_args(entry):
@@ -177,9 +192,9 @@ def main():
         argument_spec=dict(
             containers=dict(type="list", elements="dict", required=True, options=dict(
                 host=dict(type="str", required=True),
-                vmid=dict(type="int"),
+                vmid=dict(type="raw"),
                 python=dict(type="str", default="/usr/bin/python3"),
-                method=dict(type="str", default="pct", choices=["pct", "lxc-attach"]),
+                method=dict(type="str", default="pct"),
                 pct_path=dict(type="str", default="pct"),
                 lxc_path=dict(type="str"),
                 args=dict(type="dict", default={}),
@@ -205,9 +220,11 @@ def main():
     blobs = None
     for entry in p["containers"]:
         options, problem = container_args(entry)
-        vmid = entry["vmid"]
-        if problem is None and vmid is not None and not VMID_MIN <= vmid <= VMID_MAX:
-            problem = "vmid of %s must be an integer from %d to %d, got %s" % (entry["host"], VMID_MIN, VMID_MAX, vmid)
+        vmid = parse_vmid(entry["vmid"])
+        if problem is None and entry["vmid"] is not None and vmid is None:
+            problem = "vmid of %s must be an integer from %d to %d, got %r" % (entry["host"], VMID_MIN, VMID_MAX, entry["vmid"])
+        if problem is None and entry["method"] not in METHODS:
+            problem = "method of %s must be one of %s, got %r" % (entry["host"], ", ".join(METHODS), entry["method"])
         if problem is None and not os.path.isabs(entry["python"]):
             problem = "python of %s must be an absolute path, got %r" % (entry["host"], entry["python"])
         if problem:

@@ -238,11 +238,13 @@ def test_node_readiness_a_container_that_cannot_be_read_fails_alone(run_module, 
         {"host": "bad-timeout", "vmid": 104, "pct_path": pct, "args": dict(args, command_timeout=0)},
         {"host": "unknown-option", "vmid": 107, "pct_path": pct, "args": dict(args, venv_path="/opt/venv")},
         {"host": "bad-vmid", "vmid": 7, "pct_path": pct, "args": args},
+        {"host": "hostile-vmid", "vmid": "100; touch /tmp/x", "pct_path": pct, "args": args},
+        {"host": "bad-method", "vmid": 101, "method": "ssh", "pct_path": pct, "args": args},
     ]})
     assert "failed" not in res, res
     got = res["containers"]
     assert "failed" not in got["good"] and got["good"]["checks"][0]["name"] == "gpu_idle"
-    assert res["read"]["failed"] == 7
+    assert res["read"]["failed"] == 9
     msgs = {host: r["msg"] for host, r in got.items() if r.get("failed")}
     assert msgs["stopped"].startswith("container 105 is not running (stopped); start it (pct start 105)")
     assert msgs["hung"] == "reading container 106 took more than 2.0 s (container_timeout); it was stopped"
@@ -251,6 +253,8 @@ def test_node_readiness_a_container_that_cannot_be_read_fails_alone(run_module, 
     assert msgs["bad-timeout"] == "bad readiness options for bad-timeout: command_timeout must be more than 0 (got 0.0)"
     assert msgs["unknown-option"].startswith("bad readiness options for unknown-option: ") and "venv_path" in msgs["unknown-option"]
     assert msgs["bad-vmid"] == "vmid of bad-vmid must be an integer from 100 to 999999999, got 7"
+    assert msgs["hostile-vmid"] == "vmid of hostile-vmid must be an integer from 100 to 999999999, got '100; touch /tmp/x'"
+    assert msgs["bad-method"] == "method of bad-method must be one of pct, lxc-attach, got 'ssh'"
 
 
 @pytest.mark.parametrize("args, msg", [
