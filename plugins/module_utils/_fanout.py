@@ -101,14 +101,15 @@ def module_sources(get_source, roots=(READER, ENTRY)):
 
 
 def loaded_source(name):
-    """The source of an importable module, from its loader (a file, or the zip Ansible ships)."""
+    """The source of an importable module as text, from its loader (a file, or the zip Ansible ships)."""
     __import__(name)
     module = sys.modules[name]
     source = module.__loader__.get_source(name) if hasattr(module.__loader__, "get_source") else None
     if source is None:
-        with open(module.__file__, encoding="utf-8") as handle:
+        with open(module.__file__, "rb") as handle:
             source = handle.read()
-    return source
+    # Ansible's collection loader (on the controller, and in AnsiballZ) gives bytes.
+    return source.decode("utf-8") if isinstance(source, bytes) else source
 
 
 def module_blobs(sources):

@@ -60,3 +60,17 @@ def test_attach_argv_is_a_list_with_the_vmid_as_one_word():
     assert _fanout.attach_argv(101, "/usr/bin/python3")[:6] == ["pct", "exec", "101", "--", "/usr/bin/python3", "-I"]
     argv = _fanout.attach_argv(101, "/usr/bin/python3", method="lxc-attach", lxc_path="/var/lib/lxc x")
     assert argv[:6] == ["lxc-attach", "-n", "101", "-P", "/var/lib/lxc x", "--"]
+
+
+def test_a_loader_that_gives_bytes_still_gives_text(monkeypatch):
+    """Ansible's collection loader (the controller's, and AnsiballZ's) returns a source as bytes."""
+    import types
+
+    class BytesLoader:
+        def get_source(self, name):
+            return "VALUE = 'é'\n".encode("utf-8")
+
+    module = types.ModuleType("gpufleet_fanout_probe")
+    module.__loader__ = BytesLoader()
+    monkeypatch.setitem(sys.modules, "gpufleet_fanout_probe", module)
+    assert _fanout.loaded_source("gpufleet_fanout_probe") == "VALUE = 'é'\n"
