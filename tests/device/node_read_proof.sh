@@ -67,7 +67,7 @@ grep -q holding "$WORK/holder.log" || { echo "the CUDA holder did not start: $(c
 
 PYTHON_PATH="$(command -v "$PY")"
 "$PY" - "$OUT" "$WORK" "$HOLDER_PID" "$PYTHON_PATH" "$N" "$REPS" <<'EOF'
-import json, os, statistics, subprocess, sys, time
+import json, os, re, statistics, subprocess, sys, time
 
 out, work, holder, python, n, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
 pct = os.path.join(work, "pct")
@@ -78,6 +78,14 @@ def check(ok, what):
     print(("ok   " if ok else "FAIL ") + what, flush=True)
     if not ok:
         failures.append(what)
+
+
+def masked(checks):
+    return json.dumps(checks, sort_keys=True) if checks is None else re.sub(r"\b\d+ MiB used", "N MiB used", json.dumps(checks, sort_keys=True))
+
+
+def mib(checks):
+    return [int(m) for m in re.findall(r"\b(\d+) MiB used", json.dumps(checks))]
 
 
 def module(name, args):
@@ -102,7 +110,14 @@ for allow in (False, True):
     check("failed" not in alone and "failed" not in node, "%s: both modules ran" % tag)
     for host in ("via-bootstrap", "in-process"):
         got = node["containers"][host]
-        check(got.get("checks") == alone.get("checks"), "%s: %s gives readiness's checks" % (tag, host))
+        # Two readings of a busy GPU may differ by a MiB or two of memory.used (the driver's own
+        # accounting moves while two nvidia-smi run at once): compare the rest exactly.
+        same = masked(got.get("checks")) == masked(alone.get("checks"))
+        drift = [abs(a - b) for a, b in zip(mib(got.get("checks")), mib(alone.get("checks")))]
+        check(same and all(d <= 2 for d in drift), "%s: %s gives readiness's checks (memory within 2 MiB: %s)" % (tag, host, drift))
+        if got.get("checks") != alone.get("checks"):
+            report.setdefault("differences", []).append({"case": tag, "host": host, "readiness": alone.get("checks"),
+                                                         "node_readiness": got.get("checks") or got})
     gpu = next(c for c in alone["checks"] if c["name"] == "gpu_idle")
     report["gpu_idle_" + str(allow).lower()] = gpu
     if allow:
@@ -141,7 +156,8 @@ with open(os.path.join(out, "node_read_proof.json"), "w") as f:
 with open(os.path.join(out, "node_read_proof.md"), "w") as f:
     f.write("# node_readiness on a real GPU\n\n")
     f.write("- gpu_idle with a real CUDA holder (pid %d): %s\n" % (holder, report.get("summary")))
-    f.write("- readiness and node_readiness (through the bootstrap and in-process) gave the same checks, with and without allow_running_job\n")
+    f.write("- readiness and node_readiness (through the bootstrap and in-process) gave the same checks, with and without allow_running_job "
+            "(memory.used within 2 MiB: %s)\n" % json.dumps(report.get("differences", "identical")))
     f.write("- %d readings: %d readiness calls (forks %d) %.2f s, one node_readiness run %.2f s (median of %d): %.2fx\n"
             % (n, n, n, med["per_host"], med["per_node"], reps, report["ratio"]))
     f.write("- checks failed: %s\n" % (", ".join(failures) or "none"))
