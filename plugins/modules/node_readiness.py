@@ -94,7 +94,6 @@ notes:
     compiles the sources itself.
 seealso:
   - module: gpufleet.hygiene.readiness
-  - role: gpufleet.hygiene.verify
 """
 
 EXAMPLES = r"""
