@@ -233,15 +233,13 @@ options:
   run_on:
     description:
       - V(container) runs every command inside the container (what this connection is for).
-      - V(node) runs them on the container's Proxmox VE node itself, over the same SSH master,
-        for a task that works on several containers of the node at once
-        (M(gpufleet.hygiene.node_readiness)); set it on that task only, with its own
-        C(ansible_python_interpreter) (the node's).
+      - V(node) runs them on the container's Proxmox VE node itself, over the same SSH master. Only
+        the M(gpufleet.hygiene.node_readiness) action sets it, for its own module run, and sets it
+        back; no variable, setting or environment variable can, so that no other task can be sent
+        to the node by mistake. Privilege escalation is refused there.
     type: string
     default: container
     choices: [container, node]
-    vars:
-      - name: ansible_pct_run_on
   become_success_timeout:
     description: Seconds to wait for privilege escalation inside the container to succeed.
     type: int
@@ -414,7 +412,9 @@ class Connection(ConnectionBase):
 
     def _connect(self):
         if not self._connected:
-            self._vmid = validate_vmid(self.get_option("vmid"))
+            on_node = self.get_option("run_on") == "node"
+            # On the node the vmid is not used: node_readiness checks every container's own.
+            self._vmid = None if on_node else validate_vmid(self.get_option("vmid"))
             validate_user(self.get_option("node_user"))
             cpdir = os.path.expanduser(self.get_option("control_path_dir"))
             try:
@@ -446,6 +446,10 @@ class Connection(ConnectionBase):
 
     def exec_command(self, cmd, in_data=None, sudoable=True):
         super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
+        if self.get_option("run_on") == "node" and self.become and sudoable:
+            raise AnsibleConnectionFailure(
+                "gpufleet.hygiene.pct: privilege escalation (become) is not done on the node; the node's login reads "
+                "the containers (set become: false on that task)")
         proc = self._popen(self._in_container([self._shell_executable(), "-c", cmd]))
         b_out, b_err = self._ensure_become_success(proc, sudoable)
         stdout, stderr = self._communicate(proc, in_data)

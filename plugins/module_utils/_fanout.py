@@ -37,7 +37,7 @@ DEFAULT_PYTHON = "/usr/bin/python3"
 # Where the readiness module would look for nvidia-smi (AnsibleModule.get_bin_path: PATH, then these).
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
-# The program each container runs (python3 -I -S -c BOOTSTRAP): read the header line and the
+# The program each container runs (python3 -I -B -c BOOTSTRAP): read the header line and the
 # modules from stdin, import them from memory, call ENTRY's container_main(header).
 BOOTSTRAP = r"""
 import sys, json, marshal
@@ -137,7 +137,9 @@ def payload(entries, blob, args, check_mode):
 
 def attach_argv(vmid, python, method="pct", pct_path="pct", lxc_path=None):
     """The node's argv that runs the bootstrap in container vmid (an argv list: no shell)."""
-    inner = [python, "-I", "-S", "-c", BOOTSTRAP]
+    # -I: no PYTHON* variables, no user site; -B: no bytecode written. Site packages stay (the
+    # readiness module imports the NVML bindings from there when a container has them).
+    inner = [python, "-I", "-B", "-c", BOOTSTRAP]
     if method == "lxc-attach":
         head = ["lxc-attach", "-n", str(vmid)]
         if lxc_path:
@@ -172,6 +174,18 @@ def parse_output(stdout):
     return None
 
 
+def well_formed(result):
+    """A reading as read() gives it, or a failure as container_main gives it."""
+    if not isinstance(result, dict):
+        return False
+    if result.get("failed") is True:
+        return isinstance(result.get("msg"), str)
+    parts = ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache")
+    return (all(isinstance(result.get(name), dict) for name in parts) and isinstance(result.get("checks"), list)
+            and all(isinstance(c, dict) for c in result["checks"]) and isinstance(result.get("ready"), bool)
+            and isinstance(result.get("running_job"), bool) and isinstance(result.get("warnings", []), list))
+
+
 def read_containers(jobs, max_parallel, timeout):
     """jobs: [(key, argv, stdin bytes, vmid, python, method)]. Runs them all, at most max_parallel
     at once; returns {key: result}, a failed container's result {failed, msg, rc}."""
@@ -184,14 +198,19 @@ def read_containers(jobs, max_parallel, timeout):
             proc = subprocess.run(argv, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return key, {"changed": False, "failed": True, "rc": None,
-                         "msg": "reading container %s took more than %s s (container_timeout); it was stopped" % (vmid, timeout)}
-        except OSError as exc:
+                         "msg": "reading container %s took more than %s s (container_timeout): %s was stopped on the node, the "
+                                "reading in the container may still be running" % (vmid, timeout, argv[0])}
+        except (OSError, ValueError, TypeError) as exc:
             return key, {"changed": False, "failed": True, "rc": None, "msg": "cannot run %s on this node: %s" % (argv[0], exc)}
         out = proc.stdout.decode("utf-8", "surrogateescape")
         err = proc.stderr.decode("utf-8", "surrogateescape")
         result = parse_output(out) if proc.returncode == 0 else None
         if result is None:
             return key, {"changed": False, "failed": True, "rc": proc.returncode, "msg": explain(vmid, python, proc.returncode, out, err, method)}
+        if not well_formed(result):
+            # Whatever the container printed, it cannot break the reading of the others.
+            return key, {"changed": False, "failed": True, "rc": proc.returncode,
+                         "msg": "container %s gave a result that is not a reading (%s)" % (vmid, type(result).__name__)}
         return key, result
 
     with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(jobs) or 1))) as pool:

@@ -19,6 +19,11 @@ description:
     M(gpufleet.hygiene.pct) connection would, and its own Python runs the reads there, so they see
     the container's files, processes, users and GPUs as the readiness module would; the code and
     options travel over stdin and nothing is written in the container.
+  - Over the M(gpufleet.hygiene.pct) connection, where the task's host is a container, the module's
+    action runs it on that container's node (the connection's O(gpufleet.hygiene.pct#connection:run_on=node)
+    for this one run, over the same SSH master, never with C(become)), and a container's O(containers[].method),
+    O(containers[].pct_path) and O(containers[].lxc_path) left out are the connection's own settings. Over any other
+    connection it runs on the host itself.
   - One module run per node instead of one per container, the containers read concurrently - what
     makes the preflight, remediate and hygiene playbooks fast on large fleets. The verify role's
     C(node) entry point calls it.
@@ -89,7 +94,8 @@ options:
     type: float
     default: 300
 notes:
-  - The container's Python runs with C(-I -S) (isolated, no site packages) and needs only its standard library.
+  - The container's Python runs with C(-I -B) (isolated from C(PYTHON*) variables and the user site, no bytecode
+    written) and needs only its standard library (and, for the NVML backend, the NVML bindings where it has them).
   - When the container's Python is the node's version the bytecode compiled on the node is used; otherwise it
     compiles the sources itself.
 seealso:
@@ -215,10 +221,12 @@ def main():
         module.fail_json(msg="containers: each host may be listed once; listed more than once: %s" % ", ".join(twice))
 
     started = time.monotonic()
-    results, jobs, local = {}, [], []
+    results, jobs, local, validated = {}, [], [], {}
     blobs = None
     for entry in p["containers"]:
         options, problem = container_args(entry)
+        if options is not None:
+            validated[entry["host"]] = options
         vmid = parse_vmid(entry["vmid"])
         if problem is None and entry["vmid"] is not None and vmid is None:
             problem = "vmid of %s must be an integer from %d to %d, got %r" % (entry["host"], VMID_MIN, VMID_MAX, entry["vmid"])
@@ -241,7 +249,8 @@ def main():
         results.update(read_containers(jobs, parallel, p["container_timeout"]))
     for host, options in local:
         results[host] = read(options, module.run_command, module.get_bin_path, module.check_mode)
-    asked = {c["host"]: c["args"] or {} for c in p["containers"]}
+    # A failed container's checks are those its options asked for: validated when they were valid.
+    asked = {c["host"]: validated.get(c["host"], c["args"] or {}) for c in p["containers"]}
     for host in hosts:
         results[host].setdefault("warnings", [])
         for warning in results[host]["warnings"]:

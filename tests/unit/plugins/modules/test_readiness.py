@@ -191,6 +191,8 @@ shift 3
 case "$vmid" in
   105) echo "container '105' not running!" >&2; exit 255 ;;
   106) exec sleep 30 ;;
+  108) echo 'GPUFLEET-READINESS []'; exit 0 ;;
+  109) echo 'GPUFLEET-READINESS {"checks": "not a list"}'; exit 0 ;;
 esac
 exec "$@"
 """
@@ -240,14 +242,19 @@ def test_node_readiness_a_container_that_cannot_be_read_fails_alone(run_module, 
         {"host": "bad-vmid", "vmid": 7, "pct_path": pct, "args": args},
         {"host": "hostile-vmid", "vmid": "100; touch /tmp/x", "pct_path": pct, "args": args},
         {"host": "bad-method", "vmid": 101, "method": "ssh", "pct_path": pct, "args": args},
+        {"host": "not-a-reading", "vmid": 108, "pct_path": pct, "python": sys.executable, "args": args},
+        {"host": "half-a-reading", "vmid": 109, "pct_path": pct, "python": sys.executable, "args": args},
     ]})
     assert "failed" not in res, res
     got = res["containers"]
     assert "failed" not in got["good"] and got["good"]["checks"][0]["name"] == "gpu_idle"
-    assert res["read"]["failed"] == 9
+    assert res["read"]["failed"] == 11
     msgs = {host: r["msg"] for host, r in got.items() if r.get("failed")}
     assert msgs["stopped"].startswith("container 105 is not running (stopped); start it (pct start 105)")
-    assert msgs["hung"] == "reading container 106 took more than 2.0 s (container_timeout); it was stopped"
+    assert msgs["hung"] == ("reading container 106 took more than 2.0 s (container_timeout): %s was stopped on the node, "
+                            "the reading in the container may still be running" % pct)
+    assert msgs["not-a-reading"] == "container 108 gave a result that is not a reading (list)"
+    assert msgs["half-a-reading"] == "container 109 gave a result that is not a reading (dict)"
     assert msgs["no-python"].startswith("no Python at /nonexistent/python3 in container 102 (exit status 127)")
     assert msgs["relative-python"] == "python of relative-python must be an absolute path, got 'python3'"
     assert msgs["bad-timeout"] == "bad readiness options for bad-timeout: command_timeout must be more than 0 (got 0.0)"
