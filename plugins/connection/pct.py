@@ -287,10 +287,9 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.connection import ConnectionBase
 from ansible.utils.display import Display
 
-display = Display()
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._pve import VMID_MAX, VMID_MIN, parse_vmid
 
-VMID_MIN = 100
-VMID_MAX = 999999999
+display = Display()
 
 _SSH_UNREACHABLE = (
     "Connection refused", "Connection timed out", "No route to host", "Network is unreachable",
@@ -304,15 +303,8 @@ _SSH_HOSTKEY = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS 
 
 def validate_vmid(value):
     """Return the vmid as an int; refuse anything that is not an integer in Proxmox's range."""
-    if isinstance(value, bool):
-        vmid = None
-    elif isinstance(value, int):
-        vmid = value
-    elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value):
-        vmid = int(value)
-    else:
-        vmid = None
-    if vmid is None or not VMID_MIN <= vmid <= VMID_MAX:
+    vmid = parse_vmid(value)
+    if vmid is None:
         raise AnsibleOptionsError(
             "gpufleet.hygiene.pct: vmid must be an integer from %d to %d (ansible_pct_vmid), got %r"
             % (VMID_MIN, VMID_MAX, value if not isinstance(value, str) else str(value))

@@ -147,7 +147,6 @@ read:
 """
 
 import os
-import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -161,22 +160,10 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._fanout import (
     payload,
     read_containers,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._pve import VMID_MAX, VMID_MIN, parse_vmid
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, bad_option, brief, read
 
-VMID_MIN = 100
-VMID_MAX = 999999999
 METHODS = ("pct", "lxc-attach")
-
-
-def parse_vmid(value):
-    """An integer vmid in range (from an int or its digits as text), else None."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        vmid = value
-    elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value):
-        vmid = int(value)
-    else:
-        return None
-    return vmid if VMID_MIN <= vmid <= VMID_MAX else None
 
 
 def container_args(entry):
