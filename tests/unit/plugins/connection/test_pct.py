@@ -399,15 +399,20 @@ def test_silent_failure_of_the_command_itself(monkeypatch, tmp_path, rc):
     assert conn.exec_command("exit %d" % rc) == (rc, b"", b"")
 
 
+def on_node(conn):
+    """What node_readiness's action does before its module run."""
+    conn.set_option("run_on", "node")
+    conn._connect()
+    return conn
+
+
 def test_run_on_node_is_no_variable_and_runs_on_the_node_only_when_set(popen, tmp_path):
     """Only node_readiness's action switches to the node: a variable cannot (or every task of a
     play would run on the node as root)."""
     rec = popen(stdout=b"ok\n")
     conn = make_conn(ansible_pct_control_path_dir=str(tmp_path), ansible_pct_run_on="node")
     assert conn.get_option("run_on") == "container"
-    conn.set_option("run_on", "node")
-    conn._connect()
-    conn.exec_command("echo hi")
+    on_node(conn).exec_command("echo hi")
     cp = rec.argv[rec.argv.index("-o", 9) + 1].split("=", 1)[1]
     assert rec.argv == expected_ssh("/bin/sh -c 'echo hi'", cp)  # no pct exec: the node itself
 
@@ -417,8 +422,7 @@ def test_run_on_node_refuses_become(popen, tmp_path):
 
     popen(stdout=b"ok\n")
     conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))
-    conn.set_option("run_on", "node")
     conn.set_become_plugin(become_loader.get("ansible.builtin.sudo"))
-    conn._connect()
+    on_node(conn)
     with pytest.raises(AnsibleConnectionFailure, match=r"privilege escalation \(become\) is not done on the node"):
         conn.exec_command("echo hi")
