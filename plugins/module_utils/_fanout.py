@@ -33,7 +33,6 @@ PACKAGE = "ansible_collections.gpufleet.hygiene.plugins.module_utils"
 ENTRY = PACKAGE + "._fanout"
 READER = PACKAGE + "._readiness"
 RESULT_MARK = "GPUFLEET-READINESS "
-DEFAULT_PYTHON = "/usr/bin/python3"
 # Where the readiness module would look for nvidia-smi (AnsibleModule.get_bin_path: PATH, then these).
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
