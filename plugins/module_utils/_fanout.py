@@ -126,11 +126,14 @@ def module_blobs(sources):
     return entries, b"".join(parts)
 
 
-def payload(entries, blob, args, check_mode):
+def payload(entries, blob, args, check_mode, expand=(), brief=False):
+    """The bootstrap's stdin: one JSON header line, then the modules. expand: the options of type
+    path that the container expands (~, $VAR) itself, as AnsibleModule would there; brief: return
+    _readiness.brief() of the reading."""
     import importlib.util
 
     head = {"magic": importlib.util.MAGIC_NUMBER.hex(), "modules": entries, "entry": ENTRY,
-            "args": args, "check_mode": bool(check_mode)}
+            "args": args, "check_mode": bool(check_mode), "expand": list(expand), "brief": bool(brief)}
     return json.dumps(head).encode("utf-8") + b"\n" + blob
 
 
@@ -148,18 +151,35 @@ def attach_argv(vmid, python, method="pct", pct_path="pct", lxc_path=None):
 
 
 def explain(vmid, python, rc, stdout, stderr, method):
-    """A message for a container whose bootstrap gave no result."""
+    """A message for a container whose bootstrap gave no result, entered by pct or lxc-attach on the node."""
     err = stderr.strip()
     lines = [line.strip() for line in err.splitlines()]
     if "container '%s' not running!" % vmid in lines or (method == "lxc-attach" and "Failed to get init pid" in err):
         return "container %s is not running (stopped); start it (pct start %s) and run again, or leave it out of the run (--limit)" % (vmid, vmid)
     if any(re.fullmatch(r"Configuration file '[^']*/%s\.conf' does not exist" % vmid, line) for line in lines):
         return "container %s does not exist on this node" % vmid
+    return explain_exit("container %s" % vmid, python, rc, stdout, stderr)
+
+
+def explain_exit(where, python, rc, stdout, stderr):
+    """A message for a bootstrap that gave no result once it was started (its transport worked)."""
+    err = stderr.strip()
     if rc in (126, 127) or "No such file or directory" in err and python in err:
-        return ("no Python at %s in container %s (exit status %s): install python3 there, or name the interpreter "
-                "with ansible_python_interpreter" % (python, vmid, rc))
+        return ("no Python at %s in %s (exit status %s): install python3 there, or name the interpreter "
+                "with ansible_python_interpreter" % (python, where, rc))
     tail = err[-2000:] or stdout.strip()[-2000:] or "no output"
-    return "reading container %s failed (exit status %s): %s" % (vmid, rc, tail)
+    return "reading %s failed (exit status %s): %s" % (where, rc, tail)
+
+
+def outcome(where, rc, stdout, why, short=False):
+    """The reading a bootstrap printed, or a failure: why() says why there is none; a result that
+    is not a reading (whatever the target printed) is refused."""
+    result = parse_output(stdout) if rc == 0 else None
+    if result is None:
+        return {"changed": False, "failed": True, "rc": rc, "msg": why()}
+    if not well_formed(result, short):
+        return {"changed": False, "failed": True, "rc": rc, "msg": "%s gave a result that is not a reading (%s)" % (where, type(result).__name__)}
+    return result
 
 
 def parse_output(stdout):
@@ -173,14 +193,19 @@ def parse_output(stdout):
     return None
 
 
-def well_formed(result):
-    """A reading as read() gives it, or a failure as container_main gives it."""
+def well_formed(result, short=False):
+    """A reading as read() gives it (short: as brief() gives it), or a failure as container_main gives it."""
     if not isinstance(result, dict):
         return False
     if result.get("failed") is True:
         return isinstance(result.get("msg"), str)
-    parts = ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache")
-    return (all(isinstance(result.get(name), dict) for name in parts) and isinstance(result.get("checks"), list)
+    if short:
+        lists = ("gpus", "contaminants", "caches")
+        parts_ok = all(isinstance(result.get(name), list) for name in lists)
+    else:
+        parts = ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache")
+        parts_ok = all(isinstance(result.get(name), dict) for name in parts)
+    return (parts_ok and isinstance(result.get("checks"), list)
             and all(isinstance(c, dict) for c in result["checks"]) and isinstance(result.get("ready"), bool)
             and isinstance(result.get("running_job"), bool) and isinstance(result.get("warnings", []), list))
 
@@ -203,14 +228,8 @@ def read_containers(jobs, max_parallel, timeout):
             return key, {"changed": False, "failed": True, "rc": None, "msg": "cannot run %s on this node: %s" % (argv[0], exc)}
         out = proc.stdout.decode("utf-8", "surrogateescape")
         err = proc.stderr.decode("utf-8", "surrogateescape")
-        result = parse_output(out) if proc.returncode == 0 else None
-        if result is None:
-            return key, {"changed": False, "failed": True, "rc": proc.returncode, "msg": explain(vmid, python, proc.returncode, out, err, method)}
-        if not well_formed(result):
-            # Whatever the container printed, it cannot break the reading of the others.
-            return key, {"changed": False, "failed": True, "rc": proc.returncode,
-                         "msg": "container %s gave a result that is not a reading (%s)" % (vmid, type(result).__name__)}
-        return key, result
+        # Whatever one container printed, it cannot break the reading of the others.
+        return key, outcome("container %s" % vmid, proc.returncode, out, lambda: explain(vmid, python, proc.returncode, out, err, method))
 
     with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(jobs) or 1))) as pool:
         return dict(pool.map(one, jobs))
@@ -242,8 +261,14 @@ def _which(name):
 def container_main(head):
     """The bootstrap's entry in the container: read, print one result line."""
     try:
+        args = head["args"]
+        for name in head.get("expand", ()):
+            if isinstance(args.get(name), str):
+                args[name] = os.path.expanduser(os.path.expandvars(args[name]))
         reader = __import__(READER, fromlist=["read"])
-        result = reader.read(head["args"], _run, _which, head["check_mode"])
+        result = reader.read(args, _run, _which, head["check_mode"])
+        if head.get("brief"):
+            result = reader.brief(result, args)
     except Exception as exc:  # noqa: BLE001 - reported to the node as this container's failure, with the traceback
         import traceback  # only now: importing it costs every container a few ms
 

@@ -45,6 +45,9 @@ ARGUMENT_SPEC = dict(
     allow_running_job=dict(type="bool", default=False),
 )
 
+# The readiness module's own option on top of those (node_readiness has its own, for all its containers).
+BRIEF_OPTION = dict(type="bool", default=False)
+
 READS = ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache")
 
 

@@ -98,6 +98,25 @@ options:
         check, e.g. right after the job was relaunched. When V(false), any holder fails it.
     type: bool
     default: false
+  brief:
+    description:
+      - Return only what the verify role records - RV(ready), RV(running_job), RV(checks), RV(gpus),
+        RV(contaminants), RV(caches) - instead of every read in full (RV(processes), RV(gpu_state),
+        RV(cuda_contamination), RV(pip_inventory) and RV(torch_cache) are then left out).
+      - Far less data to send back and for the controller to template when only the verdict is kept.
+    type: bool
+    default: false
+    version_added: 0.2.0
+notes:
+  - Its action runs the reads without Ansible's module transport when it can - the target's Python
+    started over the task's connection with a small bootstrap that imports the collection's
+    module_utils from stdin (the controller's bytecode; nothing is written on the target) and runs
+    exactly this module's code - the way M(gpufleet.hygiene.node_readiness) reads each container.
+    It saves the AnsiballZ payload, C(ansible.module_utils.basic) and the compilation of every
+    shipped source on each call.
+  - The module runs as usual when pipelining is off or impossible, with C(async), while the
+    interpreter is still to be discovered, or when the variable C(gpufleet_readiness_bootstrap)
+    is V(false).
 seealso:
   - module: gpufleet.hygiene.gpu_state
   - module: gpufleet.hygiene.cuda_contamination
@@ -122,7 +141,7 @@ processes:
   description:
     - M(gpufleet.hygiene.processes)' result (V(state=query)) for O(job_patterns) and O(job_users).
     - C(skipped=true) when O(job_patterns) is empty; C(failed=true) and C(msg) when the read failed.
-  returned: always
+  returned: unless O(brief=true)
   type: dict
   sample: {changed: false, count: 1, processes: [{pid: 1731, ppid: 1, user: root, comm: python3, cmdline: python3 train_dflash.py,
            start_time: 8851230}]}
@@ -130,14 +149,14 @@ gpu_state:
   description:
     - M(gpufleet.hygiene.gpu_state)' result (V(state=query)); C(failed=true), C(msg), C(gpu_available),
       C(error_kind) and C(rc) when the GPUs could not be read.
-  returned: always
+  returned: unless O(brief=true)
   type: dict
   sample: {changed: false, gpus: [], idle: true, gpu_available: true, vantage: container, backend: nvidia-smi, query_seconds: 0.05}
 cuda_contamination:
   description:
     - M(gpufleet.hygiene.cuda_contamination)' result (a scan, nothing removed).
     - C(skipped=true) without O(venv); C(failed=true) and C(msg) when the scan failed.
-  returned: always
+  returned: unless O(brief=true)
   type: dict
   sample: {changed: false, scanned: 14, contaminants: [], clobbered: [], reference: {name: torch, version: 2.8.0+cu128, cuda_major: 12,
            cuda_version: "12.8"}}
@@ -145,14 +164,14 @@ pip_inventory:
   description:
     - M(gpufleet.hygiene.pip_inventory)' result.
     - C(skipped=true) without O(venv), or without O(baseline) and O(verify_files); C(failed=true) and C(msg) when it failed.
-  returned: always
+  returned: unless O(brief=true)
   type: dict
   sample: {changed: false, count: 14, packages: [], site_dirs: [/root/venv/lib/python3.11/site-packages], shadowed: [], problems: []}
 torch_cache:
   description:
     - M(gpufleet.hygiene.torch_cache)' result (V(state=present)).
     - C(skipped=true) without O(venv) or with O(caches=false); C(failed=true) and C(msg) when it failed.
-  returned: always
+  returned: unless O(brief=true)
   type: dict
   sample: {changed: false, caches: []}
 checks:
@@ -186,6 +205,21 @@ checks:
   sample:
     - {name: gpu_idle, severity: fail, ok: false, error: false, summary: "GPU 0: 40960 MiB used, held by pid 1731 python3"}
     - {name: venv_clean, severity: fail, ok: true, error: false, summary: 14 packages consistent with CUDA 12.8}
+gpus:
+  description: With O(brief=true), RV(gpu_state)'s C(gpus).
+  returned: when O(brief=true)
+  type: list
+  elements: dict
+contaminants:
+  description: With O(brief=true), RV(cuda_contamination)'s C(contaminants).
+  returned: when O(brief=true)
+  type: list
+  elements: dict
+caches:
+  description: With O(brief=true), RV(torch_cache)'s C(caches).
+  returned: when O(brief=true)
+  type: list
+  elements: dict
 ready:
   description: Every check passed.
   returned: always
@@ -198,15 +232,19 @@ running_job:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, bad_option, read
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, BRIEF_OPTION, bad_option, brief, read
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    problem = bad_option(module.params)
+    module = AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, brief=BRIEF_OPTION), supports_check_mode=True)
+    options = dict(module.params)
+    short = options.pop("brief")
+    problem = bad_option(options)
     if problem:
         module.fail_json(msg=problem)
-    result = read(module.params, module.run_command, module.get_bin_path, module.check_mode)
+    result = read(options, module.run_command, module.get_bin_path, module.check_mode)
+    if short:
+        result = brief(result, options)
     for warning in result.pop("warnings"):
         module.warn(warning)
     module.exit_json(**result)

@@ -272,3 +272,111 @@ def test_node_readiness_a_container_that_cannot_be_read_fails_alone(run_module, 
 def test_node_readiness_refuses_bad_options(run_module, args, msg):
     res = run_module(node_readiness.main, args)
     assert res["failed"] is True and res["msg"] == msg
+
+
+# ----------------------------------------------------------------------------- readiness's action
+# The action runs the reads through the bootstrap over the task's connection; the module is sent
+# only when the bootstrap cannot be used. A real ansible-playbook on localhost (local connection)
+# runs both ways on the same rig; -vvv shows each command run on the target, so the bootstraps
+# are counted there.
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+PLAY = """
+- hosts: localhost
+  gather_facts: false
+  vars:
+    ansible_python_interpreter: "{{ python }}"
+  tasks:
+    - name: "{{ item.name }}"
+      gpufleet.hygiene.readiness:
+      args: "{{ item.args }}"
+      vars:
+        gpufleet_readiness_bootstrap: "{{ item.bootstrap | default(true) }}"
+        ansible_python_interpreter: "{{ item.python | default(python) }}"
+      environment: "{{ item.env | default({}) }}"
+      register: reading
+      failed_when: false
+      loop: "{{ runs }}"
+      loop_control: {label: "{{ item.name }}"}
+    - name: Keep them
+      ansible.builtin.copy:
+        content: "{{ dict(reading.results | map(attribute='item.name') | zip(reading.results)) | to_json }}"
+        dest: "{{ out }}"
+        mode: "0600"
+"""
+
+
+def play(tmp_path, runs, bootstraps):
+    """Run PLAY with runs [{name, args, bootstrap?, python?, env?}]; {name: result}. Exactly
+    `bootstraps` of them ran the bootstrap (the others sent the module or ran nothing)."""
+    import json
+    import subprocess
+
+    (tmp_path / "play.yml").write_text(PLAY)
+    extra = {"runs": runs, "python": sys.executable, "out": str(tmp_path / "out.json")}
+    (tmp_path / "extra.json").write_text(json.dumps(extra))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_PIPELINING="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           str(tmp_path / "play.yml"), "-e", "@" + str(tmp_path / "extra.json"), "-vvv"],
+                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.count("from importlib.machinery import ModuleSpec") == bootstraps
+    with open(tmp_path / "out.json") as f:
+        return json.load(f)
+
+
+def test_the_action_reads_as_the_module_does_without_sending_it(rig, tmp_path):
+    job = rig["trainers"].start(gpu=1, mib=40960)
+    with open(rig["baseline"], "w") as f:
+        f.write("\n".join(pins(SEED_BASE)) + "\n")
+    args = args_of(rig, baseline=rig["baseline"], verify_files=True)
+    got = play(tmp_path, [
+        {"name": "bootstrap", "args": args},
+        {"name": "module", "args": args, "bootstrap": False},
+        {"name": "bootstrap-brief", "args": dict(args, brief=True)},
+        {"name": "module-brief", "args": dict(args, brief=True), "bootstrap": False},
+    ], bootstraps=2)
+    boot, mod = got["bootstrap"], got["module"]
+    assert "msg" not in boot and "msg" not in mod  # failed_when: false leaves a failure its msg
+    for name in ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache"):
+        assert stable(boot[name]) == stable(mod[name]), name
+    assert boot["checks"] == mod["checks"] and boot["ready"] is mod["ready"] is False and boot["running_job"] is True
+    assert [p["pid"] for p in boot["processes"]["processes"]] == [job.pid]
+    # brief: only what the verify role records, the same both ways and the same as the full reading's.
+    short, short_mod = got["bootstrap-brief"], got["module-brief"]
+    for result in (short, short_mod):
+        assert not set(result) & {"processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache"}
+        assert result["checks"] == boot["checks"] and result["ready"] is False and result["running_job"] is True
+        assert result["contaminants"] == boot["cuda_contamination"]["contaminants"]
+        assert result["caches"] == boot["torch_cache"]["caches"]
+        assert [stable(g) for g in result["gpus"]] == [stable(g) for g in boot["gpu_state"]["gpus"]]
+
+
+def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_path):
+    home = os.path.dirname(rig["venv"])
+    tilde = args_of(rig, venv="~/" + os.path.basename(rig["venv"]), brief=True)
+    assert home != os.path.expanduser("~")  # so that ~ expanded on the controller would miss the venv
+    got = play(tmp_path, [
+        {"name": "tilde", "args": tilde, "env": {"HOME": home}},
+        {"name": "tilde-module", "args": tilde, "env": {"HOME": home}, "bootstrap": False},
+        {"name": "bad-type", "args": args_of(rig, threshold_mib="lots")},
+        {"name": "unknown", "args": args_of(rig, venv_path="/opt/venv")},
+        {"name": "bad-timeout", "args": args_of(rig, command_timeout=0)},
+        {"name": "no-python", "args": args_of(rig), "python": "/nonexistent/python3"},
+        {"name": "no-python-brief", "args": args_of(rig, brief=True), "python": "/nonexistent/python3"},
+        {"name": "discover", "args": args_of(rig, brief=True), "python": "auto_silent"},
+    ], bootstraps=3)  # tilde, no-python, no-python-brief
+    for name in ("tilde", "tilde-module"):
+        names = {c["name"] for c in got[name]["contaminants"]}
+        assert {"nvidia-nccl-cu13", "sglang-kernel"} <= names, (name, got[name])
+    assert "msg" not in got["tilde"]
+    assert "threshold_mib" in got["bad-type"]["msg"] and "int" in got["bad-type"]["msg"]
+    assert "venv_path" in got["unknown"]["msg"]
+    assert got["bad-timeout"]["msg"] == "command_timeout must be more than 0 (got 0.0)"
+    assert got["no-python"]["msg"].startswith("no Python at /nonexistent/python3 in localhost (exit status 127)"), got["no-python"]["msg"]
+    # brief: the call's failure becomes every check it would have made, failed with its message.
+    assert [c["name"] for c in got["no-python-brief"]["checks"]] == ["gpu_idle", "venv_clean", "caches_fresh"]
+    assert all(c["summary"] == got["no-python-brief"]["msg"] and not c["ok"] for c in got["no-python-brief"]["checks"])
+    # An interpreter still to be discovered: the module is sent, which discovers it (whether the
+    # interpreter found works is this machine's business; the bootstrap was not counted above).
+    assert got["discover"]["ansible_facts"]["discovered_interpreter_python"]

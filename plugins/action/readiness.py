@@ -1,0 +1,127 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""readiness's action: run the reads on the target without Ansible's module transport.
+
+The readiness module's work is _readiness.read(). Sent as a module, every call pays, on the
+target, the AnsiballZ payload, ansible.module_utils.basic and the compilation of every shipped
+source (about three quarters of the call's CPU on a small container). This action instead
+starts the target's Python, over the task's own connection, with the small bootstrap of
+_fanout (the one node_readiness starts in each container) and sends it, over stdin, the
+module_utils the reads need with the controller's bytecode; the bootstrap imports them from
+memory (nothing is written on the target) and runs read() exactly as the module does. The
+options are validated here against the module's own argument spec; the path options are
+expanded on the target, as AnsibleModule would expand them there.
+
+The module runs as usual (this action hands over to it) when the bootstrap cannot be used the
+way a module would be: pipelining off or impossible (the connection, become, keep_remote_files),
+async, an interpreter still to be discovered (the module's run discovers it; later tasks then
+take the bootstrap), or the variable gpufleet_readiness_bootstrap set to false.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import tempfile
+
+from ansible import constants as C
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils import _fanout
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, BRIEF_OPTION, bad_option, brief
+
+MODULE = "gpufleet.hygiene.readiness"
+SWITCH = "gpufleet_readiness_bootstrap"
+AUTO = ("auto", "auto_legacy", "auto_silent", "auto_legacy_silent")
+MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+# Validated here; the options of type path are expanded on the target (_fanout.container_main).
+PATH_OPTIONS = tuple(sorted(name for name, spec in ARGUMENT_SPEC.items() if spec.get("type") == "path"))
+CONTROLLER_SPEC = dict({name: dict(spec, type="str") if name in PATH_OPTIONS else spec for name, spec in ARGUMENT_SPEC.items()},
+                       brief=BRIEF_OPTION)
+
+
+def _source(name):
+    """A module_util's source, read from this collection's files."""
+    with open(os.path.join(MODULE_UTILS, name.rsplit(".", 1)[1] + ".py"), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def modules_part():
+    """The modules part of the bootstrap's stdin: (index entries, bytes). Compiling them costs a
+    worker about 50 ms, so each ansible-playbook run compiles them once, into its local temporary
+    directory (shared by its workers, removed at its end), keyed by the sources and the Python."""
+    sources = _fanout.module_sources(_source)
+    digest = hashlib.sha1(repr((sorted(sources.items()), _fanout.__name__, C.__file__)).encode("utf-8"))
+    digest.update(__import__("importlib.util").util.MAGIC_NUMBER)
+    path = os.path.join(C.DEFAULT_LOCAL_TMP, "gpufleet-bootstrap-%s" % digest.hexdigest()[:20])
+    try:
+        with open(path, "rb") as handle:
+            head, blob = handle.read().split(b"\n", 1)
+        return json.loads(head), blob
+    except (OSError, ValueError):
+        pass
+    entries, blob = _fanout.module_blobs(sources)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=C.DEFAULT_LOCAL_TMP, prefix=".gpufleet-bootstrap-")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(json.dumps(entries).encode("utf-8") + b"\n" + blob)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # no cache: the next worker compiles them again
+    return entries, blob
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = True  # handed over to the module
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars if task_vars is not None else {}
+        result = super().run(tmp, task_vars)
+        python = self._bootstrap_python(task_vars)
+        if python is None:
+            result.update(self._execute_module(module_name=MODULE, module_args=dict(self._task.args), task_vars=task_vars,
+                                               wrap_async=self._task.async_val))
+            return result
+        result.update(self._read(python, task_vars.get("inventory_hostname")))
+        return result
+
+    def _bootstrap_python(self, task_vars):
+        """The target's Python when the bootstrap can run the reads as the module would; else None."""
+        if self._task.async_val or not self._is_pipelining_enabled("new"):
+            return None
+        if not boolean(self._templar.template(task_vars.get(SWITCH, True)), strict=False):
+            return None
+        python = self._templar.template(C.config.get_config_value("INTERPRETER_PYTHON", variables=task_vars))
+        if not python or python in AUTO:
+            python = task_vars.get("ansible_facts", {}).get("discovered_interpreter_python")
+        return python or None
+
+    def _read(self, python, host):
+        validated = ArgumentSpecValidator(CONTROLLER_SPEC).validate(dict(self._task.args))
+        if validated.error_messages:
+            return {"failed": True, "changed": False, "msg": "%s: %s" % (MODULE, "; ".join(validated.error_messages))}
+        params = dict(validated.validated_parameters)
+        short = params.pop("brief")
+        problem = bad_option(params)
+        if problem:
+            return {"failed": True, "changed": False, "msg": problem}
+        entries, blob = modules_part()
+        data = _fanout.payload(entries, blob, params, self._task.check_mode, expand=PATH_OPTIONS, brief=short)
+        env = self._compute_environment_string()  # the task's environment, as a module would have it
+        cmd = (env + " " if env else "") + " ".join(shlex.quote(a) for a in (python, "-I", "-B", "-c", _fanout.BOOTSTRAP))
+        res = self._low_level_execute_command(cmd, in_data=data)
+        where = self._task.delegate_to or host or "the target"
+        reading = _fanout.outcome(where, res["rc"], res.get("stdout", ""),
+                                  lambda: _fanout.explain_exit(where, python, res["rc"], res.get("stdout", ""), res.get("stderr", "")),
+                                  short=short)
+        if short and reading.get("failed") and "checks" not in reading:
+            reading = dict(brief(reading, params), rc=reading.get("rc"))
+        if not reading.get("warnings"):
+            reading.pop("warnings", None)
+        return reading
