@@ -82,7 +82,7 @@ class Fleet(object):
 
     def close_masters(self):
         """Cold start: close the pct plugin's ssh masters to the nodes (not timed)."""
-        for sock in glob.glob(os.path.join(self.state, "cp", "*")):
+        for sock in glob.glob(os.path.join(self.state, "cp", "*[!k]")):  # not the .lock files
             subprocess.run(["ssh", "-o", "ControlPath=" + sock, "-O", "exit", "x"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 

@@ -16,12 +16,15 @@ expanded on the target, as AnsibleModule would expand them there.
 The module runs as usual (this action hands over to it) when the bootstrap cannot be used the
 way a module would be: pipelining off or impossible (the connection, become, keep_remote_files),
 async, an interpreter still to be discovered (the module's run discovers it; later tasks then
-take the bootstrap), or the variable gpufleet_readiness_bootstrap set to false.
+take the bootstrap), Mitogen (which runs modules in its own interpreters), or the variable
+gpufleet_readiness_bootstrap set to false.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 import shlex
@@ -53,27 +56,40 @@ def _source(name):
 
 def modules_part():
     """The modules part of the bootstrap's stdin: (index entries, bytes). Compiling them costs a
-    worker about 50 ms, so each ansible-playbook run compiles them once, into its local temporary
-    directory (shared by its workers, removed at its end), keyed by the sources and the Python."""
+    worker about 50 ms of CPU, so each ansible-playbook run compiles them once, into its local
+    temporary directory (shared by its workers, removed at its end), keyed by the sources and the
+    Python; the workers that start together wait on a lock for the first one's result instead of
+    all compiling at once."""
     sources = _fanout.module_sources(_source)
     digest = hashlib.sha1(repr((sorted(sources.items()), _fanout.__name__, C.__file__)).encode("utf-8"))
-    digest.update(__import__("importlib.util").util.MAGIC_NUMBER)
+    digest.update(importlib.util.MAGIC_NUMBER)
     path = os.path.join(C.DEFAULT_LOCAL_TMP, "gpufleet-bootstrap-%s" % digest.hexdigest()[:20])
+    cached = _read_cache(path)
+    if cached:
+        return cached
+    try:
+        with open(path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
+            cached = _read_cache(path)
+            if cached:
+                return cached
+            entries, blob = _fanout.module_blobs(sources)
+            fd, tmp = tempfile.mkstemp(dir=C.DEFAULT_LOCAL_TMP, prefix=".gpufleet-bootstrap-")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(json.dumps(entries).encode("utf-8") + b"\n" + blob)
+            os.replace(tmp, path)
+            return entries, blob
+    except OSError:
+        return _fanout.module_blobs(sources)  # no cache here: this worker compiles them
+
+
+def _read_cache(path):
     try:
         with open(path, "rb") as handle:
             head, blob = handle.read().split(b"\n", 1)
         return json.loads(head), blob
     except (OSError, ValueError):
-        pass
-    entries, blob = _fanout.module_blobs(sources)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=C.DEFAULT_LOCAL_TMP, prefix=".gpufleet-bootstrap-")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(json.dumps(entries).encode("utf-8") + b"\n" + blob)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # no cache: the next worker compiles them again
-    return entries, blob
+        return None
 
 
 class ActionModule(ActionBase):
@@ -93,6 +109,10 @@ class ActionModule(ActionBase):
 
     def _bootstrap_python(self, task_vars):
         """The target's Python when the bootstrap can run the reads as the module would; else None."""
+        # Under Mitogen (its mixin wraps every action) modules already run in a persistent
+        # interpreter, and its actions have no pipelining to ask about: the module is sent.
+        if any(cls.__module__.split(".")[0] == "ansible_mitogen" for cls in type(self).__mro__):
+            return None
         if self._task.async_val or not self._is_pipelining_enabled("new"):
             return None
         if not boolean(self._templar.template(task_vars.get(SWITCH, True)), strict=False):

@@ -274,6 +274,8 @@ EXAMPLES = r"""
         venv: /opt/venv
 """
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -417,8 +419,37 @@ class Connection(ConnectionBase):
                 self.get_option("node_host"), self.get_option("node_port"), self._vmid, self.get_option("method"),
                 self.get_option("run_on")),
                 host=self.get_option("node_host"))
+            self._share_master(cpdir)
             self._connected = True
         return self
+
+    def _share_master(self, cpdir):
+        """One SSH handshake per node, also when the first tasks of many containers of that node
+        start at once: with ControlMaster=auto each of them would open a master of its own (the
+        socket does not exist yet). The first one to take the node's lock opens the master (a
+        `true` on the node, kept by ControlPersist) while the others wait for it; when that fails
+        they go on each with its own connection, and their commands report why. A cold start
+        pays one handshake and one round trip per node instead of a handshake per container."""
+        user, host, port = self.get_option("node_user"), self.get_option("node_host"), self.get_option("node_port")
+        socket = control_path(cpdir, user, host, port)
+        if os.path.exists(socket):
+            return
+        try:
+            with open(socket + ".lock", "a") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    fcntl.flock(lock, fcntl.LOCK_EX)  # another connection opens the master: wait for it
+                    return
+                if os.path.exists(socket):
+                    return
+                display.vvv("PCT MASTER %s@%s:%s" % (user, host, port), host=host)
+                # The task's own command meets any problem of this one and says what it is.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    subprocess.run(self._ssh_argv("true"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   timeout=self.get_option("connect_timeout") + 5, check=False)
+        except OSError:
+            return  # no lock (or no ssh): each connection opens its own master, as ssh would
 
     def _popen(self, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE):
         display.vvv("PCT EXEC %s" % self._quote(argv), host=self.get_option("node_host"))

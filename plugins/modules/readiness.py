@@ -114,9 +114,9 @@ notes:
     exactly this module's code - the way M(gpufleet.hygiene.node_readiness) reads each container.
     It saves the AnsiballZ payload, C(ansible.module_utils.basic) and the compilation of every
     shipped source on each call.
-  - The module runs as usual when pipelining is off or impossible, with C(async), while the
-    interpreter is still to be discovered, or when the variable C(gpufleet_readiness_bootstrap)
-    is V(false).
+  - The module is sent as usual when pipelining is off or impossible, with C(async), while the
+    interpreter is still to be discovered, under Mitogen (which runs modules in its own
+    interpreters), or when the variable C(gpufleet_readiness_bootstrap) is V(false).
 seealso:
   - module: gpufleet.hygiene.gpu_state
   - module: gpufleet.hygiene.cuda_contamination

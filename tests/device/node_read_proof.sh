@@ -3,9 +3,10 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 #
-# Proof of gpufleet.hygiene.node_readiness's container path on a machine with a real NVIDIA GPU
-# (made for one H200): the bootstrap it starts in each container, fed over stdin, reads the real
-# GPU and a real CUDA holder exactly as the readiness module does.
+# Proof of the bootstrap path on a machine with a real NVIDIA GPU (made for one H200): the
+# bootstrap that the readiness action starts over the task's connection, and that
+# gpufleet.hygiene.node_readiness starts in each container, fed over stdin, reads the real GPU and
+# a real CUDA holder exactly as the readiness module does.
 #
 # Run from the repository root, with ansible-core importable, ANSIBLE_COLLECTIONS_PATH naming a
 # directory that holds ansible_collections/gpufleet/hygiene, python3 with torch (CUDA), and
@@ -16,11 +17,13 @@
 # The machine has no Proxmox VE: `pct exec` is replaced by a STAND-IN that runs the command on this
 # machine (so each "container" is this machine, read by a fresh Python started as the node module
 # starts it in a container). It starts a real CUDA process holding NODE_PROOF_GIB GiB, then:
-#   1. readiness (one module call) and node_readiness (one "container" through the bootstrap, one
-#      read in-process) must give the same checks, naming the holder's PID and its memory;
+#   1. readiness sent as a module (pipelining off), readiness through its action's bootstrap
+#      (pipelining on) and node_readiness (one "container" through the bootstrap, one read
+#      in-process) must give the same checks, naming the holder's PID and its memory;
 #   2. the same with allow_running_job and the holder as the job: gpu_idle passes;
 #   3. timing, NODE_PROOF_REPS rounds interleaved: NODE_PROOF_N readiness calls as N hosts of one
-#      ansible-playbook run (forks N), against one node_readiness run reading N "containers".
+#      ansible-playbook run (forks N, pipelined), sent as modules and through the bootstrap, against one
+#      node_readiness run reading N "containers".
 # Writes $OUT/node_read_proof.md and $OUT/node_read_proof.json. Exit status 0 only when every check
 # passed. The CUDA process is always killed on exit.
 
@@ -88,14 +91,22 @@ def mib(checks):
     return [int(m) for m in re.findall(r"\b(\d+) MiB used", json.dumps(checks))]
 
 
-def module(name, args):
-    res = subprocess.run(["ansible", "localhost", "-m", "gpufleet.hygiene." + name, "-a", json.dumps(args)],
+def module(name, args, bootstrap=False):
+    """One ad-hoc call on localhost (local connection). bootstrap: pipelining on and the interpreter
+    named, so that readiness's action runs the bootstrap (-vvv shows it ran); else the module is sent."""
+    extra = ["-e", "ansible_python_interpreter=" + python, "-vvv"] if bootstrap else []
+    res = subprocess.run(["ansible", "localhost", "-m", "gpufleet.hygiene." + name, "-a", json.dumps(args)] + extra,
                          env=dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1",
+                                  ANSIBLE_PIPELINING="1" if bootstrap else "0",
                                   ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false"),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-    if " => " not in res.stdout:
+    found = re.search(r"^localhost \| [A-Z]+ => ", res.stdout, re.MULTILINE)
+    if not found:
         raise SystemExit("ansible gave no result:\n" + res.stdout)
-    return json.loads(res.stdout.split(" => ", 1)[1])
+    if bootstrap:
+        check("from importlib.machinery import ModuleSpec" in res.stdout and "AnsiballZ" not in res.stdout,
+              "readiness ran through the bootstrap, the module was not sent")
+    return json.JSONDecoder().raw_decode(res.stdout[found.end():])[0]
 
 
 for allow in (False, True):
@@ -103,13 +114,14 @@ for allow in (False, True):
     # lines carry the pattern inside JSON, so they never end with it.
     args = {"job_patterns": ["node_read_proof_holder$"] if allow else [], "allow_running_job": allow}
     alone = module("readiness", args)
+    boot = module("readiness", args, bootstrap=True)
     node = module("node_readiness", {"containers": [
         {"host": "via-bootstrap", "vmid": 101, "pct_path": pct, "python": python, "args": args},
         {"host": "in-process", "args": args}]})
     tag = "allow_running_job=%s" % allow
-    check("failed" not in alone and "failed" not in node, "%s: both modules ran" % tag)
-    for host in ("via-bootstrap", "in-process"):
-        got = node["containers"][host]
+    check("failed" not in alone and "failed" not in boot and "failed" not in node, "%s: the three ran" % tag)
+    for host in ("readiness-bootstrap", "via-bootstrap", "in-process"):
+        got = boot if host == "readiness-bootstrap" else node["containers"][host]
         # Two readings of a busy GPU may differ by a MiB or two of memory.used (the driver's own
         # accounting moves while two nvidia-smi run at once): compare the rest exactly.
         same = masked(got.get("checks")) == masked(alone.get("checks"))
@@ -139,28 +151,35 @@ per_node = os.path.join(work, "per_node.yml")
 with open(per_node, "w") as f:
     f.write("- hosts: ct0\n  gather_facts: false\n  tasks:\n    - gpufleet.hygiene.node_readiness:\n        containers: %s\n"
             % json.dumps([{"host": "ct%d" % i, "vmid": 100 + i, "pct_path": pct, "python": python} for i in range(n)]))
-times = {"per_host": [], "per_node": []}
+times = {"per_host": [], "per_host_bootstrap": [], "per_node": []}
+# All pipelined; the modules are sent when the bootstrap is switched off.
+configs = (("per_host", per_host, "false"), ("per_host_bootstrap", per_host, "true"), ("per_node", per_node, "true"))
 for r in range(reps + 1):
-    for name, pb in (("per_host", per_host), ("per_node", per_node))[:: 1 if r % 2 else -1]:
+    for name, pb, bootstrap in configs[r % 3:] + configs[:r % 3]:
         t = time.monotonic()
-        res = subprocess.run(["ansible-playbook", "-i", inv, "-f", str(n), pb], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        res = subprocess.run(["ansible-playbook", "-i", inv, "-f", str(n), pb, "-e", "gpufleet_readiness_bootstrap=" + bootstrap],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False,
+                             env=dict(os.environ, ANSIBLE_PIPELINING="1"))
         took = time.monotonic() - t
         check(res.returncode == 0, "timing round %d %s ran" % (r, name))
         if r:
             times[name].append(round(took, 3))
 med = {k: statistics.median(v) for k, v in times.items()}
-report.update(times=times, medians=med, ratio=round(med["per_node"] / med["per_host"], 3))
+report.update(times=times, medians=med, ratio=round(med["per_node"] / med["per_host"], 3),
+              ratio_bootstrap=round(med["per_host_bootstrap"] / med["per_host"], 3))
 report["failures"] = failures
 with open(os.path.join(out, "node_read_proof.json"), "w") as f:
     json.dump(report, f, indent=1)
 with open(os.path.join(out, "node_read_proof.md"), "w") as f:
-    f.write("# node_readiness on a real GPU\n\n")
+    f.write("# The bootstrap path (readiness's action, node_readiness) on a real GPU\n\n")
     f.write("- gpu_idle with a real CUDA holder (pid %d): %s\n" % (holder, report.get("summary")))
-    f.write("- readiness and node_readiness (through the bootstrap and in-process) gave the same checks, with and without allow_running_job "
+    f.write("- readiness sent as a module, readiness through its action's bootstrap and node_readiness (through the bootstrap and "
+            "in-process) gave the same checks, with and without allow_running_job "
             "(memory.used within 2 MiB: %s)\n" % json.dumps(report.get("differences", "identical")))
-    f.write("- %d readings: %d readiness calls (forks %d) %.2f s, one node_readiness run %.2f s (median of %d): %.2fx\n"
-            % (n, n, n, med["per_host"], med["per_node"], reps, report["ratio"]))
+    f.write("- %d readings (median of %d): %d readiness calls (forks %d) sent as modules %.2f s, through the bootstrap %.2f s "
+            "(%.2fx), one node_readiness run %.2f s (%.2fx)\n"
+            % (n, reps, n, n, med["per_host"], med["per_host_bootstrap"], report["ratio_bootstrap"], med["per_node"], report["ratio"]))
     f.write("- checks failed: %s\n" % (", ".join(failures) or "none"))
-print(json.dumps(report["medians"]), "ratio", report["ratio"])
+print(json.dumps(report["medians"]), "ratio", report["ratio"], "bootstrap", report["ratio_bootstrap"])
 sys.exit(1 if failures else 0)
 EOF

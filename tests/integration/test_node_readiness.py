@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The verify role's node entry point (one node_readiness run per node, each container read inside
 itself) over the session's simulated fleet: the same verify_result as one readiness call per
-container, one module run per node, and a stopped container reported by name."""
+container, one module run per node, and a stopped container reported by name; and what preflight
+(one readiness call per container) does with a stopped container."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 INVENTORY = os.path.join(REPO, "inventory", "sim", "fleet.yml")
 FLEET = os.path.join(REPO, "tests", "sim", "fleet")
 COMPARE = os.path.join(REPO, "tests", "integration", "targets", "node_readiness", "compare.yml")
+# preflight.yml as it is, but reading through the verify role's node entry point.
+NODE_PREFLIGHT = os.path.join(REPO, "tests", "integration", "targets", "node_readiness", "preflight_node.yml")
 
 
 def containers(fleet, running):
@@ -43,24 +46,48 @@ def test_node_read_gives_the_same_verify_result_as_per_container(fleet, ansible_
     assert len(ran) == len(nodes_with_running), section
 
 
-def test_a_stopped_container_fails_preflight_by_name_and_its_node_peers_are_read(fleet, ansible_cli):
+def test_a_stopped_container_is_unreachable_in_preflight_with_how_to_start_it(fleet, ansible_cli):
+    """preflight reads each container over its own connection: a stopped one is unreachable (as for
+    any task), with pct's reason and what to do; its node's other containers are read."""
     [stopped] = containers(fleet, False)
     res = ansible_cli("ansible-playbook", "-i", INVENTORY, os.path.join(REPO, "playbooks", "preflight.yml"))
+    assert res.returncode == 4, res.stdout  # a host unreachable
+    assert ("container %d on node root@" % stopped["vmid"]) in res.stdout
+    assert ("is not running (stopped); start it (pct start %d) and run again, or leave it out of the run (--limit)"
+            % stopped["vmid"]) in res.stdout.replace("\n        ", " ")
+    recap = res.stdout.split("PLAY RECAP", 1)[1]
+    line = next(x for x in recap.splitlines() if x.startswith(stopped["name"] + " "))
+    assert "unreachable=1" in line, line
+    for ct in containers(fleet, True):
+        line = next(x for x in recap.splitlines() if x.startswith(ct["name"] + " "))
+        assert "unreachable=0" in line and "changed=0" in line, line
+    summary = next(x for x in res.stdout.splitlines() if " ready; not ready: " in x)
+    assert stopped["name"] in summary.split(" ready; not ready: ", 1)[1].split(", "), summary
+
+
+def test_the_node_entry_point_fails_a_stopped_container_by_name(fleet, ansible_cli, tmp_path):
+    """With tasks_from: node the container is read from its node: stopped, it fails by name with
+    pct's reason in its checks (not unreachable), and the node's other containers are read."""
+    [stopped] = containers(fleet, False)
+    node = next(n for n in fleet["nodes"] if any(c["name"] == stopped["name"] for c in n["containers"]))
+    names = [c["name"] for c in node["containers"]]
+    res = ansible_cli("ansible-playbook", "-i", INVENTORY, NODE_PREFLIGHT, "--limit", ",".join(names))
     assert res.returncode == 2, res.stdout
     assert ("%s is not ready: [gpu_idle] container %d is not running (stopped); start it (pct start %d) and run again"
             % (stopped["name"], stopped["vmid"], stopped["vmid"])) in res.stdout.replace("\n        ", " ")
     recap = res.stdout.split("PLAY RECAP", 1)[1]
-    for ct in containers(fleet, True):
-        line = next(x for x in recap.splitlines() if x.startswith(ct["name"] + " "))
+    for host in names:
+        line = next(x for x in recap.splitlines() if x.startswith(host + " "))
         assert "unreachable=0" in line and "changed=0" in line, line
+        assert ("failed=1" in line) is (host == stopped["name"]), line
 
 
-def test_a_node_that_cannot_be_reached_fails_each_of_its_containers_by_name(fleet, ansible_cli):
+def test_through_the_node_entry_point_a_node_that_cannot_be_reached_fails_each_of_its_containers_by_name(fleet, ansible_cli):
     node = next(n for n in fleet["nodes"] if len([c for c in n["containers"] if c["running"]]) >= 2)
     names = [c["name"] for c in node["containers"]]
     subprocess.run([FLEET, "sshd", node["name"], "stop"], cwd=REPO, check=True, timeout=60)
     try:
-        res = ansible_cli("ansible-playbook", "-i", INVENTORY, os.path.join(REPO, "playbooks", "preflight.yml"), "--limit", ",".join(names))
+        res = ansible_cli("ansible-playbook", "-i", INVENTORY, NODE_PREFLIGHT, "--limit", ",".join(names))
     finally:
         subprocess.run([FLEET, "sshd", node["name"], "start"], cwd=REPO, check=True, timeout=60)
     recap = {line.split()[0]: line for line in res.stdout.split("PLAY RECAP", 1)[1].splitlines() if line.strip()}

@@ -16,6 +16,8 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
+import time
 import types
 
 import pytest
@@ -53,9 +55,20 @@ def make_conn(**options):
 class Recorder:
     """Stands in for subprocess.Popen inside the plugin: records argv, runs a real process."""
 
-    def __init__(self, rc=0, stdout=b"", stderr=b"", echo_stdin=False):
+    def __init__(self, rc=0, stdout=b"", stderr=b"", echo_stdin=False, master_ok=True, master_delay=0.0):
         self.calls = []
         self.rc, self.stdout, self.stderr, self.echo_stdin = rc, stdout, stderr, echo_stdin
+        # The node's shared master (subprocess.run of `ssh … true`): made (its socket appears
+        # after master_delay seconds) or not (the node does not answer).
+        self.masters, self.master_ok, self.master_delay = [], master_ok, master_delay
+
+    def run(self, argv, **kwargs):
+        self.masters.append(list(argv))
+        time.sleep(self.master_delay)
+        if self.master_ok:
+            socket = next(a for a in argv if a.startswith("ControlPath=")).split("=", 1)[1]
+            open(socket, "w").close()
+        return subprocess.CompletedProcess(argv, 0 if self.master_ok else 255)
 
     def __call__(self, argv, **kwargs):
         self.calls.append((list(argv), kwargs))
@@ -84,7 +97,8 @@ def popen(monkeypatch):
 def patch_popen(monkeypatch, rec):
     """Replace subprocess.Popen as the plugin module (loaded by connection_loader) sees it."""
     module = sys.modules[type(make_conn()).__module__]
-    fake = types.SimpleNamespace(PIPE=subprocess.PIPE, TimeoutExpired=subprocess.TimeoutExpired, Popen=rec)
+    fake = types.SimpleNamespace(PIPE=subprocess.PIPE, DEVNULL=subprocess.DEVNULL, TimeoutExpired=subprocess.TimeoutExpired, Popen=rec,
+                                 run=getattr(rec, "run", None))
     monkeypatch.setattr(module, "subprocess", fake)
 
 
@@ -234,6 +248,40 @@ def test_control_path_shared_per_node_not_per_container(popen, tmp_path):
         conn.exec_command("true")
         paths.append([a for a in rec.argv if a.startswith("ControlPath=")][0])
     assert paths[0] == paths[1] != paths[2]
+
+
+def test_containers_of_one_node_starting_together_open_one_master(popen, tmp_path):
+    """A cold start: four containers of pve1 connect at once; one opens the node's master (ssh …
+    true, kept by ControlPersist) while the others wait for it, then all use it. pve2 gets its own."""
+    rec = popen(master_delay=0.3)
+    conns = [make_conn(ansible_pct_vmid=vmid, ansible_pct_control_path_dir=str(tmp_path)) for vmid in (101, 102, 103, 104)]
+    conns.append(make_conn(ansible_pct_node_host="pve2.example.com", ansible_pct_control_path_dir=str(tmp_path)))
+    threads = [threading.Thread(target=c._connect) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert all(c._connected for c in conns)
+    hosts = sorted(argv[-2] for argv in rec.masters)
+    assert hosts == ["pve1.example.com", "pve2.example.com"], rec.masters
+    [pve1] = [argv for argv in rec.masters if argv[-2] == "pve1.example.com"]
+    cp = next(a for a in pve1 if a.startswith("ControlPath=")).split("=", 1)[1]
+    assert pve1 == expected_ssh("true", cp) and os.path.dirname(cp) == str(tmp_path)
+    # Warm: a later connection finds the socket and opens nothing.
+    make_conn(ansible_pct_vmid=105, ansible_pct_control_path_dir=str(tmp_path))._connect()
+    assert len(rec.masters) == 2
+
+
+def test_a_master_that_cannot_be_opened_leaves_each_connection_its_own(popen, tmp_path):
+    """The node does not answer: no socket; each later connection tries again (none waits on a
+    failed one), and the command's own failure says what is wrong."""
+    rec = popen(master_ok=False, rc=255, stderr=b"ssh: connect to host pve1.example.com port 22: Connection refused\r\n")
+    for vmid in (101, 102):
+        conn = make_conn(ansible_pct_vmid=vmid, ansible_pct_control_path_dir=str(tmp_path))
+        conn._connect()
+        with pytest.raises(AnsibleConnectionFailure, match="is unreachable"):
+            conn.exec_command("true")
+    assert len(rec.masters) == 2
 
 
 def test_options_reach_ssh(popen, tmp_path):
