@@ -134,7 +134,7 @@ class ActionModule(ActionBase):
         entries, blob = modules_part()
         data = _fanout.payload(entries, blob, params, self._task.check_mode, expand=PATH_OPTIONS, brief=short)
         env = self._compute_environment_string()  # the task's environment, as a module would have it
-        cmd = (env + " " if env else "") + " ".join(shlex.quote(a) for a in (python, "-I", "-B", "-c", _fanout.BOOTSTRAP))
+        cmd = (env + " " if env else "") + " ".join(shlex.quote(a) for a in (python, "-I", "-B", "-c", _fanout.LAUNCHER))
         res = self._low_level_execute_command(cmd, in_data=data)
         where = self._task.delegate_to or host or "the target"
         reading = _fanout.outcome(where, res["rc"], res.get("stdout", ""),

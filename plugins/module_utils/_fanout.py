@@ -6,8 +6,8 @@
 """Run the readiness reads in many containers of one Proxmox VE node from one process there.
 
 The node_readiness module runs on the node. For each container it starts, through ``pct exec``
-(or ``lxc-attach``), the container's own Python with a small bootstrap program (BOOTSTRAP) and
-sends it, over stdin, this package's module_utils that the reads need, the container's options
+(or ``lxc-attach``), the container's own Python with a one-line launcher (LAUNCHER) and sends
+it, over stdin, a small bootstrap program (BOOTSTRAP), this package's module_utils that the reads need, the container's options
 and, when the container's Python is the node's version, the bytecode already compiled here (so
 that no container compiles them again). The bootstrap imports them from memory (nothing is
 written in the container), calls _readiness.read() exactly as the readiness module does, and
@@ -36,8 +36,12 @@ RESULT_MARK = "GPUFLEET-READINESS "
 # Where the readiness module would look for nvidia-smi (AnsibleModule.get_bin_path: PATH, then these).
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
-# The program each container runs (python3 -I -B -c BOOTSTRAP): read the header line and the
-# modules from stdin, import them from memory, call ENTRY's container_main(header).
+# What the target's Python is started with (python3 -I -B -c LAUNCHER): one short line, so that
+# the process reads well in ps; it runs BOOTSTRAP, the first line of its stdin (JSON).
+LAUNCHER = "import sys, json; exec(json.loads(sys.stdin.buffer.readline()))"
+
+# The program each container runs: read the header line and the modules from the rest of stdin,
+# import them from memory, call ENTRY's container_main(header).
 BOOTSTRAP = r"""
 import sys, json, marshal
 from importlib.machinery import ModuleSpec
@@ -127,21 +131,21 @@ def module_blobs(sources):
 
 
 def payload(entries, blob, args, check_mode, expand=(), brief=False):
-    """The bootstrap's stdin: one JSON header line, then the modules. expand: the options of type
+    """The launcher's stdin: BOOTSTRAP as one JSON line, one JSON header line, then the modules. expand: the options of type
     path that the container expands (~, $VAR) itself, as AnsibleModule would there; brief: return
     _readiness.brief() of the reading."""
     import importlib.util
 
     head = {"magic": importlib.util.MAGIC_NUMBER.hex(), "modules": entries, "entry": ENTRY,
             "args": args, "check_mode": bool(check_mode), "expand": list(expand), "brief": bool(brief)}
-    return json.dumps(head).encode("utf-8") + b"\n" + blob
+    return json.dumps(BOOTSTRAP).encode("utf-8") + b"\n" + json.dumps(head).encode("utf-8") + b"\n" + blob
 
 
 def attach_argv(vmid, python, method="pct", pct_path="pct", lxc_path=None):
     """The node's argv that runs the bootstrap in container vmid (an argv list: no shell)."""
     # -I: no PYTHON* variables, no user site; -B: no bytecode written. Site packages stay (the
     # readiness module imports the NVML bindings from there when a container has them).
-    inner = [python, "-I", "-B", "-c", BOOTSTRAP]
+    inner = [python, "-I", "-B", "-c", LAUNCHER]
     if method == "lxc-attach":
         head = ["lxc-attach", "-n", str(vmid)]
         if lxc_path:

@@ -104,7 +104,7 @@ def module(name, args, bootstrap=False):
     if not found:
         raise SystemExit("ansible gave no result:\n" + res.stdout)
     if bootstrap:
-        check("from importlib.machinery import ModuleSpec" in res.stdout and "AnsiballZ" not in res.stdout,
+        check("exec(json.loads(sys.stdin.buffer.readline()))" in res.stdout and "AnsiballZ" not in res.stdout,
               "readiness ran through the bootstrap, the module was not sent")
     return json.JSONDecoder().raw_decode(res.stdout[found.end():])[0]
 

@@ -116,7 +116,8 @@ def sh(fleet, host, script, check=True, timeout=60):
 
 def processes(fleet, host):
     """{pid: cmdline} of every process in the container, as it sees them."""
-    out = sh(fleet, host, "for d in /proc/[0-9]*; do printf '%s ' ${d#/proc/}; tr '\\0' ' ' <$d/cmdline 2>/dev/null; echo; done")
+    # One line per process: a command line's NULs and newlines (python -c '<program>') become spaces.
+    out = sh(fleet, host, "for d in /proc/[0-9]*; do printf '%s ' ${d#/proc/}; tr '\\0\\n' '  ' <$d/cmdline 2>/dev/null; echo; done")
     procs = {}
     for line in out.splitlines():
         pid, _sep, cmd = line.partition(" ")

@@ -17,7 +17,7 @@ ARGS = {"job_patterns": [], "job_users": [], "require_gpu": False, "threshold_mi
 
 
 def run_bootstrap(data):
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", _fanout.BOOTSTRAP], input=data, stdout=subprocess.PIPE,
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", _fanout.LAUNCHER], input=data, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     return _fanout.parse_output(proc.stdout.decode())
@@ -35,11 +35,12 @@ def test_the_payload_holds_exactly_what_the_reads_import():
 def test_bytecode_or_source_the_result_is_the_one_read_gives():
     entries, blob = _fanout.module_blobs(_fanout.module_sources(_fanout.loaded_source))
     same = _fanout.payload(entries, blob, ARGS, False)
-    cut = same.index(b"\n")
-    head = json.loads(same[:cut])
+    boot, head_line, rest = same.split(b"\n", 2)
+    assert json.loads(boot) == _fanout.BOOTSTRAP  # the launcher's first line: the bootstrap itself
+    head = json.loads(head_line)
     assert head["entry"] == _fanout.ENTRY and head["check_mode"] is False
     head["magic"] = "00000000"  # another Python version: the container compiles the sources itself
-    other = json.dumps(head).encode() + same[cut:]
+    other = boot + b"\n" + json.dumps(head).encode() + b"\n" + rest
     here = _readiness.read(dict(ARGS), _fanout._run, _fanout._which)
     for data in (same, other):
         got = run_bootstrap(data)
@@ -57,7 +58,8 @@ def test_a_crash_in_the_container_is_a_result_not_a_traceback():
 
 
 def test_attach_argv_is_a_list_with_the_vmid_as_one_word():
-    assert _fanout.attach_argv(101, "/usr/bin/python3")[:6] == ["pct", "exec", "101", "--", "/usr/bin/python3", "-I"]
+    assert _fanout.attach_argv(101, "/usr/bin/python3") == ["pct", "exec", "101", "--", "/usr/bin/python3", "-I", "-B", "-c", _fanout.LAUNCHER]
+    assert "\n" not in _fanout.LAUNCHER  # one line in ps
     argv = _fanout.attach_argv(101, "/usr/bin/python3", method="lxc-attach", lxc_path="/var/lib/lxc x")
     assert argv[:6] == ["lxc-attach", "-n", "101", "-P", "/var/lib/lxc x", "--"]
 

@@ -320,7 +320,7 @@ def play(tmp_path, runs, bootstraps):
                            str(tmp_path / "play.yml"), "-e", "@" + str(tmp_path / "extra.json"), "-vvv"],
                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout
-    assert proc.stdout.count("from importlib.machinery import ModuleSpec") == bootstraps
+    assert proc.stdout.count("exec(json.loads(sys.stdin.buffer.readline()))") == bootstraps  # the launcher, in -vvv's EXEC lines
     with open(tmp_path / "out.json") as f:
         return json.load(f)
 
