@@ -142,6 +142,8 @@ class ActionModule(ActionBase):
                                   short=short)
         if short and reading.get("failed") and "checks" not in reading:
             reading = dict(brief(reading, params), rc=reading.get("rc"))
+        # As a module reports it (shown at -v and beyond): the options as validated here.
+        reading["invocation"] = {"module_args": dict(params, brief=short)}
         if not reading.get("warnings"):
             reading.pop("warnings", None)
         return reading

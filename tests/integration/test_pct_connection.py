@@ -86,8 +86,10 @@ def test_one_master_per_node(ansible_cli, tmp_path):
         res = ansible_cli("ansible", "-i", INVENTORY, "train-200,train-201", "-m", "ansible.builtin.command",
                           "-a", "true", "-e", "ansible_pct_control_path_dir=%s" % cp)
         assert res.returncode == 0, res.stdout
-        sockets = sorted(os.listdir(cp))
+        sockets = sorted(n for n in os.listdir(cp) if not n.endswith(".lock"))
         assert len(sockets) == 2          # pve1 and pve2: two nodes, three containers, two runs
+        # Each node's lock, taken by the connection that opened its master (the others waited).
+        assert sorted(os.listdir(cp)) == sorted(sockets + [s + ".lock" for s in sockets])
         procs = subprocess.run(["ps", "-ww", "-eo", "args"], stdout=subprocess.PIPE, text=True, check=True).stdout
         masters = [line for line in procs.splitlines() if line.startswith("ssh: %s/" % cp) and "[mux]" in line]
         assert len(masters) == 2, procs
@@ -96,7 +98,7 @@ def test_one_master_per_node(ansible_cli, tmp_path):
 
 
 def close_masters(cp):
-    for sock in glob.glob(str(cp / "*")):
+    for sock in glob.glob(str(cp / "pct-*[!k]")):  # not the .lock files
         subprocess.run(["ssh", "-o", "ControlPath=%s" % sock, "-O", "exit", "x"], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
