@@ -11,7 +11,9 @@ description:
   - Connects to the Proxmox VE node with OpenSSH and runs every command inside the container
     with C(pct exec <vmid> -- ...), or with C(lxc-attach -n <vmid> -- ...) as a faster path.
   - One SSH master connection per node (ControlMaster/ControlPersist), shared by all the
-    containers of that node and by every task; no PTY; pipelining on by default.
+    containers of that node and by every task; no PTY; pipelining on by default. When many
+    containers of a node connect at once, the first opens the master (under a lock file beside
+    the socket) while the others wait for it, so a cold start costs one SSH handshake per node.
   - Files are streamed over stdin (C(put_file)) and stdout (C(fetch_file)), never held in memory.
   - Every argument that reaches the node's shell is quoted; the vmid must be an integer.
   - Privilege escalation (C(become)) happens inside the container. Commands start there as
