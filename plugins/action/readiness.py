@@ -117,9 +117,11 @@ class ActionModule(ActionBase):
             return None
         if not boolean(self._templar.template(task_vars.get(SWITCH, True)), strict=False):
             return None
-        python = self._templar.template(C.config.get_config_value("INTERPRETER_PYTHON", variables=task_vars))
+        # The interpreter as the module would get it: a delegated task's is the delegate's.
+        use_vars = task_vars.get("ansible_delegated_vars", {}).get(self._task.delegate_to, task_vars) if self._task.delegate_to else task_vars
+        python = self._templar.template(C.config.get_config_value("INTERPRETER_PYTHON", variables=use_vars))
         if not python or python in AUTO:
-            python = task_vars.get("ansible_facts", {}).get("discovered_interpreter_python")
+            python = use_vars.get("ansible_facts", {}).get("discovered_interpreter_python")
         return python or None
 
     def _read(self, python, host):

@@ -380,3 +380,31 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
     # An interpreter still to be discovered: the module is sent, which discovers it (whether the
     # interpreter found works is this machine's business; the bootstrap was not counted above).
     assert got["discover"]["ansible_facts"]["discovered_interpreter_python"]
+
+
+def test_a_delegated_call_starts_the_delegates_python(tmp_path):
+    """delegate_to: the bootstrap runs with the delegate's interpreter, as the module would, not
+    with the task host's (here a path that does not exist)."""
+    import json
+    import subprocess
+
+    (tmp_path / "inv.ini").write_text("elsewhere ansible_connection=local ansible_python_interpreter=/nonexistent/python3\n"
+                                      "localhost ansible_connection=local ansible_python_interpreter=%s\n" % sys.executable)
+    (tmp_path / "play.yml").write_text("""
+- hosts: elsewhere
+  gather_facts: false
+  tasks:
+    - gpufleet.hygiene.readiness: {require_gpu: false, brief: true}
+      delegate_to: localhost
+      register: reading
+    - ansible.builtin.copy: {content: "{{ reading | to_json }}", dest: "%s", mode: "0600"}
+      delegate_to: localhost
+""" % (tmp_path / "out.json"))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_PIPELINING="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp_path / "inv.ini"),
+                           str(tmp_path / "play.yml"), "-vvv"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert proc.stdout.count("exec(json.loads(sys.stdin.buffer.readline()))") == 1
+    reading = json.loads((tmp_path / "out.json").read_text())
+    assert reading["checks"][0]["name"] == "gpu_idle" and "msg" not in reading
