@@ -111,7 +111,7 @@ class ActionModule(ActionBase):
         """The target's Python when the bootstrap can run the reads as the module would; else None."""
         # Under Mitogen (its mixin wraps every action) modules already run in a persistent
         # interpreter, and its actions have no pipelining to ask about: the module is sent.
-        if any(cls.__module__.split(".")[0] == "ansible_mitogen" for cls in type(self).__mro__):
+        if any(cls.__module__.partition(".")[0] == "ansible_mitogen" for cls in type(self).__mro__):
             return None
         if self._task.async_val or not self._is_pipelining_enabled("new"):
             return None
