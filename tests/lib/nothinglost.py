@@ -114,7 +114,8 @@ def diff(before, after):
     bproc, aproc = before["processes"], after["processes"]
 
     def same_proc(pid):
-        return pid in aproc and aproc[pid]["start_time"] == bproc[pid]["start_time"]
+        # A zombie has exited (its parent has not reaped it yet): the process is gone.
+        return pid in aproc and aproc[pid]["start_time"] == bproc[pid]["start_time"] and aproc[pid]["state"] not in ("Z", "X")
 
     bf, af = before["files"], after["files"]
     return {
@@ -126,7 +127,7 @@ def diff(before, after):
         "processes": {
             "gone": sorted((int(p), bproc[p]["cmdline"]) for p in bproc if not same_proc(p)),
             "new": sorted((int(p), aproc[p]["cmdline"]) for p in aproc
-                          if not (p in bproc and bproc[p]["start_time"] == aproc[p]["start_time"])),
+                          if aproc[p]["state"] not in ("Z", "X") and not (p in bproc and bproc[p]["start_time"] == aproc[p]["start_time"])),
         },
         "files": {
             "removed": sorted(p for p in bf if p not in af),
