@@ -61,8 +61,7 @@ def modules_part():
     Python; the workers that start together wait on a lock for the first one's result instead of
     all compiling at once."""
     sources = _fanout.module_sources(_source)
-    digest = hashlib.sha1(repr((sorted(sources.items()), _fanout.__name__, C.__file__)).encode("utf-8"))
-    digest.update(importlib.util.MAGIC_NUMBER)
+    digest = hashlib.sha1(repr(sorted(sources.items())).encode("utf-8") + importlib.util.MAGIC_NUMBER)
     path = os.path.join(C.DEFAULT_LOCAL_TMP, "gpufleet-bootstrap-%s" % digest.hexdigest()[:20])
     cached = _read_cache(path)
     if cached:

@@ -3,19 +3,21 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Run the readiness reads in many containers of one Proxmox VE node from one process there.
+"""Run the readiness reads in a target's own Python without Ansible's module transport.
 
-The node_readiness module runs on the node. For each container it starts, through ``pct exec``
-(or ``lxc-attach``), the container's own Python with a one-line launcher (LAUNCHER) and sends
-it, over stdin, a small bootstrap program (BOOTSTRAP), this package's module_utils that the reads need, the container's options
-and, when the container's Python is the node's version, the bytecode already compiled here (so
-that no container compiles them again). The bootstrap imports them from memory (nothing is
-written in the container), calls _readiness.read() exactly as the readiness module does, and
-prints the result as one JSON line. The containers are read concurrently.
+Two callers start the target's Python with a one-line launcher (LAUNCHER) and send it, over
+stdin (payload()), a small bootstrap program (BOOTSTRAP), this package's module_utils that the
+reads need, the options and, when the target's Python is the sender's version, the bytecode
+already compiled (so that no target compiles them again): the readiness module's action, over
+the task's own connection, and the node_readiness module, which runs on a Proxmox VE node and
+enters each container through ``pct exec`` (or ``lxc-attach``), reading them concurrently.
+The bootstrap imports them from memory (nothing is written on the target), calls
+_readiness.read() exactly as the readiness module does, and prints the result as one JSON line.
 
-This is what ``pct exec`` does for every Ansible module anyway, minus what Ansible adds per
-module call: one worker process on the controller, the AnsiballZ payload, the import of
-ansible.module_utils.basic and the compilation of every shipped source.
+This is what the connection does for every Ansible module anyway, minus what Ansible adds per
+module call: the AnsiballZ payload, the import of ansible.module_utils.basic and the
+compilation of every shipped source (and, for node_readiness, one worker process on the
+controller per container).
 
 Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only; the
 half that runs in the container (container_main and below) imports nothing outside the standard
@@ -131,9 +133,9 @@ def module_blobs(sources):
 
 
 def payload(entries, blob, args, check_mode, expand=(), brief=False):
-    """The launcher's stdin: BOOTSTRAP as one JSON line, one JSON header line, then the modules. expand: the options of type
-    path that the container expands (~, $VAR) itself, as AnsibleModule would there; brief: return
-    _readiness.brief() of the reading."""
+    """The launcher's stdin: BOOTSTRAP as one JSON line, one JSON header line, then the modules.
+    expand: the options of type path that the container expands (~, $VAR) itself, as AnsibleModule
+    would there; brief: return _readiness.brief() of the reading."""
     import importlib.util
 
     head = {"magic": importlib.util.MAGIC_NUMBER.hex(), "modules": entries, "entry": ENTRY,

@@ -9,9 +9,11 @@ node_readiness returns, per container, the same as readiness, through a STAND-IN
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 
@@ -295,6 +297,8 @@ PLAY = """
         ansible_python_interpreter: "{{ item.python | default(python) }}"
       environment: "{{ item.env | default({}) }}"
       register: reading
+      # Every run goes on and keeps its result: the tests assert each one's msg (a failure's
+      # reason, or none), so a failure that should not be there fails the test.
       failed_when: false
       loop: "{{ runs }}"
       loop_control: {label: "{{ item.name }}"}
@@ -306,21 +310,27 @@ PLAY = """
 """
 
 
+# The launcher's call, as -vvv's EXEC lines show it (within the shell's quoting).
+LAUNCHED = "exec(json.loads(sys.stdin.buffer.readline()))"
+
+
+def ansible_playbook(tmp_path, text, *args):
+    """Run the playbook text at -vvv with pipelining on, from the repository (its ansible.cfg); its output."""
+    (tmp_path / "play.yml").write_text(text)
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_PIPELINING="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), str(tmp_path / "play.yml"), "-vvv", *args],
+                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return proc.stdout
+
+
 def play(tmp_path, runs, bootstraps):
     """Run PLAY with runs [{name, args, bootstrap?, python?, env?}]; {name: result}. Exactly
     `bootstraps` of them ran the bootstrap (the others sent the module or ran nothing)."""
-    import json
-    import subprocess
-
-    (tmp_path / "play.yml").write_text(PLAY)
     extra = {"runs": runs, "python": sys.executable, "out": str(tmp_path / "out.json")}
     (tmp_path / "extra.json").write_text(json.dumps(extra))
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_PIPELINING="1")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                           str(tmp_path / "play.yml"), "-e", "@" + str(tmp_path / "extra.json"), "-vvv"],
-                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=300)
-    assert proc.returncode == 0, proc.stdout
-    assert proc.stdout.count("exec(json.loads(sys.stdin.buffer.readline()))") == bootstraps  # the launcher, in -vvv's EXEC lines
+    out = ansible_playbook(tmp_path, PLAY, "-i", "localhost,", "-c", "local", "-e", "@" + str(tmp_path / "extra.json"))
+    assert out.count(LAUNCHED) == bootstraps
     with open(tmp_path / "out.json") as f:
         return json.load(f)
 
@@ -385,12 +395,9 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
 def test_a_delegated_call_starts_the_delegates_python(tmp_path):
     """delegate_to: the bootstrap runs with the delegate's interpreter, as the module would, not
     with the task host's (here a path that does not exist)."""
-    import json
-    import subprocess
-
     (tmp_path / "inv.ini").write_text("elsewhere ansible_connection=local ansible_python_interpreter=/nonexistent/python3\n"
                                       "localhost ansible_connection=local ansible_python_interpreter=%s\n" % sys.executable)
-    (tmp_path / "play.yml").write_text("""
+    out = ansible_playbook(tmp_path, """
 - hosts: elsewhere
   gather_facts: false
   tasks:
@@ -399,12 +406,7 @@ def test_a_delegated_call_starts_the_delegates_python(tmp_path):
       register: reading
     - ansible.builtin.copy: {content: "{{ reading | to_json }}", dest: "%s", mode: "0600"}
       delegate_to: localhost
-""" % (tmp_path / "out.json"))
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_PIPELINING="1")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp_path / "inv.ini"),
-                           str(tmp_path / "play.yml"), "-vvv"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, check=False, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert proc.stdout.count("exec(json.loads(sys.stdin.buffer.readline()))") == 1
+""" % (tmp_path / "out.json"), "-i", str(tmp_path / "inv.ini"))
+    assert out.count(LAUNCHED) == 1
     reading = json.loads((tmp_path / "out.json").read_text())
     assert reading["checks"][0]["name"] == "gpu_idle" and "msg" not in reading
