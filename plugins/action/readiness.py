@@ -100,11 +100,28 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         python = self._bootstrap_python(task_vars)
         if python is None:
-            result.update(self._execute_module(module_name=MODULE, module_args=dict(self._task.args), task_vars=task_vars,
-                                               wrap_async=self._task.async_val))
-            return result
-        result.update(self._read(python, task_vars.get("inventory_hostname")))
+            reading = self._execute_module(module_name=MODULE, module_args=dict(self._task.args), task_vars=task_vars,
+                                           wrap_async=self._task.async_val)
+        else:
+            reading = self._read(python, task_vars.get("inventory_hostname"))
+        result.update(self._briefly_failed(reading))
         return result
+
+    def _briefly_failed(self, reading):
+        """A brief call that failed before reading (bad options; sent as a module: no Python
+        there, ...) comes back as every check it would have made, failed with its message, as
+        the bootstrap's failures do: the verify role records checks, whatever went wrong."""
+        if not reading.get("failed") or "checks" in reading:
+            return reading
+        args = dict(self._task.args)
+        try:
+            if not boolean(args.get("brief", False), strict=True):
+                return reading
+        except TypeError:
+            return reading
+        options = {name: spec.get("default") for name, spec in ARGUMENT_SPEC.items()}
+        options.update(args)
+        return dict(reading, **brief(reading, options))
 
     def _bootstrap_python(self, task_vars):
         """The target's Python when the bootstrap can run the reads as the module would; else None."""

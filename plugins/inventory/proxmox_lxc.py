@@ -116,6 +116,7 @@ import shlex
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+from ansible.plugins.loader import connection_loader
 from ansible.utils.display import Display
 
 try:
@@ -128,6 +129,7 @@ else:
 
 display = Display()
 
+CONNECTION = "gpufleet.hygiene.pct"
 _GPU = re.compile(r"^/dev/nvidia(\d+)$")
 _MARK = "@@gpufleet-pct-config"
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?", re.ASCII)
@@ -179,6 +181,19 @@ def nvidia_devices(conf):
         if dev.startswith("/dev/nvidia") and dev not in seen:
             seen.append(dev)
     return seen
+
+
+def preload_connection():
+    """Load the containers' connection plugin once, here in the controller's main process.
+
+    ansible-core loads its own connection plugins before it forks the task workers (one per
+    host and task), but not a collection's: otherwise each worker imports this one again and
+    parses its documentation for its options, about 12 ms of CPU per host and task (docs/benchmarks.md).
+    A plugin that fails to load here is reported by the first task that uses it."""
+    try:
+        connection_loader.get(CONNECTION, class_only=True)
+    except Exception as exc:  # noqa: BLE001 - only a head start; the task's own load reports the error
+        display.vvv("proxmox_lxc: %s not loaded ahead of the tasks: %s" % (CONNECTION, exc))
 
 
 def container_host_name(mode, node_name, row, names, node_names=()):
@@ -332,7 +347,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 self.inventory.add_child(self.inventory.add_group(self._sanitize_group_name(prefix + row["status"])), host)
                 self.inventory.add_child(self.inventory.add_group(prefix + ("gpu" if gpus else "no_gpu")), host)
                 hostvars = {
-                    "ansible_connection": "gpufleet.hygiene.pct",
+                    "ansible_connection": CONNECTION,
                     "ansible_pct_node_host": node["host"],
                     "ansible_pct_node_port": node["port"],
                     "ansible_pct_node_user": node["user"],
@@ -385,3 +400,4 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if update_cache:
             self._cache[cache_key] = results
         self._populate(results)
+        preload_connection()

@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_readiness
 short_description: On a Proxmox VE node, read the readiness of several of its containers in one module run
-version_added: 0.2.0
+version_added: 0.1.0
 author: gpufleet.hygiene maintainers (@gpufleet)
 description:
   - Runs on a Proxmox VE node. For each container listed in O(containers) it runs, inside the

@@ -106,7 +106,7 @@ options:
       - Far less data to send back and for the controller to template when only the verdict is kept.
     type: bool
     default: false
-    version_added: 0.2.0
+    version_added: 0.1.0
 notes:
   - Its action runs the reads without Ansible's module transport when it can - the target's Python
     started over the task's connection with a small bootstrap that imports the collection's

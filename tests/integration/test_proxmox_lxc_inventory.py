@@ -113,3 +113,24 @@ def test_discovered_hosts_are_reachable_with_the_pct_connection(ansible_cli):
     assert res.returncode == 0, res.stdout
     for host in ("train-100", "train-200", "train-201"):
         assert "%s | CHANGED | rc=0 >>\n%s" % (host, host) in res.stdout
+
+
+LOADED = "Loaded config def from plugin (connection/ansible_collections.gpufleet.hygiene.plugins.connection.pct)"
+
+
+def test_the_connection_is_loaded_once_before_the_workers_fork(ansible_cli, tmp_path):
+    """The plugin loads the pct connection in the controller's main process, so the forked
+    workers (one per host and task) inherit it instead of each loading it and parsing its
+    documentation again. ansible-core's debug log says each time its options are defined."""
+    res = ansible_cli("ansible", "-i", DISCOVERY, "pve_running", "-m", "ansible.builtin.command", "-a", "true",
+                      env={"ANSIBLE_DEBUG": "1"})
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert res.stdout.count(LOADED) == 1
+    # The same three hosts through a static inventory: each worker loads it.
+    inv, _warnings = inventory(ansible_cli, DISCOVERY)
+    static = {"all": {"hosts": {h: inv["_meta"]["hostvars"][h] for h in inv["pve_running"]["hosts"]}}}
+    (tmp_path / "static.json").write_text(json.dumps(static))
+    res = ansible_cli("ansible", "-i", str(tmp_path / "static.json"), "all", "-m", "ansible.builtin.command", "-a", "true",
+                      env={"ANSIBLE_DEBUG": "1"})
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert res.stdout.count(LOADED) == len(inv["pve_running"]["hosts"]) == 3

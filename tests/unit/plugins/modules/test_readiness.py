@@ -374,6 +374,8 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
         {"name": "bad-timeout", "args": args_of(rig, command_timeout=0)},
         {"name": "no-python", "args": args_of(rig), "python": "/nonexistent/python3"},
         {"name": "no-python-brief", "args": args_of(rig, brief=True), "python": "/nonexistent/python3"},
+        {"name": "no-python-module-brief", "args": args_of(rig, brief=True), "python": "/nonexistent/python3", "bootstrap": False},
+        {"name": "bad-type-brief", "args": args_of(rig, threshold_mib="lots", brief=True)},
         {"name": "discover", "args": args_of(rig, brief=True), "python": "auto_silent"},
     ], bootstraps=3)  # tilde, no-python, no-python-brief
     for name in ("tilde", "tilde-module"):
@@ -387,6 +389,13 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
     # brief: the call's failure becomes every check it would have made, failed with its message.
     assert [c["name"] for c in got["no-python-brief"]["checks"]] == ["gpu_idle", "venv_clean", "caches_fresh"]
     assert all(c["summary"] == got["no-python-brief"]["msg"] and not c["ok"] for c in got["no-python-brief"]["checks"])
+    # The same when the module was sent (its transport failed) or the options were refused.
+    for name in ("no-python-module-brief", "bad-type-brief"):
+        reading = got[name]
+        assert [c["name"] for c in reading["checks"]] == ["gpu_idle", "venv_clean", "caches_fresh"], (name, reading)
+        assert reading["msg"] and all(c["summary"] == reading["msg"] and c["error"] and not c["ok"] for c in reading["checks"])
+        assert reading["ready"] is False and reading["gpus"] == []
+    assert "threshold_mib" in got["bad-type-brief"]["msg"]
     # An interpreter still to be discovered: the module is sent, which discovers it (whether the
     # interpreter found works is this machine's business; the bootstrap was not counted above).
     assert got["discover"]["ansible_facts"]["discovered_interpreter_python"]

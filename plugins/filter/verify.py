@@ -1,0 +1,59 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The verify role's record and verdict of a readiness reading (docs: verify_record.yml, verify_verdict.yml).
+
+Python rather than Jinja in the role's vars: every task of the role runs once per container
+host, and ansible-core compiles each template again in each forked worker, so a large
+expression in a role variable costs every host its compilation (measured in docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, brief
+
+# A reading whose checks and GPUs are there is a brief reading (readiness or node_readiness with
+# brief=true); anything else is a call that failed before reading.
+BRIEF_KEYS = ("ready", "running_job", "checks", "gpus", "contaminants", "caches")
+DEFAULTS = {name: spec.get("default") for name, spec in ARGUMENT_SPEC.items()}
+
+
+def verify_record(reading, host, node=None, vmid=None, args=None):
+    """The verify role's verify_result (docs/reports.md) of one host's readiness reading."""
+    if not isinstance(reading, Mapping):
+        raise AnsibleFilterError("verify_record: the reading must be a readiness result (a dict), got %s" % type(reading).__name__)
+    if not host:
+        raise AnsibleFilterError("verify_record: host (the inventory name) is required")
+    if args is not None and not isinstance(args, Mapping):
+        raise AnsibleFilterError("verify_record: args must be the readiness options (a dict), got %s" % type(args).__name__)
+    if "checks" in reading and "gpus" in reading:
+        short = reading
+    else:
+        # The call failed before reading (no Python in the container, the node unreachable, bad
+        # options): every check these options would have made fails with its message.
+        options = dict(DEFAULTS, **(args or {}))
+        short = brief({"failed": True, "msg": reading.get("msg") or "readiness failed"}, options)
+    record = {"host": host, "node": node if node != "" else None, "vmid": vmid if vmid != "" else None, "remediated": False, "error": None}
+    record.update((key, short[key]) for key in BRIEF_KEYS)
+    return record
+
+
+def verify_verdict(record):
+    """What the verify role shows of a record: the verdict and one line per check, and the
+    one-line summary of what is wrong."""
+    if not isinstance(record, Mapping) or "checks" not in record:
+        raise AnsibleFilterError("verify_verdict: expects a verify_result (with its checks)")
+    checks = record["checks"]
+    lines = ["READY" if record.get("ready") else "NOT READY"]
+    lines.extend("%s | %s | %s" % (c["name"], "ok" if c["ok"] else "FAIL", c["summary"]) for c in checks)
+    problems = " | ".join("[%s] %s" % (c["name"], c["summary"]) for c in checks if not c["ok"])
+    return {"ready": bool(record.get("ready")), "lines": lines, "problems": problems}
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"verify_record": verify_record, "verify_verdict": verify_verdict}

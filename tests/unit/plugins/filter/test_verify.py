@@ -1,0 +1,96 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The verify role's filters: verify_record (a readiness reading -> verify_result) and verify_verdict."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible.plugins.loader import init_plugin_loader
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+init_plugin_loader([os.path.join(REPO, ".ansible", "collections")])
+_filters = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.verify")
+_fleet_report = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils._report")
+verify_record, verify_verdict = _filters.verify_record, _filters.verify_verdict
+
+GPU = {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-1", "memory_used_mib": 21098, "memory_total_mib": 143771,
+       "utilization_pct": 0, "processes": [{"pid": 4242, "name": "python3", "used_memory_mib": 21098}]}
+READING = {  # readiness with brief=true, as registered (Ansible adds changed/failed)
+    "changed": False, "failed": False, "ready": False, "running_job": False,
+    "checks": [{"name": "gpu_idle", "severity": "fail", "ok": False, "error": False, "summary": "GPU 0: 21098 MiB held by pid 4242 (python3)"},
+               {"name": "venv_clean", "severity": "fail", "ok": True, "error": False, "summary": "no CUDA 13 wheel"}],
+    "gpus": [GPU], "contaminants": [], "caches": [{"name": "inductor", "path": "/root/.cache/x", "size_bytes": 1, "entries": 1, "fresh": True}],
+}
+
+
+def test_a_reading_becomes_the_record_of_the_reports():
+    rec = verify_record(READING, "train-100", "pve1", 100)
+    assert rec == {"host": "train-100", "node": "pve1", "vmid": 100, "remediated": False, "error": None,
+                   "ready": False, "running_job": False, "checks": READING["checks"], "gpus": [GPU], "contaminants": [],
+                   "caches": READING["caches"]}
+    # What fleet_report accepts, without a warning about an unknown key.
+    hosts, warnings = _fleet_report.normalize_hosts([rec])
+    assert hosts[0]["host"] == "train-100" and warnings == []
+    # A plain host: no node, no VMID.
+    plain = verify_record(READING, "gpu-box", "", None)
+    assert plain["node"] is None and plain["vmid"] is None
+
+
+@pytest.mark.parametrize("args, names", [
+    (None, ["gpu_idle"]),
+    ({"venv": "/root/venv"}, ["gpu_idle", "venv_clean", "caches_fresh"]),
+    ({"venv": "/root/venv", "caches": False, "verify_files": True}, ["gpu_idle", "venv_clean", "packages"]),
+])
+def test_a_call_that_failed_before_reading_fails_every_check_it_would_have_made(args, names):
+    rec = verify_record({"failed": True, "msg": "no Python at /usr/bin/python3 in train-100"}, "train-100", "pve1", 100, args)
+    assert [c["name"] for c in rec["checks"]] == names
+    assert all(not c["ok"] and c["error"] and c["summary"] == "no Python at /usr/bin/python3 in train-100" for c in rec["checks"])
+    assert rec["ready"] is False and rec["gpus"] == [] and rec["host"] == "train-100"
+
+
+@pytest.mark.parametrize("call, msg", [
+    (lambda: verify_record("not a dict", "h"), "must be a readiness result"),
+    (lambda: verify_record(READING, ""), "host"),
+    (lambda: verify_record({"failed": True}, "h", args=["venv"]), "args must be the readiness options"),
+    (lambda: verify_verdict({"ready": True}), "verify_result"),
+])
+def test_bad_input_says_what_is_wrong(call, msg):
+    with pytest.raises(AnsibleFilterError, match=msg):
+        call()
+
+
+def test_the_verdict_one_line_per_check_and_one_summary():
+    verdict = verify_verdict(verify_record(READING, "train-100", "pve1", 100))
+    assert verdict == {"ready": False,
+                       "lines": ["NOT READY", "gpu_idle | FAIL | GPU 0: 21098 MiB held by pid 4242 (python3)", "venv_clean | ok | no CUDA 13 wheel"],
+                       "problems": "[gpu_idle] GPU 0: 21098 MiB held by pid 4242 (python3)"}
+    ready = dict(READING, ready=True, checks=[READING["checks"][1]])
+    assert verify_verdict(verify_record(ready, "h"))["lines"] == ["READY", "venv_clean | ok | no CUDA 13 wheel"]
+
+
+def test_the_filters_by_their_names_in_a_template(tmp_path):
+    """Loaded by ansible-core under their fully qualified names, as the role uses them."""
+    play = tmp_path / "play.yml"
+    play.write_text("""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.copy:
+        content: "{{ reading | gpufleet.hygiene.verify_record('train-100', 'pve1', 100) | gpufleet.hygiene.verify_verdict | to_json }}"
+        dest: "%s"
+        mode: "0600"
+""" % (tmp_path / "out.json"))
+    (tmp_path / "extra.json").write_text(json.dumps({"reading": READING, "ansible_python_interpreter": sys.executable}))
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), str(play), "-i", "localhost,", "-c", "local",
+                           "-e", "@" + str(tmp_path / "extra.json")], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, check=False, timeout=120, env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert json.loads((tmp_path / "out.json").read_text())["problems"] == "[gpu_idle] GPU 0: 21098 MiB held by pid 4242 (python3)"
