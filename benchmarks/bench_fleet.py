@@ -422,7 +422,8 @@ def main():
 
 def profile(bench, size, site, before):
     out = {}
-    env = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks", "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all"}
+    # The repository's ansible.cfg enables gpufleet.hygiene.preload; this list replaces it.
+    env = {"ANSIBLE_CALLBACKS_ENABLED": "gpufleet.hygiene.preload,ansible.posix.profile_tasks", "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all"}
     runs = [("B", bench.run_b)] + ([("B0", bench.run_b0)] if before else [])
     for name, fn in runs:
         start = os.path.getsize(bench.logfile)

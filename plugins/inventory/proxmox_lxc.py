@@ -116,8 +116,9 @@ import shlex
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
-from ansible.plugins.loader import connection_loader
 from ansible.utils.display import Display
+
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._preload import CONNECTION, preload_connection
 
 try:
     import paramiko
@@ -129,7 +130,6 @@ else:
 
 display = Display()
 
-CONNECTION = "gpufleet.hygiene.pct"
 _GPU = re.compile(r"^/dev/nvidia(\d+)$")
 _MARK = "@@gpufleet-pct-config"
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?", re.ASCII)
@@ -181,19 +181,6 @@ def nvidia_devices(conf):
         if dev.startswith("/dev/nvidia") and dev not in seen:
             seen.append(dev)
     return seen
-
-
-def preload_connection():
-    """Load the containers' connection plugin once, here in the controller's main process.
-
-    ansible-core loads its own connection plugins before it forks the task workers (one per
-    host and task), but not a collection's: otherwise each worker imports this one again and
-    parses its documentation for its options, about 12 ms of CPU per host and task (docs/benchmarks.md).
-    A plugin that fails to load here is reported by the first task that uses it."""
-    try:
-        connection_loader.get(CONNECTION, class_only=True)
-    except Exception as exc:  # noqa: BLE001 - only a head start; the task's own load reports the error
-        display.vvv("proxmox_lxc: %s not loaded ahead of the tasks: %s" % (CONNECTION, exc))
 
 
 def container_host_name(mode, node_name, row, names, node_names=()):
@@ -400,4 +387,6 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if update_cache:
             self._cache[cache_key] = results
         self._populate(results)
+        # Its containers' connection, loaded here, before ansible-core forks a worker per host
+        # and task, is inherited by every worker instead of loaded by each (plugin_utils/_preload.py).
         preload_connection()

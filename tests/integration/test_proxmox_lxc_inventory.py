@@ -119,18 +119,31 @@ LOADED = "Loaded config def from plugin (connection/ansible_collections.gpufleet
 
 
 def test_the_connection_is_loaded_once_before_the_workers_fork(ansible_cli, tmp_path):
-    """The plugin loads the pct connection in the controller's main process, so the forked
-    workers (one per host and task) inherit it instead of each loading it and parsing its
-    documentation again. ansible-core's debug log says each time its options are defined."""
-    res = ansible_cli("ansible", "-i", DISCOVERY, "pve_running", "-m", "ansible.builtin.command", "-a", "true",
-                      env={"ANSIBLE_DEBUG": "1"})
-    assert res.returncode == 0, res.stdout[-3000:]
-    assert res.stdout.count(LOADED) == 1
-    # The same three hosts through a static inventory: each worker loads it.
+    """The inventory plugin (discovery) and the preload callback (a static inventory) load the pct
+    connection in the controller's main process, so the forked workers (one per host and task)
+    inherit it instead of each loading it and parsing its documentation again. ansible-core's
+    debug log says each time a plugin's options are defined."""
+    # The repository's ansible.cfg without the callback (callbacks_enabled cannot be emptied from
+    # the environment).
+    with open(os.path.join(REPO, "ansible.cfg")) as f:
+        without = [line for line in f if not line.startswith("callbacks_enabled")]
+    (tmp_path / "ansible.cfg").write_text("".join(without))
+    play = tmp_path / "play.yml"
+    play.write_text("- hosts: '{{ pattern }}'\n  gather_facts: false\n  tasks:\n    - ansible.builtin.command: 'true'\n      changed_when: false\n")
+
+    def loads(inventory, pattern, callback):
+        env = {"ANSIBLE_DEBUG": "1", "ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO, ".ansible", "collections")}
+        if not callback:
+            env["ANSIBLE_CONFIG"] = str(tmp_path / "ansible.cfg")
+        res = ansible_cli("ansible-playbook", "-i", str(inventory), str(play), "-e", "pattern=" + pattern, env=env)
+        assert res.returncode == 0, res.stdout[-3000:]
+        return res.stdout.count(LOADED)
+
     inv, _warnings = inventory(ansible_cli, DISCOVERY)
-    static = {"all": {"hosts": {h: inv["_meta"]["hostvars"][h] for h in inv["pve_running"]["hosts"]}}}
-    (tmp_path / "static.json").write_text(json.dumps(static))
-    res = ansible_cli("ansible", "-i", str(tmp_path / "static.json"), "all", "-m", "ansible.builtin.command", "-a", "true",
-                      env={"ANSIBLE_DEBUG": "1"})
-    assert res.returncode == 0, res.stdout[-3000:]
-    assert res.stdout.count(LOADED) == len(inv["pve_running"]["hosts"]) == 3
+    running = inv["pve_running"]["hosts"]
+    static = tmp_path / "static.json"
+    static.write_text(json.dumps({"all": {"hosts": {h: inv["_meta"]["hostvars"][h] for h in running}}}))
+    assert len(running) == 3
+    assert loads(DISCOVERY, "pve_running", callback=False) == 1     # discovery loads it
+    assert loads(static, "all", callback=True) == 1                 # the callback does
+    assert loads(static, "all", callback=False) == 3                # else each worker does

@@ -1,0 +1,30 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Load this collection's connection plugin in the controller's main process.
+
+ansible-core forks a worker for every host and task. Before the first fork it loads its own
+connection plugins (and so defines their options), but not a collection's: each worker then
+imports gpufleet.hygiene.pct again and parses its documentation for its options, about 10 ms
+of CPU per host and task (docs/benchmarks.md). Loaded here once, before the forks, every worker
+inherits it. Callers: the proxmox_lxc inventory plugin and the preload callback.
+"""
+
+from __future__ import annotations
+
+from ansible.plugins.loader import connection_loader
+from ansible.utils.display import Display
+
+CONNECTION = "gpufleet.hygiene.pct"
+
+display = Display()
+
+
+def preload_connection(name=CONNECTION):
+    """Load the connection plugin `name` (its class and its options); True when it loaded. A
+    plugin that does not load here is left to the first task that uses it, which says why."""
+    try:
+        return connection_loader.get(name, class_only=True) is not None
+    except Exception as exc:  # noqa: BLE001 - only a head start; the task's own load reports the error
+        display.vvv("gpufleet.hygiene: %s not loaded ahead of the tasks: %s" % (name, exc))
+        return False
