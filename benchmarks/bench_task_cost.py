@@ -58,8 +58,7 @@ def write_files(work, hosts, tasks):
         json.dump(inventory, f)
     with open(os.path.join(work, "play.yml"), "w") as f:
         f.write("- hosts: pve_containers\n  gather_facts: false\n  tasks:\n")
-        for i in range(tasks):
-            f.write("    - name: Task %d\n      ansible.builtin.set_fact:\n        bench_fact_%d: %d\n" % (i, i, i))
+        f.writelines("    - name: Task %d\n      ansible.builtin.set_fact:\n        bench_fact_%d: %d\n" % (i, i, i) for i in range(tasks))
     with open(os.path.join(ROOT, "ansible.cfg")) as f:
         lines = f.readlines()
     assert any(line.startswith("callbacks_enabled") and "gpufleet.hygiene.preload" in line for line in lines), \
@@ -91,7 +90,7 @@ def run(work, config, hosts):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     ap.add_argument("--hosts", type=int, default=32)
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=5)

@@ -9,7 +9,7 @@ name: preload
 type: aggregate
 short_description: Loads the pct connection once, before ansible-core forks its workers
 version_added: 0.1.0
-author: gpufleet.hygiene contributors
+author: gpufleet.hygiene maintainers (@gpufleet)
 description:
   - ansible-core runs every task of every host in a worker process forked from the controller's
     main process. It loads its own connection plugins before the first fork, but not a
