@@ -125,7 +125,8 @@ def diff(before, after):
             "changed": sorted(n for n in bp if n in ap and bp[n]["version"] != ap[n]["version"]),
         },
         "processes": {
-            "gone": sorted((int(p), bproc[p]["cmdline"]) for p in bproc if not same_proc(p)),
+            # A process that had already exited before (a zombie then) is not one the step stopped.
+            "gone": sorted((int(p), bproc[p]["cmdline"]) for p in bproc if bproc[p]["state"] not in ("Z", "X") and not same_proc(p)),
             "new": sorted((int(p), aproc[p]["cmdline"]) for p in aproc
                           if aproc[p]["state"] not in ("Z", "X") and not (p in bproc and bproc[p]["start_time"] == aproc[p]["start_time"])),
         },
