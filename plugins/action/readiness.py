@@ -36,7 +36,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils import _fanout
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, BRIEF_OPTION, bad_option, brief
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, BRIEF_OPTION, bad_option, brief, brief_of_failure
 
 MODULE = "gpufleet.hygiene.readiness"
 SWITCH = "gpufleet_readiness_bootstrap"
@@ -119,9 +119,7 @@ class ActionModule(ActionBase):
                 return reading
         except TypeError:
             return reading
-        options = {name: spec.get("default") for name, spec in ARGUMENT_SPEC.items()}
-        options.update(args)
-        return dict(reading, **brief(reading, options))
+        return dict(reading, **brief_of_failure(reading, args))
 
     def _bootstrap_python(self, task_vars):
         """The target's Python when the bootstrap can run the reads as the module would; else None."""

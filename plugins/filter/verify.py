@@ -14,12 +14,11 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, brief
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import brief_of_failure
 
 # A reading whose checks and GPUs are there is a brief reading (readiness or node_readiness with
 # brief=true); anything else is a call that failed before reading.
 BRIEF_KEYS = ("ready", "running_job", "checks", "gpus", "contaminants", "caches")
-DEFAULTS = {name: spec.get("default") for name, spec in ARGUMENT_SPEC.items()}
 
 
 def verify_record(reading, host, node=None, vmid=None, args=None):
@@ -30,13 +29,9 @@ def verify_record(reading, host, node=None, vmid=None, args=None):
         raise AnsibleFilterError("verify_record: host (the inventory name) is required")
     if args is not None and not isinstance(args, Mapping):
         raise AnsibleFilterError("verify_record: args must be the readiness options (a dict), got %s" % type(args).__name__)
-    if "checks" in reading and "gpus" in reading:
-        short = reading
-    else:
-        # The call failed before reading (no Python in the container, the node unreachable, bad
-        # options): every check these options would have made fails with its message.
-        options = dict(DEFAULTS, **(args or {}))
-        short = brief({"failed": True, "msg": reading.get("msg") or "readiness failed"}, options)
+    # Without checks the call failed before reading (no Python in the container, the node
+    # unreachable, bad options): every check these options would have made fails with its message.
+    short = reading if "checks" in reading and "gpus" in reading else brief_of_failure({"msg": reading.get("msg")}, args)
     record = {"host": host, "node": node if node != "" else None, "vmid": vmid if vmid != "" else None, "remediated": False, "error": None}
     record.update((key, short[key]) for key in BRIEF_KEYS)
     return record

@@ -259,6 +259,14 @@ def brief(result, p):
             "caches": result["torch_cache"].get("caches", []), "warnings": result.get("warnings", [])}
 
 
+def brief_of_failure(result, args):
+    """brief() of a call that failed before reading ({msg, ...}), asked with the options args as
+    given (not validated: the module's defaults fill in what they leave out)."""
+    options = {name: spec.get("default") for name, spec in ARGUMENT_SPEC.items()}
+    options.update(args or {})
+    return brief(dict(result, failed=True), options)
+
+
 def read(p, run, which, check_mode=False):
     """Every read of one container and their verdicts: the readiness module's result, with
     ``warnings`` (each "<read>: <text>") for the caller to show. ``p`` are validated options."""
