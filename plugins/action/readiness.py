@@ -31,12 +31,22 @@ import shlex
 import tempfile
 
 from ansible import constants as C
+from ansible.errors import AnsibleConnectionFailure
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils import _fanout
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, BRIEF_OPTION, bad_option, brief, brief_of_failure
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import (
+    ARGUMENT_SPEC,
+    BRIEF_OPTION,
+    RECORD_KEYS,
+    RECORD_OPTION,
+    bad_option,
+    brief,
+    brief_of_failure,
+    record,
+)
 
 MODULE = "gpufleet.hygiene.readiness"
 SWITCH = "gpufleet_readiness_bootstrap"
@@ -45,7 +55,7 @@ MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 # Validated here; the options of type path are expanded on the target (_fanout.container_main).
 PATH_OPTIONS = tuple(sorted(name for name, spec in ARGUMENT_SPEC.items() if spec.get("type") == "path"))
 CONTROLLER_SPEC = dict({name: dict(spec, type="str") if name in PATH_OPTIONS else spec for name, spec in ARGUMENT_SPEC.items()},
-                       brief=BRIEF_OPTION)
+                       brief=BRIEF_OPTION, record=RECORD_OPTION)
 
 
 def _source(name):
@@ -98,28 +108,58 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars if task_vars is not None else {}
         result = super().run(tmp, task_vars)
-        python = self._bootstrap_python(task_vars)
-        if python is None:
-            reading = self._execute_module(module_name=MODULE, module_args=dict(self._task.args), task_vars=task_vars,
-                                           wrap_async=self._task.async_val)
-        else:
-            reading = self._read(python, task_vars.get("inventory_hostname"))
-        result.update(self._briefly_failed(reading))
+        whose = self._whose()
+        try:
+            python = self._bootstrap_python(task_vars)
+            if python is None:
+                reading = self._execute_module(module_name=MODULE, module_args=dict(self._task.args), task_vars=task_vars,
+                                               wrap_async=self._task.async_val)
+            else:
+                reading = self._read(python, task_vars.get("inventory_hostname"))
+        except AnsibleConnectionFailure as exc:
+            if not whose:
+                raise  # ansible-core makes the host unreachable
+            # Recorded as well: the host is still unreachable (no "failed" here, which would
+            # count first), and what it registers is a record like every other host's.
+            reading = {"unreachable": True, "changed": False, "msg": str(exc)}
+        result.update(self._recorded(self._briefly_failed(reading, whose), whose))
         return result
 
-    def _briefly_failed(self, reading):
-        """A brief call that failed before reading (bad options; sent as a module: no Python
-        there, ...) comes back as every check it would have made, failed with its message, as
-        the bootstrap's failures do: the verify role records checks, whatever went wrong."""
-        if not reading.get("failed") or "checks" in reading:
+    def _whose(self):
+        """The record option, validated (a dict with host, node, vmid), or None."""
+        if self._task.args.get("record") is None:
+            return None
+        validated = ArgumentSpecValidator({"record": RECORD_OPTION}).validate({"record": self._task.args["record"]})
+        return None if validated.error_messages else validated.validated_parameters["record"]
+
+    def _briefly_failed(self, reading, whose):
+        """A brief call that failed before reading (bad options, the container unreachable with
+        record; sent as a module: no Python there, ...) comes back as every check it would have
+        made, failed with its message, as the bootstrap's failures do: the verify role records
+        checks, whatever went wrong."""
+        if not (reading.get("failed") or reading.get("unreachable")) or "checks" in reading:
             return reading
         args = dict(self._task.args)
-        try:
-            if not boolean(args.get("brief", False), strict=True):
+        if not whose:
+            try:
+                if not boolean(args.get("brief", False), strict=True):
+                    return reading
+            except TypeError:
                 return reading
-        except TypeError:
+        short = brief_of_failure(reading, args)
+        if reading.get("unreachable"):
+            short.pop("failed")
+        return dict(reading, **short)
+
+    @staticmethod
+    def _recorded(reading, whose):
+        """With record: the verify role's record of the (brief) reading, with the result's own
+        keys (failed, msg, unreachable, invocation, ...). The module already made it when it ran."""
+        if not whose or "host" in reading or "checks" not in reading:
             return reading
-        return dict(reading, **brief_of_failure(reading, args))
+        out = {key: value for key, value in reading.items() if key not in RECORD_KEYS}
+        out.update(record(reading, whose["host"], whose["node"], whose["vmid"], error=reading["msg"] if reading.get("unreachable") else None))
+        return out
 
     def _bootstrap_python(self, task_vars):
         """The target's Python when the bootstrap can run the reads as the module would; else None."""
@@ -143,7 +183,8 @@ class ActionModule(ActionBase):
         if validated.error_messages:
             return {"failed": True, "changed": False, "msg": "%s: %s" % (MODULE, "; ".join(validated.error_messages))}
         params = dict(validated.validated_parameters)
-        short = params.pop("brief")
+        asked = {"brief": params.pop("brief"), "record": params.pop("record")}
+        short = asked["brief"] or asked["record"] is not None
         problem = bad_option(params)
         if problem:
             return {"failed": True, "changed": False, "msg": problem}
@@ -159,7 +200,7 @@ class ActionModule(ActionBase):
         if short and reading.get("failed") and "checks" not in reading:
             reading = dict(brief(reading, params), rc=reading.get("rc"))
         # As a module reports it (shown at -v and beyond): the options as validated here.
-        reading["invocation"] = {"module_args": dict(params, brief=short)}
+        reading["invocation"] = {"module_args": dict(params, **asked)}
         if not reading.get("warnings"):
             reading.pop("warnings", None)
         return reading

@@ -14,11 +14,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import brief_of_failure
-
-# A reading whose checks and GPUs are there is a brief reading (readiness or node_readiness with
-# brief=true); anything else is a call that failed before reading.
-BRIEF_KEYS = ("ready", "running_job", "checks", "gpus", "contaminants", "caches")
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import brief_of_failure, record
 
 
 def verify_record(reading, host, node=None, vmid=None, args=None):
@@ -31,10 +27,10 @@ def verify_record(reading, host, node=None, vmid=None, args=None):
         raise AnsibleFilterError("verify_record: args must be the readiness options (a dict), got %s" % type(args).__name__)
     # Without checks the call failed before reading (no Python in the container, the node
     # unreachable, bad options): every check these options would have made fails with its message.
+    # A reading whose checks and GPUs are there is a brief reading (readiness or node_readiness
+    # with brief=true); anything else is a call that failed before reading.
     short = reading if "checks" in reading and "gpus" in reading else brief_of_failure({"msg": reading.get("msg")}, args)
-    record = {"host": host, "node": node if node != "" else None, "vmid": vmid if vmid != "" else None, "remediated": False, "error": None}
-    record.update((key, short[key]) for key in BRIEF_KEYS)
-    return record
+    return record(short, host, node, vmid)
 
 
 def verify_verdict(record):
@@ -45,7 +41,13 @@ def verify_verdict(record):
     checks = record["checks"]
     lines = ["READY" if record.get("ready") else "NOT READY"]
     lines.extend("%s | %s | %s" % (c["name"], "ok" if c["ok"] else "FAIL", c["summary"]) for c in checks)
-    problems = " | ".join("[%s] %s" % (c["name"], c["summary"]) for c in checks if not c["ok"])
+    # Checks that failed for one reason (a call that failed before reading fails them all with its
+    # message) share one entry: [gpu_idle, venv_clean] message.
+    reasons = {}
+    for c in checks:
+        if not c["ok"]:
+            reasons.setdefault(c["summary"], []).append(c["name"])
+    problems = " | ".join("[%s] %s" % (", ".join(names), summary) for summary, names in reasons.items())
     return {"ready": bool(record.get("ready")), "lines": lines, "problems": problems}
 
 

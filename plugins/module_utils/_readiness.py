@@ -45,8 +45,13 @@ ARGUMENT_SPEC = dict(
     allow_running_job=dict(type="bool", default=False),
 )
 
-# The readiness module's own option on top of those (node_readiness has its own, for all its containers).
+# The readiness module's own options on top of those (node_readiness has its own, for all its containers).
 BRIEF_OPTION = dict(type="bool", default=False)
+# Whose reading it is: the result is then the verify role's record of it (record() below).
+RECORD_OPTION = dict(type="dict", options=dict(host=dict(type="str", required=True), node=dict(type="raw"), vmid=dict(type="raw")))
+
+# What a record keeps of a brief reading (docs/reports.md), besides host, node, vmid, remediated and error.
+RECORD_KEYS = ("ready", "running_job", "checks", "gpus", "contaminants", "caches")
 
 READS = ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache")
 
@@ -265,6 +270,14 @@ def brief_of_failure(result, args):
     options = {name: spec.get("default") for name, spec in ARGUMENT_SPEC.items()}
     options.update(args or {})
     return brief(dict(result, failed=True), options)
+
+
+def record(short, host, node=None, vmid=None, error=None):
+    """The verify role's record (its verify_result, the reports' per-host record) of a brief()
+    reading of the host ``host``; an empty node or VMID is recorded as null."""
+    out = {"host": host, "node": None if node == "" else node, "vmid": None if vmid == "" else vmid, "remediated": False, "error": error}
+    out.update((key, short[key]) for key in RECORD_KEYS)
+    return out
 
 
 def read(p, run, which, check_mode=False):

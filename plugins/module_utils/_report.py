@@ -113,6 +113,9 @@ def _dict(where, key, value):
 
 
 HOST_KEYS = ("host", "node", "vmid", "ready", "running_job", "remediated", "checks", "gpus", "contaminants", "caches", "error")
+# The keys every registered task result has, which a record registered from a task (readiness
+# with record, as the verify role registers it) carries along: accepted and left out, not warned about.
+RESULT_KEYS = ("changed", "failed", "failed_when_result", "msg", "rc", "unreachable", "warnings", "deprecations", "exception")
 
 
 def normalize_host(index, raw):
@@ -211,7 +214,7 @@ def normalize_host(index, raw):
             where.fail(k + ".name", "%s appears twice" % json.dumps(cache["name"]))
         seen.add(cache["name"])
         out["caches"].append(cache)
-    unknown = sorted(set(raw) - set(HOST_KEYS))
+    unknown = sorted(set(raw) - set(HOST_KEYS) - set(RESULT_KEYS))
     return out, unknown
 
 

@@ -108,7 +108,7 @@ EXAMPLES = r"""
 
 - name: Write the fleet report
   gpufleet.hygiene.fleet_report:
-    hosts: "{{ ansible_play_hosts_all | map('extract', hostvars, 'verify_result') | select('defined') | list }}"
+    hosts: "{{ ansible_play_hosts_all | map('extract', hostvars, 'verify_result') | select('defined') | selectattr('host', 'defined') | list }}"
     dest: /var/lib/gpufleet-hygiene/report
     title: Nightly GPU hygiene
     run_started: "{{ hygiene_run_started }}"

@@ -107,6 +107,28 @@ options:
     type: bool
     default: false
     version_added: 0.1.0
+  record:
+    description:
+      - Whose reading this is. The result is then the verify role's record of it - the C(verify_result)
+        that docs/reports.md describes and M(gpufleet.hygiene.fleet_report) reads - so that the reading
+        can be registered as the record itself - the keys of O(brief=true) and RV(host), RV(node),
+        RV(vmid), RV(remediated) and RV(error). Implies O(brief=true).
+      - Its action records a container it cannot reach as well - every check failed with the
+        connection's message, RV(error) set to it - while the host stays unreachable, so that every
+        host of the play registers a record.
+    type: dict
+    suboptions:
+      host:
+        description: The host's inventory name.
+        type: str
+        required: true
+      node:
+        description: Its Proxmox VE node; empty or null for a plain host (recorded as null).
+        type: raw
+      vmid:
+        description: Its container's VMID; empty or null for a plain host (recorded as null).
+        type: raw
+    version_added: 0.1.0
 notes:
   - Its action runs the reads without Ansible's module transport when it can - the target's Python
     started over the task's connection with a small bootstrap that imports the collection's
@@ -134,6 +156,16 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ state.cuda_contamination.contaminants | map(attribute='name') | list }}"
   when: not state.cuda_contamination.failed | default(false)
+
+- name: Read and record, as the verify role does (one task per container)
+  gpufleet.hygiene.readiness:
+    venv: /root/venv
+    record:
+      host: "{{ inventory_hostname }}"
+      node: "{{ pve_node | default(none) }}"
+      vmid: "{{ ansible_pct_vmid | default(none) }}"
+  register: verify_result
+  failed_when: false  # the verdict is in verify_result.ready and verify_result.checks
 """
 
 RETURN = r"""
@@ -141,7 +173,7 @@ processes:
   description:
     - M(gpufleet.hygiene.processes)' result (V(state=query)) for O(job_patterns) and O(job_users).
     - C(skipped=true) when O(job_patterns) is empty; C(failed=true) and C(msg) when the read failed.
-  returned: unless O(brief=true)
+  returned: unless O(brief=true) or O(record)
   type: dict
   sample: {changed: false, count: 1, processes: [{pid: 1731, ppid: 1, user: root, comm: python3, cmdline: python3 train_dflash.py,
            start_time: 8851230}]}
@@ -149,14 +181,14 @@ gpu_state:
   description:
     - M(gpufleet.hygiene.gpu_state)' result (V(state=query)); C(failed=true), C(msg), C(gpu_available),
       C(error_kind) and C(rc) when the GPUs could not be read.
-  returned: unless O(brief=true)
+  returned: unless O(brief=true) or O(record)
   type: dict
   sample: {changed: false, gpus: [], idle: true, gpu_available: true, vantage: container, backend: nvidia-smi, query_seconds: 0.05}
 cuda_contamination:
   description:
     - M(gpufleet.hygiene.cuda_contamination)' result (a scan, nothing removed).
     - C(skipped=true) without O(venv); C(failed=true) and C(msg) when the scan failed.
-  returned: unless O(brief=true)
+  returned: unless O(brief=true) or O(record)
   type: dict
   sample: {changed: false, scanned: 14, contaminants: [], clobbered: [], reference: {name: torch, version: 2.8.0+cu128, cuda_major: 12,
            cuda_version: "12.8"}}
@@ -164,14 +196,14 @@ pip_inventory:
   description:
     - M(gpufleet.hygiene.pip_inventory)' result.
     - C(skipped=true) without O(venv), or without O(baseline) and O(verify_files); C(failed=true) and C(msg) when it failed.
-  returned: unless O(brief=true)
+  returned: unless O(brief=true) or O(record)
   type: dict
   sample: {changed: false, count: 14, packages: [], site_dirs: [/root/venv/lib/python3.11/site-packages], shadowed: [], problems: []}
 torch_cache:
   description:
     - M(gpufleet.hygiene.torch_cache)' result (V(state=present)).
     - C(skipped=true) without O(venv) or with O(caches=false); C(failed=true) and C(msg) when it failed.
-  returned: unless O(brief=true)
+  returned: unless O(brief=true) or O(record)
   type: dict
   sample: {changed: false, caches: []}
 checks:
@@ -206,18 +238,18 @@ checks:
     - {name: gpu_idle, severity: fail, ok: false, error: false, summary: "GPU 0: 40960 MiB used, held by pid 1731 python3"}
     - {name: venv_clean, severity: fail, ok: true, error: false, summary: 14 packages consistent with CUDA 12.8}
 gpus:
-  description: With O(brief=true), RV(gpu_state)'s C(gpus).
-  returned: when O(brief=true)
+  description: With O(brief=true) or O(record), RV(gpu_state)'s C(gpus).
+  returned: when O(brief=true) or with O(record)
   type: list
   elements: dict
 contaminants:
-  description: With O(brief=true), RV(cuda_contamination)'s C(contaminants).
-  returned: when O(brief=true)
+  description: With O(brief=true) or O(record), RV(cuda_contamination)'s C(contaminants).
+  returned: when O(brief=true) or with O(record)
   type: list
   elements: dict
 caches:
-  description: With O(brief=true), RV(torch_cache)'s C(caches).
-  returned: when O(brief=true)
+  description: With O(brief=true) or O(record), RV(torch_cache)'s C(caches).
+  returned: when O(brief=true) or with O(record)
   type: list
   elements: dict
 ready:
@@ -228,25 +260,51 @@ running_job:
   description: Some process of the job (O(job_patterns)) is running.
   returned: always
   type: bool
+host:
+  description: With O(record), O(record.host).
+  returned: with O(record)
+  type: str
+  sample: train-100
+node:
+  description: With O(record), O(record.node); null when empty.
+  returned: with O(record)
+  type: str
+  sample: pve1
+vmid:
+  description: With O(record), O(record.vmid); null when empty.
+  returned: with O(record)
+  type: int
+  sample: 100
+remediated:
+  description: With O(record), V(false) (the remediate playbook sets it on the records it repaired).
+  returned: with O(record)
+  type: bool
+error:
+  description: With O(record), null; the connection's message when the container could not be reached.
+  returned: with O(record)
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, BRIEF_OPTION, bad_option, brief, read
+from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, BRIEF_OPTION, RECORD_OPTION, bad_option, brief, read, record
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, brief=BRIEF_OPTION), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, brief=BRIEF_OPTION, record=RECORD_OPTION), supports_check_mode=True)
     options = dict(module.params)
     short = options.pop("brief")
+    whose = options.pop("record")
     problem = bad_option(options)
     if problem:
         module.fail_json(msg=problem)
     result = read(options, module.run_command, module.get_bin_path, module.check_mode)
-    if short:
+    if short or whose:
         result = brief(result, options)
     for warning in result.pop("warnings"):
         module.warn(warning)
+    if whose:
+        result = record(result, whose["host"], whose["node"], whose["vmid"])
     module.exit_json(**result)
 
 

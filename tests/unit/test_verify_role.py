@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The verify role asks readiness (read.yml) and node_readiness (node.yml, through
-verify__readiness_args) for the same options, from the same variables."""
+verify__readiness_args) for the same options, from the same variables, and records the same
+host, node and VMID."""
 
 from __future__ import annotations
 
@@ -24,7 +25,44 @@ def test_readiness_and_node_readiness_get_the_same_options_from_the_same_variabl
     node_args = load("vars", "main.yml")["verify__readiness_args"]
     # {'option': verify_var | filter ...} and combine({'option': verify_var ...} if ...)
     in_node = {m.group(1): m.group(2) for m in re.finditer(r"'(\w+)': (verify_\w+)", node_args)}
-    in_read = {k: re.search(r"\{\{ (verify_\w+)", v).group(1) for k, v in read.items() if k != "brief"}
-    assert read["brief"] is True
+    in_read = {k: re.search(r"\{\{ (verify_\w+)", v).group(1) for k, v in read.items() if k != "record"}
     assert in_read == in_node
     assert len(in_read) == 15
+
+
+def test_the_read_records_the_host_node_and_vmid_that_the_node_entry_point_records():
+    read_task = next(t for t in load("tasks", "read.yml") if "gpufleet.hygiene.readiness" in t)
+    assert read_task["register"] == "verify_result"
+    whose = read_task["gpufleet.hygiene.readiness"]["record"]
+    label = next(t for t in load("tasks", "node.yml") if "verify__node_job" in t.get("ansible.builtin.set_fact", {}))
+    label = label["ansible.builtin.set_fact"]["verify__node_job"]["label"]
+    assert whose == label
+
+
+def playbook_reads_without_validation():
+    """(playbook, the import_role's vars) of every verify role import with rolespec_validate: false."""
+    found = []
+    for name in ("preflight.yml", "remediate.yml", "hygiene.yml"):
+        with open(os.path.join(ROLE, "..", "..", "playbooks", name)) as f:
+            for play in yaml.safe_load(f):
+                for task in play.get("tasks", []):
+                    spec = task.get("ansible.builtin.import_role") or {}
+                    if spec.get("name") == "gpufleet.hygiene.verify" and spec.get("rolespec_validate") is False:
+                        found.append((name, task.get("vars", {})))
+    return found
+
+
+def test_without_ansible_cores_validation_the_read_still_validates_every_variable():
+    # The playbooks leave out ansible-core's validation task of the verify role (one task per host):
+    # every variable of its main entry point must then reach the read, which validates it as a
+    # readiness option, or be one of the two the role only uses itself, which these playbooks set.
+    read = next(t for t in load("tasks", "read.yml") if "gpufleet.hygiene.readiness" in t)["gpufleet.hygiene.readiness"]
+    in_read = {re.search(r"\{\{ (verify_\w+)", v).group(1) for k, v in read.items() if k != "record"}
+    spec = set(load("meta", "argument_specs.yml")["argument_specs"]["main"]["options"])
+    assert spec == in_read | {"verify_fail", "verify_show"}
+    found = playbook_reads_without_validation()
+    assert sorted(name for name, _ in found) == ["hygiene.yml", "preflight.yml", "remediate.yml"]
+    for name, play_vars in found:
+        assert set(play_vars) <= spec, name
+        for var in ("verify_fail", "verify_show"):
+            assert isinstance(play_vars.get(var, False), bool), (name, var)  # not from the inventory

@@ -76,6 +76,17 @@ def test_the_verdict_one_line_per_check_and_one_summary():
     assert verify_verdict(verify_record(ready, "h"))["lines"] == ["READY", "venv_clean | ok | no CUDA 13 wheel"]
 
 
+
+def test_checks_failed_for_one_reason_share_one_entry_of_the_summary():
+    # A call that failed before reading fails every check with its message: said once.
+    failed = verify_record({"failed": True, "msg": "container 100 is not running"}, "train-100", args={"venv": "/opt/venv"})
+    assert verify_verdict(failed)["problems"] == "[gpu_idle, venv_clean, caches_fresh] container 100 is not running"
+    mixed = dict(READING, checks=READING["checks"] + [dict(READING["checks"][0], name="caches_fresh"),
+                                                      dict(READING["checks"][0], name="packages", summary="torch drifted")])
+    assert verify_verdict(verify_record(mixed, "h"))["problems"] == (
+        "[gpu_idle, caches_fresh] GPU 0: 21098 MiB held by pid 4242 (python3) | [packages] torch drifted")
+
+
 def test_the_filters_by_their_names_in_a_template(tmp_path):
     """Loaded by ansible-core under their fully qualified names, as the role uses them."""
     play = tmp_path / "play.yml"

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ import pytest
 from cachetree import INDUCTOR_TREE, make_tree
 from cuda_fixtures import SEED_ADDED, SEED_BASE, build_seed_wheels, install, make_venv
 
+from ansible_collections.gpufleet.hygiene.plugins.filter.verify import verify_record
 from ansible_collections.gpufleet.hygiene.plugins.modules import (
     cuda_contamination,
     gpu_state,
@@ -310,6 +312,9 @@ PLAY = """
 """
 
 
+# Whose reading it is, for record (the verify role gives inventory_hostname, the node and the VMID).
+WHOSE = {"host": "train-100", "node": "pve1", "vmid": 100}
+
 # The launcher's call, as -vvv's EXEC lines show it (within the shell's quoting).
 LAUNCHED = "exec(json.loads(sys.stdin.buffer.readline()))"
 
@@ -345,7 +350,9 @@ def test_the_action_reads_as_the_module_does_without_sending_it(rig, tmp_path):
         {"name": "module", "args": args, "bootstrap": False},
         {"name": "bootstrap-brief", "args": dict(args, brief=True)},
         {"name": "module-brief", "args": dict(args, brief=True), "bootstrap": False},
-    ], bootstraps=2)
+        {"name": "bootstrap-record", "args": dict(args, record=WHOSE)},
+        {"name": "module-record", "args": dict(args, record=WHOSE), "bootstrap": False},
+    ], bootstraps=3)
     boot, mod = got["bootstrap"], got["module"]
     assert "msg" not in boot and "msg" not in mod  # failed_when: false leaves a failure its msg
     for name in ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache"):
@@ -360,6 +367,14 @@ def test_the_action_reads_as_the_module_does_without_sending_it(rig, tmp_path):
         assert result["contaminants"] == boot["cuda_contamination"]["contaminants"]
         assert result["caches"] == boot["torch_cache"]["caches"]
         assert [stable(g) for g in result["gpus"]] == [stable(g) for g in boot["gpu_state"]["gpus"]]
+    # record: the brief reading as the verify role's record, both ways: what verify_record makes of it.
+    expected = verify_record(short, "train-100", "pve1", 100)
+    for name in ("bootstrap-record", "module-record"):
+        rec = {k: v for k, v in got[name].items() if k not in ("changed", "failed", "failed_when_result", "invocation", "item", "ansible_loop_var")}
+        assert set(rec) == set(expected), name
+        assert {k: v for k, v in rec.items() if k != "gpus"} == {k: v for k, v in expected.items() if k != "gpus"}, name
+        assert [stable(g) for g in rec["gpus"]] == [stable(g) for g in expected["gpus"]], name
+        assert (rec["host"], rec["node"], rec["vmid"], rec["remediated"], rec["error"]) == ("train-100", "pve1", 100, False, None)
 
 
 def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_path):
@@ -377,7 +392,8 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
         {"name": "no-python-module-brief", "args": args_of(rig, brief=True), "python": "/nonexistent/python3", "bootstrap": False},
         {"name": "bad-type-brief", "args": args_of(rig, threshold_mib="lots", brief=True)},
         {"name": "discover", "args": args_of(rig, brief=True), "python": "auto_silent"},
-    ], bootstraps=3)  # tilde, no-python, no-python-brief
+        {"name": "no-python-record", "args": args_of(rig, record=dict(WHOSE, node="", vmid=None)), "python": "/nonexistent/python3"},
+    ], bootstraps=4)  # tilde, no-python, no-python-brief, no-python-record
     for name in ("tilde", "tilde-module"):
         names = {c["name"] for c in got[name]["contaminants"]}
         assert {"nvidia-nccl-cu13", "sglang-kernel"} <= names, (name, got[name])
@@ -396,9 +412,51 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
         assert reading["msg"] and all(c["summary"] == reading["msg"] and c["error"] and not c["ok"] for c in reading["checks"])
         assert reading["ready"] is False and reading["gpus"] == []
     assert "threshold_mib" in got["bad-type-brief"]["msg"]
+    # With record as well, recorded (an empty node and no VMID as null), the call still failed.
+    rec = got["no-python-record"]
+    assert rec["failed"] is False and rec["failed_when_result"] is False  # failed_when: false, as in the verify role
+    assert rec["msg"].startswith("no Python at /nonexistent/python3") and rec["ready"] is False
+    assert [c["name"] for c in rec["checks"]] == ["gpu_idle", "venv_clean", "caches_fresh"]
+    assert all(c["summary"] == rec["msg"] and not c["ok"] for c in rec["checks"])
+    assert (rec["host"], rec["node"], rec["vmid"], rec["error"]) == ("train-100", None, None, None)
     # An interpreter still to be discovered: the module is sent, which discovers it (whether the
     # interpreter found works is this machine's business; the bootstrap was not counted above).
     assert got["discover"]["ansible_facts"]["discovered_interpreter_python"]
+
+
+def test_a_container_that_cannot_be_reached_is_unreachable_and_recorded(tmp_path):
+    """With record, a connection that fails leaves the host unreachable (ansible-core's count) and
+    registers a record of it all the same: every check failed with the connection's message, error
+    set to it. Both ways: the bootstrap and the module (whose temporary directory is never made)."""
+    with socket.socket() as sock:  # a port on loopback that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (tmp_path / "inv.ini").write_text(
+        "gone ansible_connection=ssh ansible_host=127.0.0.1 ansible_port=%d ansible_python_interpreter=/usr/bin/python3\n"
+        "localhost ansible_connection=local ansible_python_interpreter=%s\n" % (port, sys.executable))
+    out = ansible_playbook(tmp_path, """
+- hosts: gone
+  gather_facts: false
+  tasks:
+    - gpufleet.hygiene.readiness:
+        venv: /opt/venv
+        record: {host: "{{ inventory_hostname }}", node: pve9, vmid: 900}
+      vars: {gpufleet_readiness_bootstrap: "{{ item }}"}
+      register: reading
+      loop: [true, false]
+      ignore_unreachable: true
+    - ansible.builtin.copy: {content: "{{ reading.results | to_json }}", dest: "%s", mode: "0600"}
+      delegate_to: localhost
+""" % (tmp_path / "out.json"), "-i", str(tmp_path / "inv.ini"))
+    assert re.search(r"^gone +: .*unreachable=0 .*failed=0 .*ignored=1", out, re.MULTILINE), out[-2000:]  # unreachable, and ignored
+    readings = json.loads((tmp_path / "out.json").read_text())
+    assert len(readings) == 2
+    for rec in readings:
+        assert rec["unreachable"] is True and not rec.get("failed"), {k: v for k, v in rec.items() if k != "checks"}
+        assert "Connection refused" in rec["msg"] and rec["error"] == rec["msg"]
+        assert (rec["host"], rec["node"], rec["vmid"], rec["ready"], rec["gpus"]) == ("gone", "pve9", 900, False, [])
+        assert [c["name"] for c in rec["checks"]] == ["gpu_idle", "venv_clean", "caches_fresh"]
+        assert all(c["summary"] == rec["msg"] and c["error"] and not c["ok"] for c in rec["checks"])
 
 
 def test_a_delegated_call_starts_the_delegates_python(tmp_path):
