@@ -61,7 +61,7 @@ def test_without_ansible_cores_validation_the_read_still_validates_every_variabl
     spec = set(load("meta", "argument_specs.yml")["argument_specs"]["main"]["options"])
     assert spec == in_read | {"verify_fail", "verify_show"}
     found = playbook_reads_without_validation()
-    assert sorted(name for name, _ in found) == ["hygiene.yml", "preflight.yml", "remediate.yml"]
+    assert sorted(name for name, _vars in found) == ["hygiene.yml", "preflight.yml", "remediate.yml"]
     for name, play_vars in found:
         assert set(play_vars) <= spec, name
         for var in ("verify_fail", "verify_show"):

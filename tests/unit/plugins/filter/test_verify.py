@@ -76,7 +76,6 @@ def test_the_verdict_one_line_per_check_and_one_summary():
     assert verify_verdict(verify_record(ready, "h"))["lines"] == ["READY", "venv_clean | ok | no CUDA 13 wheel"]
 
 
-
 def test_checks_failed_for_one_reason_share_one_entry_of_the_summary():
     # A call that failed before reading fails every check with its message: said once.
     failed = verify_record({"failed": True, "msg": "container 100 is not running"}, "train-100", args={"venv": "/opt/venv"})

@@ -365,7 +365,7 @@ def test_a_registered_record_carries_its_result_keys_without_warnings(run_module
     # process: an earlier test's may be among them).
     unknown = re.findall(r"(hosts\[\d+\] \(host [^)]*\)): unknown keys ignored: ([\w, ]+)", " ".join(str(w) for w in result.get("warnings", [])))
     assert ("hosts[1] (host %s)" % json.dumps(hosts[1]["host"]), "extra_key") in unknown, unknown
-    assert not [keys for _, keys in unknown if set(keys.split(", ")) & {"changed", "failed", "failed_when_result", "unreachable", "msg"}], unknown
+    assert not [keys for _where, keys in unknown if set(keys.split(", ")) & {"changed", "failed", "failed_when_result", "unreachable", "msg"}], unknown
 
 
 class TagCollector(html.parser.HTMLParser):
