@@ -31,7 +31,7 @@ import shlex
 import tempfile
 
 from ansible import constants as C
-from ansible.errors import AnsibleConnectionFailure
+from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
@@ -120,23 +120,38 @@ class ActionModule(ActionBase):
             if not whose:
                 raise  # ansible-core makes the host unreachable
             # Recorded as well: the host is still unreachable (no "failed" here, which would
-            # count first), and what it registers is a record like every other host's.
+            # count first), and what it registers is a record like every other host's. Returned,
+            # not raised, so the task's failed_when and until see it (the verify role's
+            # failed_when: false leaves it unreachable).
             reading = {"unreachable": True, "changed": False, "msg": str(exc)}
         result.update(self._recorded(self._briefly_failed(reading, whose), whose))
         return result
 
     def _whose(self):
-        """The record option, validated (a dict with host, node, vmid), or None."""
+        """The record option (a dict with host, node, vmid), or None. With it, options that cannot
+        be used fail the task, whatever its failed_when says: a configuration error, not a reading
+        of the container (the verify role's read has failed_when: false, and the playbooks leave
+        ansible-core's validation of the role's variables out because this one stands in for it)."""
         if self._task.args.get("record") is None:
             return None
-        validated = ArgumentSpecValidator({"record": RECORD_OPTION}).validate({"record": self._task.args["record"]})
-        return None if validated.error_messages else validated.validated_parameters["record"]
+        validated, problem = self._validated()
+        if problem:
+            raise AnsibleActionFail(problem)
+        return validated["record"]
+
+    def _validated(self):
+        """(the task's options validated against the module's spec, None) or (None, what is wrong)."""
+        validated = ArgumentSpecValidator(CONTROLLER_SPEC).validate(dict(self._task.args))
+        if validated.error_messages:
+            return None, "%s: %s" % (MODULE, "; ".join(validated.error_messages))
+        params = dict(validated.validated_parameters)
+        return params, bad_option(params)
 
     def _briefly_failed(self, reading, whose):
-        """A brief call that failed before reading (bad options, the container unreachable with
-        record; sent as a module: no Python there, ...) comes back as every check it would have
-        made, failed with its message, as the bootstrap's failures do: the verify role records
-        checks, whatever went wrong."""
+        """A brief call that failed before reading (bad options without record; sent as a module:
+        no Python there, ...) comes back as every check it would have made, failed with its
+        message, as the bootstrap's failures do. A container that could not be reached (with
+        record) comes back with no check at all: nothing was read; the record's error says why."""
         if not (reading.get("failed") or reading.get("unreachable")) or "checks" in reading:
             return reading
         args = dict(self._task.args)
@@ -146,10 +161,11 @@ class ActionModule(ActionBase):
                     return reading
             except TypeError:
                 return reading
-        short = brief_of_failure(reading, args)
         if reading.get("unreachable"):
-            short.pop("failed")
-        return dict(reading, **short)
+            # Nothing was read: no check is failed (reports would count a network outage as GPUs
+            # held), the record's error says why.
+            return dict(reading, ready=False, running_job=False, checks=[], gpus=[], contaminants=[], caches=[])
+        return dict(reading, **brief_of_failure(reading, args))
 
     @staticmethod
     def _recorded(reading, whose):
@@ -179,15 +195,11 @@ class ActionModule(ActionBase):
         return python or None
 
     def _read(self, python, host):
-        validated = ArgumentSpecValidator(CONTROLLER_SPEC).validate(dict(self._task.args))
-        if validated.error_messages:
-            return {"failed": True, "changed": False, "msg": "%s: %s" % (MODULE, "; ".join(validated.error_messages))}
-        params = dict(validated.validated_parameters)
-        asked = {"brief": params.pop("brief"), "record": params.pop("record")}
-        short = asked["brief"] or asked["record"] is not None
-        problem = bad_option(params)
+        params, problem = self._validated()
         if problem:
             return {"failed": True, "changed": False, "msg": problem}
+        asked = {"brief": params.pop("brief"), "record": params.pop("record")}
+        short = asked["brief"] or asked["record"] is not None
         entries, blob = modules_part()
         data = _fanout.payload(entries, blob, params, self._task.check_mode, expand=PATH_OPTIONS, brief=short)
         env = self._compute_environment_string()  # the task's environment, as a module would have it

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import brief_of_failure, record
 
@@ -33,11 +34,20 @@ def verify_record(reading, host, node=None, vmid=None, args=None):
     return record(short, host, node, vmid)
 
 
-def verify_verdict(record):
+def _flag(name, value):
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        raise AnsibleFilterError("verify_verdict: %s must be true or false, got %r" % (name, value)) from None
+
+
+def verify_verdict(record, fail=False, show=False):
     """What the verify role shows of a record: the verdict and one line per check, and the
-    one-line summary of what is wrong."""
+    one-line summary of what is wrong; fail and show (the role's verify_fail and verify_show)
+    come back as booleans, refused unless they are true or false."""
     if not isinstance(record, Mapping) or "checks" not in record:
         raise AnsibleFilterError("verify_verdict: expects a verify_result (with its checks)")
+    flags = {"fail": _flag("verify_fail", fail), "show": _flag("verify_show", show)}
     checks = record["checks"]
     lines = ["READY" if record.get("ready") else "NOT READY"]
     lines.extend("%s | %s | %s" % (c["name"], "ok" if c["ok"] else "FAIL", c["summary"]) for c in checks)
@@ -48,7 +58,7 @@ def verify_verdict(record):
         if not c["ok"]:
             reasons.setdefault(c["summary"], []).append(c["name"])
     problems = " | ".join("[%s] %s" % (", ".join(names), summary) for summary, names in reasons.items())
-    return {"ready": bool(record.get("ready")), "lines": lines, "problems": problems}
+    return dict(flags, ready=bool(record.get("ready")), lines=lines, problems=problems)
 
 
 class FilterModule(object):

@@ -115,7 +115,8 @@ def _dict(where, key, value):
 HOST_KEYS = ("host", "node", "vmid", "ready", "running_job", "remediated", "checks", "gpus", "contaminants", "caches", "error")
 # The keys every registered task result has, which a record registered from a task (readiness
 # with record, as the verify role registers it) carries along: accepted and left out, not warned about.
-RESULT_KEYS = ("changed", "failed", "failed_when_result", "msg", "rc", "unreachable", "warnings", "deprecations", "exception")
+RESULT_KEYS = ("changed", "failed", "failed_when_result", "failed_when_suppressed_exception", "msg", "rc", "unreachable",
+               "warnings", "deprecations", "exception", "attempts", "retries", "ansible_facts", "module_stdout", "module_stderr")
 
 
 def normalize_host(index, raw):

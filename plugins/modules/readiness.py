@@ -113,9 +113,14 @@ options:
         that docs/reports.md describes and M(gpufleet.hygiene.fleet_report) reads - so that the reading
         can be registered as the record itself - the keys of O(brief=true) and RV(host), RV(node),
         RV(vmid), RV(remediated) and RV(error). Implies O(brief=true).
-      - Its action records a container it cannot reach as well - every check failed with the
-        connection's message, RV(error) set to it - while the host stays unreachable, so that every
-        host of the play registers a record.
+      - Its action records a container it cannot reach as well - not ready, no check (nothing was
+        read), RV(error) set to the connection's message - and returns that as the host's
+        unreachable result, so that every host of the play registers a record. Being returned, not
+        raised, the result meets the task's C(failed_when) and C(until) - a C(failed_when) that
+        is true makes the host failed instead of unreachable.
+      - With it, options that cannot be used (a wrong type, an unknown option) fail the task
+        whatever its C(failed_when) says - a configuration error, not a reading - as ansible-core's
+        validation of a role's variables would.
     type: dict
     suboptions:
       host:

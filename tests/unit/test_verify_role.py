@@ -55,7 +55,7 @@ def playbook_reads_without_validation():
 def test_without_ansible_cores_validation_the_read_still_validates_every_variable():
     # The playbooks leave out ansible-core's validation task of the verify role (one task per host):
     # every variable of its main entry point must then reach the read, which validates it as a
-    # readiness option, or be one of the two the role only uses itself, which these playbooks set.
+    # readiness option, or be one of the two the role only uses itself, verify_fail and verify_show.
     read = next(t for t in load("tasks", "read.yml") if "gpufleet.hygiene.readiness" in t)["gpufleet.hygiene.readiness"]
     in_read = {re.search(r"\{\{ (verify_\w+)", v).group(1) for k, v in read.items() if k != "record"}
     spec = set(load("meta", "argument_specs.yml")["argument_specs"]["main"]["options"])
@@ -64,5 +64,7 @@ def test_without_ansible_cores_validation_the_read_still_validates_every_variabl
     assert sorted(name for name, _vars in found) == ["hygiene.yml", "preflight.yml", "remediate.yml"]
     for name, play_vars in found:
         assert set(play_vars) <= spec, name
-        for var in ("verify_fail", "verify_show"):
-            assert isinstance(play_vars.get(var, False), bool), (name, var)  # not from the inventory
+    # The other two are taken strictly by the verdict's filter (true or false, or an error naming them).
+    [verdict] = load("tasks", "fail.yml")
+    assert verdict["vars"]["verify__verdict"] == "{{ verify_result | gpufleet.hygiene.verify_verdict(verify_fail, verify_show) }}"
+    assert "when" not in verdict  # a `when: verify_fail | bool` would take a wrong value for false

@@ -61,6 +61,8 @@ def test_a_call_that_failed_before_reading_fails_every_check_it_would_have_made(
     (lambda: verify_record(READING, ""), "host"),
     (lambda: verify_record({"failed": True}, "h", args=["venv"]), "args must be the readiness options"),
     (lambda: verify_verdict({"ready": True}), "verify_result"),
+    (lambda: verify_verdict(verify_record(READING, "h"), "maybe"), "verify_fail must be true or false, got 'maybe'"),
+    (lambda: verify_verdict(verify_record(READING, "h"), True, None), "verify_show must be true or false, got None"),
 ])
 def test_bad_input_says_what_is_wrong(call, msg):
     with pytest.raises(AnsibleFilterError, match=msg):
@@ -69,11 +71,17 @@ def test_bad_input_says_what_is_wrong(call, msg):
 
 def test_the_verdict_one_line_per_check_and_one_summary():
     verdict = verify_verdict(verify_record(READING, "train-100", "pve1", 100))
-    assert verdict == {"ready": False,
+    assert verdict == {"ready": False, "fail": False, "show": False,
                        "lines": ["NOT READY", "gpu_idle | FAIL | GPU 0: 21098 MiB held by pid 4242 (python3)", "venv_clean | ok | no CUDA 13 wheel"],
                        "problems": "[gpu_idle] GPU 0: 21098 MiB held by pid 4242 (python3)"}
     ready = dict(READING, ready=True, checks=[READING["checks"][1]])
     assert verify_verdict(verify_record(ready, "h"))["lines"] == ["READY", "venv_clean | ok | no CUDA 13 wheel"]
+
+
+def test_fail_and_show_come_back_as_booleans_as_ansible_reads_them():
+    for fail, show, want in ((True, False, (True, False)), ("yes", "no", (True, False)), ("false", 1, (False, True))):
+        verdict = verify_verdict(verify_record(READING, "h"), fail, show)
+        assert (verdict["fail"], verdict["show"]) == want
 
 
 def test_checks_failed_for_one_reason_share_one_entry_of_the_summary():

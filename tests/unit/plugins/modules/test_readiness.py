@@ -319,13 +319,14 @@ WHOSE = {"host": "train-100", "node": "pve1", "vmid": 100}
 LAUNCHED = "exec(json.loads(sys.stdin.buffer.readline()))"
 
 
-def ansible_playbook(tmp_path, text, *args):
-    """Run the playbook text at -vvv with pipelining on, from the repository (its ansible.cfg); its output."""
+def ansible_playbook(tmp_path, text, *args, rc=0):
+    """Run the playbook text at -vvv with pipelining on, from the repository (its ansible.cfg); its
+    output, once its exit status is rc."""
     (tmp_path / "play.yml").write_text(text)
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_PIPELINING="1")
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), str(tmp_path / "play.yml"), "-vvv", *args],
                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert proc.returncode == rc, proc.stdout[-3000:]
     return proc.stdout
 
 
@@ -424,39 +425,53 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
     assert got["discover"]["ansible_facts"]["discovered_interpreter_python"]
 
 
-def test_a_container_that_cannot_be_reached_is_unreachable_and_recorded(tmp_path):
-    """With record, a connection that fails leaves the host unreachable (ansible-core's count) and
-    registers a record of it all the same: every check failed with the connection's message, error
-    set to it. Both ways: the bootstrap and the module (whose temporary directory is never made)."""
+def test_with_record_unreachable_stays_unreachable_and_refused_options_fail_the_task(tmp_path):
+    """As the verify role runs it (record, failed_when: false): a container that cannot be reached
+    stays unreachable (ansible-core's count) and registers a record all the same - not ready, no
+    check (nothing was read), error set to the connection's message - both ways (the bootstrap and
+    the module, whose temporary directory is never made); options that cannot be used fail the
+    task whatever failed_when says, as ansible-core's validation of the role's variables would."""
     with socket.socket() as sock:  # a port on loopback that nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    gone = "ansible_connection=ssh ansible_host=127.0.0.1 ansible_port=%d ansible_python_interpreter=/usr/bin/python3" % port
     (tmp_path / "inv.ini").write_text(
-        "gone ansible_connection=ssh ansible_host=127.0.0.1 ansible_port=%d ansible_python_interpreter=/usr/bin/python3\n"
-        "localhost ansible_connection=local ansible_python_interpreter=%s\n" % (port, sys.executable))
+        "gone-bootstrap %s gpufleet_readiness_bootstrap=true\n"
+        "gone-module %s gpufleet_readiness_bootstrap=false\n"
+        "bad-option ansible_connection=local ansible_python_interpreter=%s threshold=lots\n"
+        "localhost ansible_connection=local ansible_python_interpreter=%s\n" % (gone, gone, sys.executable, sys.executable))
     out = ansible_playbook(tmp_path, """
-- hosts: gone
+# localhost stays in the play (ansible-playbook stops when a play has no host left) to keep the others' results.
+- hosts: gone-bootstrap,gone-module,bad-option,localhost
   gather_facts: false
   tasks:
     - gpufleet.hygiene.readiness:
         venv: /opt/venv
+        threshold_mib: "{{ threshold | default(64) }}"
         record: {host: "{{ inventory_hostname }}", node: pve9, vmid: 900}
-      vars: {gpufleet_readiness_bootstrap: "{{ item }}"}
       register: reading
-      loop: [true, false]
-      ignore_unreachable: true
-    - ansible.builtin.copy: {content: "{{ reading.results | to_json }}", dest: "%s", mode: "0600"}
-      delegate_to: localhost
-""" % (tmp_path / "out.json"), "-i", str(tmp_path / "inv.ini"))
-    assert re.search(r"^gone +: .*unreachable=0 .*failed=0 .*ignored=1", out, re.MULTILINE), out[-2000:]  # unreachable, and ignored
-    readings = json.loads((tmp_path / "out.json").read_text())
-    assert len(readings) == 2
-    for rec in readings:
-        assert rec["unreachable"] is True and not rec.get("failed"), {k: v for k, v in rec.items() if k != "checks"}
+      failed_when: false
+      when: inventory_hostname != 'localhost'
+    - ansible.builtin.debug: {msg: still here}
+      when: inventory_hostname != 'localhost'
+    - ansible.builtin.copy:
+        content: "{{ ['gone-bootstrap', 'gone-module', 'bad-option'] | map('extract', hostvars, 'reading') | list | to_json }}"
+        dest: "%s"
+        mode: "0600"
+      when: inventory_hostname == 'localhost'
+""" % (tmp_path / "out.json"), "-i", str(tmp_path / "inv.ini"), rc=4)  # a host unreachable (and one failed)
+    for host in ("gone-bootstrap", "gone-module"):
+        assert re.search(r"^%s +: ok=0 .*unreachable=1 +failed=0" % host, out, re.MULTILINE), out[-2000:]
+    assert re.search(r"^bad-option +: ok=0 .*unreachable=0 +failed=1", out, re.MULTILINE), out[-2000:]
+    assert "still here" not in out
+    gone_bootstrap, gone_module, bad = json.loads((tmp_path / "out.json").read_text())
+    for rec in (gone_bootstrap, gone_module):
+        assert rec["unreachable"] is True and rec["failed"] is False, rec  # failed: the failed_when's, which does not count first
         assert "Connection refused" in rec["msg"] and rec["error"] == rec["msg"]
-        assert (rec["host"], rec["node"], rec["vmid"], rec["ready"], rec["gpus"]) == ("gone", "pve9", 900, False, [])
-        assert [c["name"] for c in rec["checks"]] == ["gpu_idle", "venv_clean", "caches_fresh"]
-        assert all(c["summary"] == rec["msg"] and c["error"] and not c["ok"] for c in rec["checks"])
+        assert (rec["host"], rec["node"], rec["vmid"], rec["ready"], rec["running_job"]) == (rec["host"], "pve9", 900, False, False)
+        assert rec["checks"] == rec["gpus"] == rec["contaminants"] == rec["caches"] == []
+    assert bad["failed"] is True and "checks" not in bad, bad
+    assert "threshold_mib" in bad["msg"] and "int" in bad["msg"], bad["msg"]
 
 
 def test_a_delegated_call_starts_the_delegates_python(tmp_path):
