@@ -45,6 +45,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import
     bad_option,
     brief,
     brief_of_failure,
+    nothing_read,
     record,
 )
 
@@ -108,14 +109,15 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars if task_vars is not None else {}
         result = super().run(tmp, task_vars)
-        whose = self._whose()
+        validated = self._validated()
+        whose = self._whose(*validated)
         try:
             python = self._bootstrap_python(task_vars)
             if python is None:
                 reading = self._execute_module(module_name=MODULE, module_args=dict(self._task.args), task_vars=task_vars,
                                                wrap_async=self._task.async_val)
             else:
-                reading = self._read(python, task_vars.get("inventory_hostname"))
+                reading = self._read(python, task_vars.get("inventory_hostname"), *validated)
         except AnsibleConnectionFailure as exc:
             if not whose:
                 raise  # ansible-core makes the host unreachable
@@ -127,17 +129,17 @@ class ActionModule(ActionBase):
         result.update(self._recorded(self._briefly_failed(reading, whose), whose))
         return result
 
-    def _whose(self):
-        """The record option (a dict with host, node, vmid), or None. With it, options that cannot
-        be used fail the task, whatever its failed_when says: a configuration error, not a reading
-        of the container (the verify role's read has failed_when: false, and the playbooks leave
-        ansible-core's validation of the role's variables out because this one stands in for it)."""
+    def _whose(self, params, problem):
+        """The record option (a dict with host, node, vmid), or None; params and problem are
+        _validated()'s. With it, options that cannot be used fail the task, whatever its failed_when
+        says: a configuration error, not a reading of the container (the verify role's read has
+        failed_when: false, and the playbooks leave ansible-core's validation of the role's
+        variables out because this one stands in for it)."""
         if self._task.args.get("record") is None:
             return None
-        validated, problem = self._validated()
         if problem:
             raise AnsibleActionFail(problem)
-        return validated["record"]
+        return params["record"]
 
     def _validated(self):
         """(the task's options validated against the module's spec, None) or (None, what is wrong)."""
@@ -164,7 +166,7 @@ class ActionModule(ActionBase):
         if reading.get("unreachable"):
             # Nothing was read: no check is failed (reports would count a network outage as GPUs
             # held), the record's error says why.
-            return dict(reading, ready=False, running_job=False, checks=[], gpus=[], contaminants=[], caches=[])
+            return dict(reading, **nothing_read())
         return dict(reading, **brief_of_failure(reading, args))
 
     @staticmethod
@@ -194,10 +196,10 @@ class ActionModule(ActionBase):
             python = use_vars.get("ansible_facts", {}).get("discovered_interpreter_python")
         return python or None
 
-    def _read(self, python, host):
-        params, problem = self._validated()
+    def _read(self, python, host, params, problem):
         if problem:
             return {"failed": True, "changed": False, "msg": problem}
+        params = dict(params)
         asked = {"brief": params.pop("brief"), "record": params.pop("record")}
         short = asked["brief"] or asked["record"] is not None
         entries, blob = modules_part()

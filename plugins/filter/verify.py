@@ -26,10 +26,9 @@ def verify_record(reading, host, node=None, vmid=None, args=None):
         raise AnsibleFilterError("verify_record: host (the inventory name) is required")
     if args is not None and not isinstance(args, Mapping):
         raise AnsibleFilterError("verify_record: args must be the readiness options (a dict), got %s" % type(args).__name__)
-    # Without checks the call failed before reading (no Python in the container, the node
-    # unreachable, bad options): every check these options would have made fails with its message.
-    # A reading whose checks and GPUs are there is a brief reading (readiness or node_readiness
-    # with brief=true); anything else is a call that failed before reading.
+    # A reading whose checks and GPUs are there is a brief one (readiness or node_readiness with
+    # brief=true); anything else is a call that failed before reading (no Python in the container,
+    # the node unreachable, bad options): every check these options would have made fails with its message.
     short = reading if "checks" in reading and "gpus" in reading else brief_of_failure({"msg": reading.get("msg")}, args)
     return record(short, host, node, vmid)
 

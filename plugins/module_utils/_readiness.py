@@ -252,13 +252,17 @@ def failed_checks(p, msg):
     return [{"name": name, "severity": "fail", "ok": False, "error": True, "summary": msg} for name in names]
 
 
+def nothing_read(checks=()):
+    """The record's keys (RECORD_KEYS) of a host of which nothing was read: not ready, these checks."""
+    return {"ready": False, "running_job": False, "checks": list(checks), "gpus": [], "contaminants": [], "caches": []}
+
+
 def brief(result, p):
     """What the verify role records of a reading (the keys of its verify_result), from a result of
     read() or a failure {failed, msg}; p are the options the reading was asked with."""
     if result.get("failed"):
         msg = result.get("msg") or "readiness failed"
-        return {"failed": True, "msg": msg, "ready": False, "running_job": False, "checks": failed_checks(p, msg),
-                "gpus": [], "contaminants": [], "caches": [], "warnings": result.get("warnings", [])}
+        return dict(nothing_read(failed_checks(p, msg)), failed=True, msg=msg, warnings=result.get("warnings", []))
     return {"ready": result["ready"], "running_job": result["running_job"], "checks": result["checks"],
             "gpus": result["gpu_state"].get("gpus", []), "contaminants": result["cuda_contamination"].get("contaminants", []),
             "caches": result["torch_cache"].get("caches", []), "warnings": result.get("warnings", [])}

@@ -170,7 +170,9 @@ EXAMPLES = r"""
       node: "{{ pve_node | default(none) }}"
       vmid: "{{ ansible_pct_vmid | default(none) }}"
   register: verify_result
-  failed_when: false  # the verdict is in verify_result.ready and verify_result.checks
+  # A container that is not ready is data here, not a failure: its verdict is in verify_result.ready
+  # and verify_result.checks. Refused options still fail the task; an unreachable host stays unreachable.
+  failed_when: false
 """
 
 RETURN = r"""
