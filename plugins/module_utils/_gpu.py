@@ -140,10 +140,13 @@ def exit_error(argv, rc, out, err):
     return GpuError(msg, kind=kind, rc=rc)
 
 
-def run_queries(nvidia_smi, timeout):
-    """Run the GPU and compute-apps queries concurrently; return (gpu_text, apps_text, seconds)."""
+def run_queries(nvidia_smi, timeout, apps=True):
+    """Run the GPU and compute-apps queries concurrently; return (gpu_text, apps_text, seconds).
+    With apps=False only the GPU query runs, and apps_text is None."""
     started = time.monotonic()
     gpu_cmd = Pending(query_gpu_argv(nvidia_smi), timeout)
+    if not apps:
+        return gpu_cmd.wait(), None, time.monotonic() - started
     try:
         apps_cmd = Pending(query_apps_argv(nvidia_smi), timeout)
     except GpuError:
@@ -156,6 +159,13 @@ def run_queries(nvidia_smi, timeout):
         raise
     apps_text = apps_cmd.wait()
     return gpu_text, apps_text, time.monotonic() - started
+
+
+def query_apps(nvidia_smi, timeout):
+    """The compute-apps query alone: (apps, seconds)."""
+    cmd = Pending(query_apps_argv(nvidia_smi), timeout)
+    text = cmd.wait()
+    return parse_apps(text), cmd.seconds
 
 
 # --------------------------------------------------------------------------- parsing
@@ -325,11 +335,13 @@ def nvml_query(pynvml):
 # --------------------------------------------------------------------------- one reading
 
 
-def read_gpus(backend, nvidia_smi, timeout, pynvml=None):
+def read_gpus(backend, nvidia_smi, timeout, pynvml=None, apps=True):
     """One reading of every GPU: (gpus, apps, backend_used, seconds).
 
     backend: "nvidia-smi", "nvml", or "auto" (NVML when importable and it initialises,
-    else nvidia-smi). nvidia_smi may be None when it is not installed.
+    else nvidia-smi). nvidia_smi may be None when it is not installed. apps=False: nvidia-smi
+    is asked about the GPUs only and apps is None (NVML lists the processes in the same
+    reading, and returns them whatever apps says).
     """
     if backend in ("auto", "nvml"):
         lib = pynvml if pynvml is not None else import_pynvml()
@@ -348,5 +360,5 @@ def read_gpus(backend, nvidia_smi, timeout, pynvml=None):
         raise GpuError("nvidia-smi was not found on PATH (a host without an NVIDIA driver?); set "
                        "nvidia_smi to its path, or require_gpu=false to let a host without a GPU pass",
                        kind="missing")
-    gpu_text, apps_text, seconds = run_queries(nvidia_smi, timeout)
-    return parse_gpus(gpu_text), parse_apps(apps_text), "nvidia-smi", seconds
+    gpu_text, apps_text, seconds = run_queries(nvidia_smi, timeout, apps=apps)
+    return parse_gpus(gpu_text), None if apps_text is None else parse_apps(apps_text), "nvidia-smi", seconds

@@ -16,6 +16,7 @@ import time
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu import (
     NO_GPU_KINDS,
     GpuError,
+    query_apps,
     read_gpus,
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
@@ -94,11 +95,14 @@ class GpuState(object):
     # ------------------------------------------------------------------ one reading
 
     def snapshot(self):
+        vantage = self._decided or (self.vantage if self.vantage != "auto" else detect_vantage())
+        # In a container the holders are found through /proc/*/fd; nvidia-smi's process list only
+        # adds their memory (where it names the same PIDs), so it is asked only once a holder is
+        # found: a container whose GPUs are idle costs one nvidia-smi run, not two.
         gpus, apps, backend, seconds = read_gpus(self.backend, self.nvidia_smi, self.command_timeout,
-                                                 pynvml=self.pynvml)
+                                                 pynvml=self.pynvml, apps=vantage != "container")
         for gpu in gpus:
             gpu["processes"] = []
-        vantage = self._decided or (self.vantage if self.vantage != "auto" else detect_vantage())
         if vantage == "node":
             unresolved = self._node_holders(gpus, apps)
             if unresolved and self.vantage == "auto" and not self._decided and len(unresolved) == len(apps):
@@ -108,7 +112,7 @@ class GpuState(object):
                     gpu["processes"] = []
                 vantage = "container"
         if vantage == "container":
-            self._container_holders(gpus, apps)
+            seconds += self._container_holders(gpus, apps)
         self._decided = vantage  # later readings (drain polls) keep the same vantage
         for gpu in gpus:
             used = gpu["memory_used_mib"]
@@ -134,6 +138,8 @@ class GpuState(object):
         return unresolved
 
     def _container_holders(self, gpus, apps):
+        """Each GPU's holders from the open device files; apps is None when nvidia-smi's process
+        list is still to be asked (only if there is a holder). Returns the seconds that took."""
         holders, unreadable = scan_device_holders(self.device_patterns, self.proc, exclude={os.getpid()})
         if unreadable:
             self._note("the open files of %d processes could not be read (run as root to see every holder)"
@@ -141,7 +147,7 @@ class GpuState(object):
         by_uuid = dict((g["uuid"], g) for g in gpus)
         by_index = dict((g["index"], g) for g in gpus)
         minor_uuid = driver_minor_uuids(self.proc)
-        used = dict(((a["pid"], a["gpu_uuid"]), a["used_memory_mib"]) for a in apps)
+        found = []
         for pid in sorted(holders):
             info = describe(pid, self.proc)
             if info is None:
@@ -153,11 +159,18 @@ class GpuState(object):
                 gpu = by_uuid.get(minor_uuid.get(minor)) or by_index.get(minor)
                 if gpu is None and len(gpus) == 1 and not minor_uuid:
                     gpu = gpus[0]  # one GPU passed through under its host minor (e.g. /dev/nvidia3)
-                if gpu is None or any(p["pid"] == pid for p in gpu["processes"]):
+                if gpu is None or any(pid == other and gpu is where for other, _i, _d, where in found):
                     continue
-                entry = _process(pid, info, None, used.get((pid, gpu["uuid"])))
-                entry["devices"] = [dev]
-                gpu["processes"].append(entry)
+                found.append((pid, info, dev, gpu))
+        seconds = 0.0
+        if found and apps is None:
+            apps, seconds = query_apps(self.nvidia_smi, self.command_timeout)
+        used = dict(((a["pid"], a["gpu_uuid"]), a["used_memory_mib"]) for a in apps or ())
+        for pid, info, dev, gpu in found:
+            entry = _process(pid, info, None, used.get((pid, gpu["uuid"])))
+            entry["devices"] = [dev]
+            gpu["processes"].append(entry)
+        return seconds
 
     # ------------------------------------------------------------------ selection
 

@@ -73,6 +73,34 @@ def test_query_reports_holder_pid_and_memory(rig, run_module, vantage):
         assert proc["devices"] == [gpu_standin.device(rig.state, 1)]
 
 
+@pytest.mark.parametrize("vantage", ["node", "container"])
+def test_processes_are_asked_for_only_where_they_are_used(rig, run_module, tmp_path, vantage):
+    """A node's holders are nvidia-smi's process list: both queries, always. In a container the
+    holders are the open device files, and the process list only adds their memory: an idle
+    container costs one nvidia-smi run, a held GPU two, with the holder's memory as before."""
+    log = tmp_path / "nvidia-smi.calls"
+    logged = tmp_path / "logged" / "nvidia-smi"
+    logged.parent.mkdir()
+    logged.write_text('#!/bin/sh\necho "${1%%%%=*}" >> "%s"\nexec "%s" "$@"\n' % (log, rig.smi))
+    logged.chmod(0o755)
+
+    def calls():
+        asked = sorted(log.read_text().split()) if log.exists() else []
+        log.unlink(missing_ok=True)
+        return asked
+
+    both = ["--query-compute-apps", "--query-gpu"]
+    idle = run_module(gpu_state.main, rig.args(vantage=vantage, nvidia_smi=str(logged)))
+    assert idle["idle"] is True and idle["vantage"] == vantage
+    assert calls() == (both if vantage == "node" else ["--query-gpu"])
+    p = rig.trainers.start(gpu=1, mib=2048)
+    held = run_module(gpu_state.main, rig.args(vantage=vantage, nvidia_smi=str(logged)))
+    assert calls() == both
+    [proc] = gpu_of(held, 1)["processes"]
+    assert (proc["pid"], proc["used_memory_mib"]) == (p.pid, 2048)
+    assert gpu_of(held, 0)["processes"] == []
+
+
 def test_query_selects_gpus_by_index_and_uuid(rig, run_module):
     uuid1 = gpu_standin.read_config(rig.state)["gpus"][1]["uuid"]
     res = run_module(gpu_state.main, rig.args(gpus=[uuid1.lower()]))
