@@ -100,7 +100,7 @@ check_of = {"contaminated": "venv_clean", "stale_holder": "gpu_idle", "stale_cac
 text = open(log).read()
 recap = {}
 for m in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", text.split("PLAY RECAP")[-1], re.M):
-    recap[m.group(1)] = {"changed": int(m.group(3)), "unreachable": int(m.group(4)), "failed": int(m.group(5))}
+    recap[m.group(1)] = {"ok": int(m.group(2)), "changed": int(m.group(3)), "unreachable": int(m.group(4)), "failed": int(m.group(5))}
 problems = []
 missing = sorted(set(roles) - set(recap))
 if missing:
@@ -109,6 +109,20 @@ unreachable = sorted(h for h, r in recap.items() if r["unreachable"])
 if unreachable:
     problems.append("unreachable: %s" % ", ".join(unreachable))
 failed = sorted(h for h, r in recap.items() if r["failed"])
+if "TASK [Fleet summary, one line per container]" in text:
+    # preflight: the summary has one line per container with its verdict, and only the containers
+    # that are not ready ran a second task (the verdict), in the play that fails them.
+    summary = text.split("TASK [Fleet summary, one line per container]", 1)[1].split("PLAY [", 1)[0]
+    said = dict(re.findall(r"^\s+- '?([\w.-]+) - (ready|NOT READY)", summary, re.M))
+    want = {h: "ready" if (mode != "fail-bad" or r == "healthy") else "NOT READY" for h, r in roles.items()}
+    if said != want:
+        problems.append("the fleet summary says %s, expected %s" % (said, want))
+    count = "%d of %d ready" % (list(want.values()).count("ready"), len(want))
+    if count not in summary:
+        problems.append("the fleet summary does not say %r" % count)
+    for host, r in recap.items():
+        if host in want and r["ok"] + r["failed"] != (1 if want[host] == "ready" else 2):
+            problems.append("%s ran %d task(s), expected %d" % (host, r["ok"] + r["failed"], 1 if want[host] == "ready" else 2))
 if mode == "fail-bad":
     bad = sorted(h for h, r in roles.items() if r != "healthy")
     if rc == 0:

@@ -57,7 +57,14 @@ def verify_verdict(record, fail=False, show=False):
         if not c["ok"]:
             reasons.setdefault(c["summary"], []).append(c["name"])
     problems = " | ".join("[%s] %s" % (", ".join(names), summary) for summary, names in reasons.items())
-    return dict(flags, ready=bool(record.get("ready")), lines=lines, problems=problems)
+    ready = bool(record.get("ready"))
+    if ready:
+        line = "; ".join(["ready"] if not checks else ["ready: " + checks[0]["summary"]] + [c["summary"] for c in checks[1:]])
+    elif record.get("error") and not checks:
+        line = "NOT READY, not read: " + record["error"]
+    else:
+        line = "NOT READY: " + problems
+    return dict(flags, ready=ready, lines=lines, problems=problems, line="%s - %s" % (record.get("host"), line))
 
 
 class FilterModule(object):

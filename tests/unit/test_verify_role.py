@@ -40,7 +40,7 @@ def test_the_read_records_the_host_node_and_vmid_that_the_node_entry_point_recor
 
 
 def playbook_reads_without_validation():
-    """(playbook, the import_role's vars) of every verify role import with rolespec_validate: false."""
+    """(playbook, entry point, the import_role's vars) of every verify role import with rolespec_validate: false."""
     found = []
     for name in ("preflight.yml", "remediate.yml", "hygiene.yml"):
         with open(os.path.join(ROLE, "..", "..", "playbooks", name)) as f:
@@ -48,7 +48,7 @@ def playbook_reads_without_validation():
                 for task in play.get("tasks", []):
                     spec = task.get("ansible.builtin.import_role") or {}
                     if spec.get("name") == "gpufleet.hygiene.verify" and spec.get("rolespec_validate") is False:
-                        found.append((name, task.get("vars", {})))
+                        found.append((name, spec.get("tasks_from", "main"), task.get("vars", {})))
     return found
 
 
@@ -58,12 +58,16 @@ def test_without_ansible_cores_validation_the_read_still_validates_every_variabl
     # readiness option, or be one of the two the role only uses itself, verify_fail and verify_show.
     read = next(t for t in load("tasks", "read.yml") if "gpufleet.hygiene.readiness" in t)["gpufleet.hygiene.readiness"]
     in_read = {re.search(r"\{\{ (verify_\w+)", v).group(1) for k, v in read.items() if k != "record"}
-    spec = set(load("meta", "argument_specs.yml")["argument_specs"]["main"]["options"])
+    specs = load("meta", "argument_specs.yml")["argument_specs"]
+    spec = set(specs["main"]["options"])
     assert spec == in_read | {"verify_fail", "verify_show"}
+    # The entry points the playbooks use: the read alone, the verdict alone.
+    assert set(specs["read"]["options"]) == in_read and set(specs["fail"]["options"]) == {"verify_fail", "verify_show"}
     found = playbook_reads_without_validation()
-    assert sorted(name for name, _vars in found) == ["hygiene.yml", "preflight.yml", "remediate.yml"]
-    for name, play_vars in found:
-        assert set(play_vars) <= spec, name
+    assert sorted((name, entry) for name, entry, _vars in found) == [
+        ("hygiene.yml", "read"), ("preflight.yml", "fail"), ("preflight.yml", "read"), ("remediate.yml", "read")]
+    for name, entry, play_vars in found:
+        assert set(play_vars) <= set(specs[entry]["options"]), (name, entry)
     # The other two are taken strictly by the verdict's filter (true or false, or an error naming them).
     [verdict] = load("tasks", "fail.yml")
     assert verdict["vars"]["verify__verdict"] == "{{ verify_result | gpufleet.hygiene.verify_verdict(verify_fail, verify_show) }}"

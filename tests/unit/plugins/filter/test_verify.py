@@ -19,6 +19,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..",
 init_plugin_loader([os.path.join(REPO, ".ansible", "collections")])
 _filters = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.verify")
 _fleet_report = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils._report")
+_readiness = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness")
 verify_record, verify_verdict = _filters.verify_record, _filters.verify_verdict
 
 GPU = {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-1", "memory_used_mib": 21098, "memory_total_mib": 143771,
@@ -73,9 +74,22 @@ def test_the_verdict_one_line_per_check_and_one_summary():
     verdict = verify_verdict(verify_record(READING, "train-100", "pve1", 100))
     assert verdict == {"ready": False, "fail": False, "show": False,
                        "lines": ["NOT READY", "gpu_idle | FAIL | GPU 0: 21098 MiB held by pid 4242 (python3)", "venv_clean | ok | no CUDA 13 wheel"],
-                       "problems": "[gpu_idle] GPU 0: 21098 MiB held by pid 4242 (python3)"}
-    ready = dict(READING, ready=True, checks=[READING["checks"][1]])
-    assert verify_verdict(verify_record(ready, "h"))["lines"] == ["READY", "venv_clean | ok | no CUDA 13 wheel"]
+                       "problems": "[gpu_idle] GPU 0: 21098 MiB held by pid 4242 (python3)",
+                       "line": "train-100 - NOT READY: [gpu_idle] GPU 0: 21098 MiB held by pid 4242 (python3)"}
+    ready = dict(READING, ready=True, checks=[READING["checks"][1], dict(READING["checks"][1], name="caches_fresh", summary="1 cache(s) fresh")])
+    verdict = verify_verdict(verify_record(ready, "h"))
+    assert verdict["lines"] == ["READY", "venv_clean | ok | no CUDA 13 wheel", "caches_fresh | ok | 1 cache(s) fresh"]
+    assert verdict["line"] == "h - ready: no CUDA 13 wheel; 1 cache(s) fresh"
+    assert verify_verdict(verify_record(dict(READING, ready=True, checks=[]), "h"))["line"] == "h - ready"
+
+
+def test_a_container_that_could_not_be_reached_is_one_line_saying_why():
+    # As the readiness action records it: nothing read, error set to the connection's message.
+    unreachable = _readiness.record(_readiness.nothing_read(), "train-104", "pve1", 104,
+                                    error="container 104 on node root@10.0.0.1:22 is not running (stopped)")
+    verdict = verify_verdict(unreachable)
+    assert verdict["problems"] == "" and verdict["ready"] is False
+    assert verdict["line"] == "train-104 - NOT READY, not read: container 104 on node root@10.0.0.1:22 is not running (stopped)"
 
 
 def test_fail_and_show_come_back_as_booleans_as_ansible_reads_them():

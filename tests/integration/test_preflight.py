@@ -1,0 +1,61 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""preflight.yml over the session's simulated fleet: any host pattern, --limit, one line per
+container in the fleet summary, and a verdict task only for the containers that are not ready."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from conftest import INVENTORY, REPO
+
+PREFLIGHT = os.path.join(REPO, "playbooks", "preflight.yml")
+
+
+def running(fleet):
+    return [ct["name"] for node in fleet["nodes"] for ct in node["containers"] if ct["running"]]
+
+
+def recap(stdout):
+    return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in re.finditer(
+        r"^(\S+)\s+: ok=(\d+)\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", stdout.split("PLAY RECAP", 1)[1], re.M)}
+
+
+def summary(stdout):
+    section = stdout.split("TASK [Fleet summary, one line per container]", 1)[1].split("PLAY [", 1)[0]
+    return dict(re.findall(r"^\s+- '?([\w.-]+) - (ready|NOT READY)", section, re.M)), section
+
+
+def expect_cuda(tmp_path, host):
+    """A second inventory source: the CUDA this container's venv is held to. This fleet's venvs
+    hold no torch, so a venv with no CUDA expected is not clean ("no reference CUDA")."""
+    extra = tmp_path / "expect-cuda.yml"
+    extra.write_text(json.dumps({"all": {"hosts": {host: {"gpufleet_expected_cuda": "12.8"}}}}))
+    return str(extra)
+
+
+def test_over_a_host_pattern_only_the_container_that_is_not_ready_runs_the_verdict_and_fails(fleet, ansible_cli, tmp_path):
+    bad, good = running(fleet)[:2]
+    res = ansible_cli("ansible-playbook", "-i", INVENTORY, "-i", expect_cuda(tmp_path, good), PREFLIGHT,
+                      "-e", "gpufleet_hosts=%s:%s" % (bad, good))
+    assert res.returncode == 2, res.stdout[-3000:]
+    said, section = summary(res.stdout)
+    assert said == {bad: "NOT READY", good: "ready"}, section
+    assert "1 of 2 ready; not ready: %s" % bad in section, section
+    assert re.search(r"%s - NOT READY: \[venv_clean\] no reference CUDA" % re.escape(bad), section), section
+    # The read for both, the verdict for the one that is not ready only; nothing else of the fleet.
+    assert recap(res.stdout) == {bad: (1, 1), good: (1, 0), "localhost": (1, 0)}, res.stdout[-3000:]
+    assert re.search(r"%s is not ready: \[venv_clean\]" % re.escape(bad), res.stdout), res.stdout[-3000:]
+
+
+def test_the_summary_counts_the_containers_this_run_read(fleet, ansible_cli, tmp_path):
+    """With --limit, the containers left out are not counted as not ready."""
+    good = running(fleet)[1]
+    res = ansible_cli("ansible-playbook", "-i", INVENTORY, "-i", expect_cuda(tmp_path, good), PREFLIGHT, "--limit", "%s,localhost" % good)
+    assert res.returncode == 0, res.stdout[-3000:]
+    said, section = summary(res.stdout)
+    assert said == {good: "ready"} and "1 of 1 ready; not ready: none" in section, section
+    assert recap(res.stdout) == {good: (1, 0), "localhost": (1, 0)}, res.stdout[-3000:]
