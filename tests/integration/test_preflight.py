@@ -21,12 +21,12 @@ def running(fleet):
 
 def recap(stdout):
     return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in re.finditer(
-        r"^(\S+)\s+: ok=(\d+)\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", stdout.split("PLAY RECAP", 1)[1], re.M)}
+        r"^(\S+)\s+: ok=(\d+)\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", stdout.split("PLAY RECAP", 1)[1], re.MULTILINE)}
 
 
 def summary(stdout):
     section = stdout.split("TASK [Fleet summary, one line per container]", 1)[1].split("PLAY [", 1)[0]
-    return dict(re.findall(r"^\s+- '?([\w.-]+) - (ready|NOT READY)", section, re.M)), section
+    return dict(re.findall(r"^\s+- '?([\w.-]+) - (ready|NOT READY)", section, re.MULTILINE)), section
 
 
 def expect_cuda(tmp_path, host):
