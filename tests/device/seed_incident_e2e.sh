@@ -68,7 +68,8 @@ echo "GPU memory used with the stale loop: $(gpu_used) MiB" | tee -a "$OUT/e2e.l
 say "3. preflight (must fail: stale holder, CUDA 12 wheel, stale cache)"
 t=$(ms); ansible-playbook -i "$W/inventory.yml" playbooks/preflight.yml > "$OUT/preflight-1.log" 2>&1; rc=$?
 echo "preflight rc=$rc in $(( $(ms) - t )) ms" | tee -a "$OUT/e2e.log"
-grep -A6 "TASK \[Summary" "$OUT/preflight-1.log" | tee -a "$OUT/e2e.log"
+grep -A12 "TASK \[Fleet summary" "$OUT/preflight-1.log" | grep -E "^ +- |ready" | tee -a "$OUT/e2e.log"
+grep -E "is not ready|PLAY RECAP" -A1 "$OUT/preflight-1.log" | grep -vE "^(Origin|--)" | tee -a "$OUT/e2e.log"
 
 say "4. remediate"
 t=$(ms); ansible-playbook -i "$W/inventory.yml" playbooks/remediate.yml -v > "$OUT/remediate.log" 2>&1; rc=$?
@@ -95,7 +96,8 @@ say "6. preflight again once the relaunched run has finished (must pass)"
 for _ in $(seq 1 300); do pgrep -f '[t]rain_loop[.]py' > /dev/null || break; sleep 1; done
 t=$(ms); ansible-playbook -i "$W/inventory.yml" playbooks/preflight.yml > "$OUT/preflight-2.log" 2>&1; rc=$?
 echo "preflight rc=$rc in $(( $(ms) - t )) ms" | tee -a "$OUT/e2e.log"
-grep -A6 "TASK \[Summary" "$OUT/preflight-2.log" | tee -a "$OUT/e2e.log"
+grep -A12 "TASK \[Fleet summary" "$OUT/preflight-2.log" | grep -E "^ +- |ready" | tee -a "$OUT/e2e.log"
+grep -E "is not ready|PLAY RECAP" -A1 "$OUT/preflight-2.log" | grep -vE "^(Origin|--)" | tee -a "$OUT/e2e.log"
 
 say "7. an injected slowdown (sleep per step): the throughput gate must fail it"
 : > "$W/train.log"
