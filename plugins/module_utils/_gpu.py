@@ -142,15 +142,18 @@ def exit_error(argv, rc, out, err):
 
 def run_queries(nvidia_smi, timeout, apps=True):
     """Run the GPU and compute-apps queries concurrently; return (gpu_text, apps_text, seconds).
-    With apps=False only the GPU query runs, and apps_text is None."""
+    apps may be a function, called once the GPU query has started: the compute-apps query runs
+    only if it returns true (else apps_text is None), still beside the GPU query."""
     started = time.monotonic()
     gpu_cmd = Pending(query_gpu_argv(nvidia_smi), timeout)
-    if not apps:
-        return gpu_cmd.wait(), None, time.monotonic() - started
     try:
+        if callable(apps):
+            apps = apps()
+        if not apps:
+            return gpu_cmd.wait(), None, time.monotonic() - started
         apps_cmd = Pending(query_apps_argv(nvidia_smi), timeout)
-    except GpuError:
-        gpu_cmd.wait()
+    except BaseException:
+        gpu_cmd._kill()
         raise
     try:
         gpu_text = gpu_cmd.wait()
@@ -159,13 +162,6 @@ def run_queries(nvidia_smi, timeout, apps=True):
         raise
     apps_text = apps_cmd.wait()
     return gpu_text, apps_text, time.monotonic() - started
-
-
-def query_apps(nvidia_smi, timeout):
-    """The compute-apps query alone: (apps, seconds)."""
-    cmd = Pending(query_apps_argv(nvidia_smi), timeout)
-    text = cmd.wait()
-    return parse_apps(text), cmd.seconds
 
 
 # --------------------------------------------------------------------------- parsing
@@ -339,9 +335,10 @@ def read_gpus(backend, nvidia_smi, timeout, pynvml=None, apps=True):
     """One reading of every GPU: (gpus, apps, backend_used, seconds).
 
     backend: "nvidia-smi", "nvml", or "auto" (NVML when importable and it initialises,
-    else nvidia-smi). nvidia_smi may be None when it is not installed. apps=False: nvidia-smi
-    is asked about the GPUs only and apps is None (NVML lists the processes in the same
-    reading, and returns them whatever apps says).
+    else nvidia-smi). nvidia_smi may be None when it is not installed. apps: whether nvidia-smi
+    is asked for its process list too, or a function deciding it while the GPU query runs
+    (run_queries); when not asked, apps is None. NVML lists the processes in the same reading
+    and returns them whatever apps says.
     """
     if backend in ("auto", "nvml"):
         lib = pynvml if pynvml is not None else import_pynvml()

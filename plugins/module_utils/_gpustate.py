@@ -16,7 +16,6 @@ import time
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu import (
     NO_GPU_KINDS,
     GpuError,
-    query_apps,
     read_gpus,
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
@@ -97,10 +96,17 @@ class GpuState(object):
     def snapshot(self):
         vantage = self._decided or (self.vantage if self.vantage != "auto" else detect_vantage())
         # In a container the holders are found through /proc/*/fd; nvidia-smi's process list only
-        # adds their memory (where it names the same PIDs), so it is asked only once a holder is
-        # found: a container whose GPUs are idle costs one nvidia-smi run, not two.
+        # adds their memory (where it names the same PIDs), so it is asked only if a GPU's device
+        # file is held: a container whose GPUs are idle costs one nvidia-smi run, not two. The
+        # scan runs while nvidia-smi reads the GPUs, and the process list, when asked, beside it.
+        scan = []
+
+        def held():
+            scan.append(scan_device_holders(self.device_patterns, self.proc, exclude={os.getpid()}))
+            return any(device_minor(dev) is not None for devs in scan[0][0].values() for dev in devs)
+
         gpus, apps, backend, seconds = read_gpus(self.backend, self.nvidia_smi, self.command_timeout,
-                                                 pynvml=self.pynvml, apps=vantage != "container")
+                                                 pynvml=self.pynvml, apps=held if vantage == "container" else True)
         for gpu in gpus:
             gpu["processes"] = []
         if vantage == "node":
@@ -112,7 +118,7 @@ class GpuState(object):
                     gpu["processes"] = []
                 vantage = "container"
         if vantage == "container":
-            seconds += self._container_holders(gpus, apps)
+            self._container_holders(gpus, apps, scan[0] if scan else None)
         self._decided = vantage  # later readings (drain polls) keep the same vantage
         for gpu in gpus:
             used = gpu["memory_used_mib"]
@@ -137,17 +143,17 @@ class GpuState(object):
                 gpu["processes"].append(_process(app["pid"], info, app["name"], app["used_memory_mib"]))
         return unresolved
 
-    def _container_holders(self, gpus, apps):
-        """Each GPU's holders from the open device files; apps is None when nvidia-smi's process
-        list is still to be asked (only if there is a holder). Returns the seconds that took."""
-        holders, unreadable = scan_device_holders(self.device_patterns, self.proc, exclude={os.getpid()})
+    def _container_holders(self, gpus, apps, scan=None):
+        """Each GPU's holders from the open device files (scan: scan_device_holders' answer, when
+        the reading made it); apps is None when no device file of a GPU was held."""
+        holders, unreadable = scan or scan_device_holders(self.device_patterns, self.proc, exclude={os.getpid()})
         if unreadable:
             self._note("the open files of %d processes could not be read (run as root to see every holder)"
                        % unreadable)
         by_uuid = dict((g["uuid"], g) for g in gpus)
         by_index = dict((g["index"], g) for g in gpus)
         minor_uuid = driver_minor_uuids(self.proc)
-        found = []
+        used = dict(((a["pid"], a["gpu_uuid"]), a["used_memory_mib"]) for a in apps or ())
         for pid in sorted(holders):
             info = describe(pid, self.proc)
             if info is None:
@@ -159,18 +165,11 @@ class GpuState(object):
                 gpu = by_uuid.get(minor_uuid.get(minor)) or by_index.get(minor)
                 if gpu is None and len(gpus) == 1 and not minor_uuid:
                     gpu = gpus[0]  # one GPU passed through under its host minor (e.g. /dev/nvidia3)
-                if gpu is None or any(pid == other and gpu is where for other, _i, _d, where in found):
+                if gpu is None or any(p["pid"] == pid for p in gpu["processes"]):
                     continue
-                found.append((pid, info, dev, gpu))
-        seconds = 0.0
-        if found and apps is None:
-            apps, seconds = query_apps(self.nvidia_smi, self.command_timeout)
-        used = dict(((a["pid"], a["gpu_uuid"]), a["used_memory_mib"]) for a in apps or ())
-        for pid, info, dev, gpu in found:
-            entry = _process(pid, info, None, used.get((pid, gpu["uuid"])))
-            entry["devices"] = [dev]
-            gpu["processes"].append(entry)
-        return seconds
+                entry = _process(pid, info, None, used.get((pid, gpu["uuid"])))
+                entry["devices"] = [dev]
+                gpu["processes"].append(entry)
 
     # ------------------------------------------------------------------ selection
 

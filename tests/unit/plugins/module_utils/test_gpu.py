@@ -267,3 +267,22 @@ def test_nvml_failure_falls_back_to_nvidia_smi_in_auto(fake_smi):
     with pytest.raises(GpuError, match="NVML initialisation failed") as exc:
         read_gpus("nvml", "/usr/bin/nvidia-smi", 5, pynvml=lib)
     assert exc.value.kind == "driver"
+
+
+def test_the_process_list_is_asked_for_as_a_function_decides_while_the_gpu_query_runs(standin):
+    state, smi = standin
+    asked = []
+    gpus, apps, _backend, _s = read_gpus("nvidia-smi", smi, 10, apps=lambda: asked.append(1) or False)
+    assert asked == [1] and len(gpus) == 2 and apps is None
+    _gpus, apps, _backend, _s = read_gpus("nvidia-smi", smi, 10, apps=lambda: True)
+    assert apps == []
+    # What the function raises comes through, and the GPU query it ran beside is not left behind.
+    gpu_standin.configure(state, fault="hang", hang_seconds=60)
+
+    def scan_failed():
+        raise OSError("the scan failed")
+
+    with pytest.raises(OSError, match="the scan failed"):
+        read_gpus("nvidia-smi", smi, 30, apps=scan_failed)
+    out = subprocess.run(["ps", "-eo", "args"], stdout=subprocess.PIPE, check=True).stdout.decode()
+    assert not [line for line in out.splitlines() if state in line and "nvidia_smi.py" in line]
