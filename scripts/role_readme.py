@@ -59,9 +59,20 @@ def render(role, spec):
         lines += ["", "## Entry point `%s` (`tasks_from: %s`)" % (entry, entry), "", other["short_description"], ""]
         for para in as_list(other.get("description")):
             lines += [para, ""]
-        added = [(n, o) for n, o in other.get("options", {}).items() if n not in main.get("options", {})]
-        lines += ["It takes every variable above, and:", "", "| variable | type | default | description |", "| --- | --- | --- | --- |"]
-        lines += [option_row(name, opt) for name, opt in added]
+        options, main_options = other.get("options", {}), main.get("options", {})
+        if set(main_options) <= set(options):
+            added = [(n, o) for n, o in options.items() if n not in main_options]
+            lines += ["It takes every variable above, and:" if added else "It takes every variable above."]
+        elif set(options) <= set(main_options):
+            names = ", ".join("`%s`" % n for n in options)
+            lines += ["It takes only these of the variables above: %s." % names if options else "It takes none of the variables above."]
+            added = []
+        else:
+            added = list(options.items())
+            lines += ["Its variables:"]
+        if added:
+            lines += ["", "| variable | type | default | description |", "| --- | --- | --- | --- |"]
+            lines += [option_row(name, opt) for name, opt in added]
     lines += ["", "## Example", "", "```yaml", "- name: Use the %s role" % role, "  hosts: pve_containers",
               "  gather_facts: false", "  roles:", "    - role: gpufleet.hygiene.%s" % role, "```", ""]
     return "\n".join(lines)

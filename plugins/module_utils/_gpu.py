@@ -142,26 +142,31 @@ def exit_error(argv, rc, out, err):
 
 def run_queries(nvidia_smi, timeout, apps=True):
     """Run the GPU and compute-apps queries concurrently; return (gpu_text, apps_text, seconds).
-    apps may be a function, called once the GPU query has started: the compute-apps query runs
-    only if it returns true (else apps_text is None), still beside the GPU query."""
+    apps may be a function, called once the GPU query has started with the set of that
+    nvidia-smi's PID (a scan of open device files must leave it out): the compute-apps query
+    runs only if it returns true (else apps_text is None), still beside the GPU query. The time
+    the function takes counts neither against command_timeout nor in seconds."""
     started = time.monotonic()
     gpu_cmd = Pending(query_gpu_argv(nvidia_smi), timeout)
+    decided = 0.0
     try:
         if callable(apps):
-            apps = apps()
-        if not apps:
-            return gpu_cmd.wait(), None, time.monotonic() - started
-        apps_cmd = Pending(query_apps_argv(nvidia_smi), timeout)
+            apps = apps({gpu_cmd.proc.pid})
+            decided = time.monotonic() - started
+            gpu_cmd.started += decided  # nvidia-smi's timeout runs from here
+        apps_cmd = Pending(query_apps_argv(nvidia_smi), timeout) if apps else None
     except BaseException:
         gpu_cmd._kill()
         raise
+    if apps_cmd is None:
+        return gpu_cmd.wait(), None, time.monotonic() - started - decided
     try:
         gpu_text = gpu_cmd.wait()
     except GpuError:
         apps_cmd._kill()
         raise
     apps_text = apps_cmd.wait()
-    return gpu_text, apps_text, time.monotonic() - started
+    return gpu_text, apps_text, time.monotonic() - started - decided
 
 
 # --------------------------------------------------------------------------- parsing

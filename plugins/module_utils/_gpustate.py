@@ -101,8 +101,8 @@ class GpuState(object):
         # scan runs while nvidia-smi reads the GPUs, and the process list, when asked, beside it.
         scan = []
 
-        def held():
-            scan.append(scan_device_holders(self.device_patterns, self.proc, exclude={os.getpid()}))
+        def held(own):  # own: the PID of the nvidia-smi reading the GPUs now (it opens them too)
+            scan.append(scan_device_holders(self.device_patterns, self.proc, exclude={os.getpid()} | own))
             return any(device_minor(dev) is not None for devs in scan[0][0].values() for dev in devs)
 
         gpus, apps, backend, seconds = read_gpus(self.backend, self.nvidia_smi, self.command_timeout,

@@ -59,3 +59,21 @@ def test_the_summary_counts_the_containers_this_run_read(fleet, ansible_cli, tmp
     said, section = summary(res.stdout)
     assert said == {good: "ready"} and "1 of 1 ready; not ready: none" in section, section
     assert recap(res.stdout) == {good: (1, 0), "localhost": (1, 0)}, res.stdout[-3000:]
+
+
+def test_a_container_whose_read_was_refused_has_its_line_in_the_summary(fleet, ansible_cli, tmp_path):
+    """A value the read cannot take fails that container at the read, with the option's name; the
+    fleet summary still gives it a line (with the read's message), and the others are judged."""
+    bad, good = running(fleet)[:2]
+    extra = tmp_path / "bad-value.yml"
+    extra.write_text(json.dumps({"all": {"hosts": {bad: {"gpufleet_require_gpu": "perhaps"},
+                                                   good: {"gpufleet_expected_cuda": "12.8"}}}}))
+    res = ansible_cli("ansible-playbook", "-i", INVENTORY, "-i", str(extra), PREFLIGHT, "--limit", "%s,%s,localhost" % (bad, good))
+    assert res.returncode == 2, res.stdout[-3000:]
+    said, section = summary(res.stdout)
+    assert said == {bad: "NOT READY", good: "ready"}, section
+    flat = section.replace("\n        ", " ").replace("''", "'")  # the YAML callback's wrapping and quoting
+    assert "%s - NOT READY, its read failed: gpufleet.hygiene.readiness: argument 'require_gpu'" % bad in flat, section
+    assert "1 of 2 ready; not ready: %s" % bad in section, section
+    # Failed at the read, so not in the verdict's play; the other passed with its read alone.
+    assert recap(res.stdout) == {bad: (0, 1), good: (1, 0), "localhost": (1, 0)}, res.stdout[-3000:]

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import types
@@ -162,6 +163,24 @@ def standin(tmp_path):
     return state, gpu_standin.install_nvidia_smi(tmp_path / "bin", state)
 
 
+def standins_running(state):
+    """PIDs of the nvidia-smi stand-ins running on this state directory (it is in their
+    environment, not on their command line)."""
+    mark = ("%s=%s" % (gpu_standin.STATE_ENV, state)).encode()
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+            with open("/proc/%s/stat" % pid, "rb") as f:
+                zombie = f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+        except OSError:
+            continue
+        if mark in env and not zombie:
+            found.add(int(pid))
+    return found
+
+
 @pytest.mark.parametrize("rc, kind", [(9, "driver"), (12, "nvml"), (15, "bus")])
 def test_exit_codes_from_the_standin(standin, rc, kind):
     state, smi = standin
@@ -180,8 +199,7 @@ def test_hang_is_bounded_and_killed(standin):
     assert exc.value.kind == "timeout"
     assert time.monotonic() - started < 5
     # the hung process was killed, not left behind
-    out = subprocess.run(["ps", "-eo", "args"], stdout=subprocess.PIPE, check=True).stdout.decode()
-    assert not [line for line in out.splitlines() if state in line and "nvidia_smi.py" in line]
+    assert standins_running(state) == set()
 
 
 def test_standin_header_units_and_field_order(standin):
@@ -271,18 +289,32 @@ def test_nvml_failure_falls_back_to_nvidia_smi_in_auto(fake_smi):
 
 def test_the_process_list_is_asked_for_as_a_function_decides_while_the_gpu_query_runs(standin):
     state, smi = standin
-    asked = []
-    gpus, apps, _backend, _s = read_gpus("nvidia-smi", smi, 10, apps=lambda: asked.append(1) or False)
-    assert asked == [1] and len(gpus) == 2 and apps is None
-    _gpus, apps, _backend, _s = read_gpus("nvidia-smi", smi, 10, apps=lambda: True)
+    seen = []
+
+    def decide(own):  # called while the GPU query runs, with that nvidia-smi's PID
+        for pid in own:
+            deadline, cmdline = time.monotonic() + 10, b""
+            while not cmdline and time.monotonic() < deadline:  # empty until the child has exec'd
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    cmdline = f.read()
+            seen.append(cmdline)
+        return False
+
+    gpus, apps, _backend, _s = read_gpus("nvidia-smi", smi, 10, apps=decide)
+    assert len(gpus) == 2 and apps is None
+    assert len(seen) == 1 and b"--query-gpu=" in seen[0]  # the wrapper script, or the stand-in it became
+    _gpus, apps, _backend, _s = read_gpus("nvidia-smi", smi, 10, apps=lambda own: True)
     assert apps == []
     # What the function raises comes through, and the GPU query it ran beside is not left behind.
     gpu_standin.configure(state, fault="hang", hang_seconds=60)
 
-    def scan_failed():
+    def scan_failed(own):
+        deadline = time.monotonic() + 10
+        while standins_running(state) != own and time.monotonic() < deadline:
+            time.sleep(0.02)  # until the wrapper has become the (hanging) stand-in
+        assert standins_running(state) == own
         raise OSError("the scan failed")
 
     with pytest.raises(OSError, match="the scan failed"):
         read_gpus("nvidia-smi", smi, 30, apps=scan_failed)
-    out = subprocess.run(["ps", "-eo", "args"], stdout=subprocess.PIPE, check=True).stdout.decode()
-    assert not [line for line in out.splitlines() if state in line and "nvidia_smi.py" in line]
+    assert standins_running(state) == set()
