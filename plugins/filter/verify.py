@@ -59,7 +59,7 @@ def verify_verdict(record, fail=False, show=False):
     problems = " | ".join("[%s] %s" % (", ".join(names), summary) for summary, names in reasons.items())
     ready = bool(record.get("ready"))
     if ready:
-        line = "; ".join(["ready"] if not checks else ["ready: " + checks[0]["summary"]] + [c["summary"] for c in checks[1:]])
+        line = "ready: " + "; ".join(c["summary"] for c in checks) if checks else "ready"
     elif record.get("error") and not checks:
         line = "NOT READY, not read: " + record["error"]
     else:

@@ -97,6 +97,10 @@ class Pending(object):
             kind = "missing" if isinstance(exc, FileNotFoundError) else "failed"
             raise GpuError("cannot run %s: %s" % (self.argv[0], exc.strerror or exc), kind=kind) from exc
 
+    def discount(self, seconds):
+        """Time spent elsewhere while it ran: not counted against its timeout, nor in its seconds."""
+        self.started += seconds
+
     def wait(self):
         remaining = max(0.0, self.timeout - (time.monotonic() - self.started))
         try:
@@ -153,7 +157,7 @@ def run_queries(nvidia_smi, timeout, apps=True):
         if callable(apps):
             apps = apps({gpu_cmd.proc.pid})
             decided = time.monotonic() - started
-            gpu_cmd.started += decided  # nvidia-smi's timeout runs from here
+            gpu_cmd.discount(decided)
         apps_cmd = Pending(query_apps_argv(nvidia_smi), timeout) if apps else None
     except BaseException:
         gpu_cmd._kill()

@@ -13,6 +13,7 @@ beside the GPU query; the node vantage always asks both.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import statistics
@@ -20,10 +21,10 @@ import subprocess
 import sys
 import time
 
+# Run as a script: the collection is imported from ANSIBLE_COLLECTIONS_PATH.
 sys.path[:0] = [p for p in os.environ["ANSIBLE_COLLECTIONS_PATH"].split(":") if p]
-
-from ansible_collections.gpufleet.hygiene.plugins.module_utils import _gpu  # noqa: E402
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpustate import GpuState  # noqa: E402
+_gpu = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu")
+GpuState = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils._gpustate").GpuState
 
 REPS = int(os.environ.get("REPS", "9"))
 HOLD = ("import torch, time; x = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); x.fill_(1); "
