@@ -33,13 +33,13 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 
 SCAN_CODE = r"""
 import sys, json
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import venv_site_dirs, iter_distributions
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import venv_site_dirs, iter_distributions
 venv, mode, expected = sys.argv[1], sys.argv[2], sys.argv[3] or None
 dists, _ = iter_distributions(venv_site_dirs(venv))
 if mode == "inventory":
     out = [d.as_dict() for d in dists]
 else:
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import reference, scan
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import reference, scan
     ref, _w = reference(dists, expected)
     out = scan(dists, ref["cuda_major"])[0]
 json.dump(out, sys.stdout)
@@ -49,8 +49,8 @@ json.dump(out, sys.stdout)
 # (one untimed pass first): what the work itself costs, apart from starting a Python.
 WORK_CODE = r"""
 import sys, json, time
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import venv_site_dirs, iter_distributions
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import reference, scan
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import venv_site_dirs, iter_distributions
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import reference, scan
 venv, mode, expected = sys.argv[1], sys.argv[2], sys.argv[3] or None
 def work():
     dists, _ = iter_distributions(venv_site_dirs(venv))

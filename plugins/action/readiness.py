@@ -7,7 +7,7 @@ The readiness module's work is _readiness.read(). Sent as a module, every call p
 target, the AnsiballZ payload, ansible.module_utils.basic and the compilation of every shipped
 source (about three quarters of the call's CPU on a small container). This action instead
 starts the target's Python, over the task's own connection, with the small bootstrap of
-_fanout (the one node_readiness starts in each container) and sends it, over stdin, the
+_bootstrap (the one node_readiness starts in each container) and sends it, over stdin, the
 module_utils the reads need with the controller's bytecode; the bootstrap imports them from
 memory (nothing is written on the target) and runs read() exactly as the module does. The
 options are validated here against the module's own argument spec; the path options are
@@ -36,8 +36,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils import _fanout
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import (
     ARGUMENT_SPEC,
     BRIEF_OPTION,
     RECORD_KEYS,
@@ -48,12 +47,13 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import
     nothing_read,
     record,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.transport import _bootstrap
 
 MODULE = "gpufleet.hygiene.readiness"
 SWITCH = "gpufleet_readiness_bootstrap"
 AUTO = ("auto", "auto_legacy", "auto_silent", "auto_legacy_silent")
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-# Validated here; the options of type path are expanded on the target (_fanout.container_main).
+# Validated here; the options of type path are expanded on the target (_bootstrap.container_main).
 PATH_OPTIONS = tuple(sorted(name for name, spec in ARGUMENT_SPEC.items() if spec.get("type") == "path"))
 CONTROLLER_SPEC = dict({name: dict(spec, type="str") if name in PATH_OPTIONS else spec for name, spec in ARGUMENT_SPEC.items()},
                        brief=BRIEF_OPTION, record=RECORD_OPTION)
@@ -61,7 +61,8 @@ CONTROLLER_SPEC = dict({name: dict(spec, type="str") if name in PATH_OPTIONS els
 
 def _source(name):
     """A module_util's source, read from this collection's files."""
-    with open(os.path.join(MODULE_UTILS, name.rsplit(".", 1)[1] + ".py"), encoding="utf-8") as handle:
+    rel = name[len(_bootstrap.PACKAGE) + 1:].split(".")
+    with open(os.path.join(MODULE_UTILS, *rel) + ".py", encoding="utf-8") as handle:
         return handle.read()
 
 
@@ -71,7 +72,7 @@ def modules_part():
     temporary directory (shared by its workers, removed at its end), keyed by the sources and the
     Python; the workers that start together wait on a lock for the first one's result instead of
     all compiling at once."""
-    sources = _fanout.module_sources(_source)
+    sources = _bootstrap.module_sources(_source)
     digest = hashlib.sha1(repr(sorted(sources.items())).encode("utf-8") + importlib.util.MAGIC_NUMBER)
     path = os.path.join(C.DEFAULT_LOCAL_TMP, "gpufleet-bootstrap-%s" % digest.hexdigest()[:20])
     cached = _read_cache(path)
@@ -83,14 +84,14 @@ def modules_part():
             cached = _read_cache(path)
             if cached:
                 return cached
-            entries, blob = _fanout.module_blobs(sources)
+            entries, blob = _bootstrap.module_blobs(sources)
             fd, tmp = tempfile.mkstemp(dir=C.DEFAULT_LOCAL_TMP, prefix=".gpufleet-bootstrap-")
             with os.fdopen(fd, "wb") as handle:
                 handle.write(json.dumps(entries).encode("utf-8") + b"\n" + blob)
             os.replace(tmp, path)
             return entries, blob
     except OSError:
-        return _fanout.module_blobs(sources)  # no cache here: this worker compiles them
+        return _bootstrap.module_blobs(sources)  # no cache here: this worker compiles them
 
 
 def _read_cache(path):
@@ -203,13 +204,13 @@ class ActionModule(ActionBase):
         asked = {"brief": params.pop("brief"), "record": params.pop("record")}
         short = asked["brief"] or asked["record"] is not None
         entries, blob = modules_part()
-        data = _fanout.payload(entries, blob, params, self._task.check_mode, expand=PATH_OPTIONS, brief=short)
+        data = _bootstrap.payload(entries, blob, params, self._task.check_mode, expand=PATH_OPTIONS, brief=short)
         env = self._compute_environment_string()  # the task's environment, as a module would have it
-        cmd = (env + " " if env else "") + " ".join(shlex.quote(a) for a in (python, "-I", "-B", "-c", _fanout.LAUNCHER))
+        cmd = (env + " " if env else "") + " ".join(shlex.quote(a) for a in (python, "-I", "-B", "-c", _bootstrap.LAUNCHER))
         res = self._low_level_execute_command(cmd, in_data=data)
         where = self._task.delegate_to or host or "the target"
-        reading = _fanout.outcome(where, res["rc"], res.get("stdout", ""),
-                                  lambda: _fanout.explain_exit(where, python, res["rc"], res.get("stdout", ""), res.get("stderr", "")),
+        reading = _bootstrap.outcome(where, res["rc"], res.get("stdout", ""),
+                                  lambda: _bootstrap.explain_exit(where, python, res["rc"], res.get("stdout", ""), res.get("stderr", "")),
                                   short=short)
         if short and reading.get("failed") and "checks" not in reading:
             reading = dict(brief(reading, params), rc=reading.get("rc"))

@@ -291,7 +291,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.connection import ConnectionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._pve import VMID_MAX, VMID_MIN, parse_vmid
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._pve import VMID_MAX, VMID_MIN, parse_vmid
 
 display = Display()
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import brief_of_failure, record
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import brief_of_failure, record
 
 
 def verify_record(reading, host, node=None, vmid=None, args=None):

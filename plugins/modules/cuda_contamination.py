@@ -221,11 +221,11 @@ installer:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._contamination import Contamination, RemediationError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import CudaError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import DistError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._pkgtool import PkgToolError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._results import diff_only_in_diff_mode, warnings_to_module
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._results import diff_only_in_diff_mode, warnings_to_module
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination, RemediationError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import CudaError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import PkgToolError
 
 
 def main():

@@ -202,7 +202,7 @@ run_started:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._report import FORMATS, FleetReport, ReportError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.report._report import FORMATS, FleetReport, ReportError
 
 
 def main():

@@ -303,13 +303,13 @@ protected:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu import GpuError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import ProcError, Scope
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpustate import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import GpuError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import (
     DrainTimeout,
     GpuState,
     no_gpu_result,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import ProcError, Scope
 
 
 def main():

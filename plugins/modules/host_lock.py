@@ -94,7 +94,7 @@ waited_for:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._hostlock import LockError, acquire, read_lock, release
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._hostlock import LockError, acquire, read_lock, release
 
 
 def main():

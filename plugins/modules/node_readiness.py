@@ -152,7 +152,9 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._fanout import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._pve import VMID_MAX, VMID_MIN, parse_vmid
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, bad_option, brief, read
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.transport._bootstrap import (
     attach_argv,
     loaded_source,
     module_blobs,
@@ -160,8 +162,6 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._fanout import (
     payload,
     read_containers,
 )
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._pve import VMID_MAX, VMID_MIN, parse_vmid
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, bad_option, brief, read
 
 METHODS = ("pct", "lxc-attach")
 

@@ -149,7 +149,7 @@ integrity:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import DistError, inventory
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError, inventory
 
 
 def main():

@@ -148,7 +148,7 @@ terminated:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import (
     STUCK_ADVICE,
     ProcError,
     Scope,

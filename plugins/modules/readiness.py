@@ -294,7 +294,15 @@ error:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._readiness import ARGUMENT_SPEC, BRIEF_OPTION, RECORD_OPTION, bad_option, brief, read, record
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import (
+    ARGUMENT_SPEC,
+    BRIEF_OPTION,
+    RECORD_OPTION,
+    bad_option,
+    brief,
+    read,
+    record,
+)
 
 
 def main():

@@ -216,13 +216,13 @@ fingerprint:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import DistError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._results import diff_only_in_diff_mode
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._torch_cache import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import (
     CACHE_NAMES,
     CacheError,
     TorchCache,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._results import diff_only_in_diff_mode
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError
 
 
 def main():

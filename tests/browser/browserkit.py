@@ -145,7 +145,7 @@ def render_sample(dest, title="Nightly GPU hygiene", hosts=None):
     sys.path[:0] = [os.path.join(ROOT, ".ansible", "collections"), os.path.join(ROOT, "tests", "lib")]
     from fleet_sample import RUN_STARTED, realistic_fleet
 
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils._report import FleetReport
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.report._report import FleetReport
 
     FleetReport(hosts if hosts is not None else realistic_fleet(), dest, title=title, run_started=RUN_STARTED).apply()
     return os.path.join(dest, "report.html")

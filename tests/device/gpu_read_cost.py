@@ -23,8 +23,8 @@ import time
 
 # Run as a script: the collection is imported from ANSIBLE_COLLECTIONS_PATH.
 sys.path[:0] = [p for p in os.environ["ANSIBLE_COLLECTIONS_PATH"].split(":") if p]
-_gpu = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu")
-GpuState = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils._gpustate").GpuState
+_query = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query")
+GpuState = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state").GpuState
 
 REPS = int(os.environ.get("REPS", "9"))
 HOLD = ("import torch, time; x = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); x.fill_(1); "
@@ -53,8 +53,8 @@ def main():
                 holder = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True)
                 if holder.stdout.readline().strip() != "ready":
                     sys.exit("the CUDA holder did not start")
-            out["%s: bare --query-gpu" % state] = median_of(lambda: bare(_gpu.query_gpu_argv("nvidia-smi")))[0]
-            out["%s: bare --query-compute-apps" % state] = median_of(lambda: bare(_gpu.query_apps_argv("nvidia-smi")))[0]
+            out["%s: bare --query-gpu" % state] = median_of(lambda: bare(_query.query_gpu_argv("nvidia-smi")))[0]
+            out["%s: bare --query-compute-apps" % state] = median_of(lambda: bare(_query.query_apps_argv("nvidia-smi")))[0]
             for vantage in ("node", "container"):
                 sec, snap = median_of(lambda v=vantage: GpuState(backend="nvidia-smi", nvidia_smi="nvidia-smi", vantage=v).snapshot())
                 holders = [(p["pid"], p["used_memory_mib"]) for g in snap["gpus"] for p in g["processes"]]

@@ -230,8 +230,8 @@ def med(xs):
 def cmd_bench():
     """The module against the bare nvidia-smi calls it replaces, in the same run."""
     sys.path[:0] = [p for p in os.environ["ANSIBLE_COLLECTIONS_PATH"].split(":") if p]
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils import _gpu
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpustate import GpuState
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
     vantage = EXTRA.get("vantage", "auto")
     patterns = EXTRA.get("device_patterns")
     t = {"bare_query_gpu": [], "bare_query_apps": [], "bare_pair": [], "module_inprocess_nvidia_smi": [],
@@ -251,14 +251,14 @@ def cmd_bench():
         a = time.monotonic()
         s.snapshot()
         t["module_inprocess_nvidia_smi"].append(time.monotonic() - a)
-    nvml = _gpu.import_pynvml()
+    nvml = _query.import_pynvml()
     if nvml is not None:
         for _i in range(REPS):
             s = GpuState(backend="nvml", vantage=vantage, device_patterns=patterns)
             a = time.monotonic()
             try:
                 s.snapshot()
-            except _gpu.GpuError as exc:
+            except _query.GpuError as exc:
                 t["nvml_error"] = str(exc)
                 break
             t["module_inprocess_nvml"].append(time.monotonic() - a)

@@ -4,11 +4,11 @@
 """Property-based tests of every parser: arbitrary input never crashes or hangs, what the
 real tools write is read back exactly, and input that cannot be read is a clear error.
 
-The parsers: nvidia-smi's CSV (module_utils/_gpu), `pct list` / `pct config` and what the
+The parsers: nvidia-smi's CSV (module_utils/gpu/_query), `pct list` / `pct config` and what the
 inventory makes of them (inventory/proxmox_lxc), dist-info directory names, METADATA,
 RECORD, requirements and lock files, version labels and CUDA name families (_dist, _cuda),
 ELF DT_NEEDED (_elf), /proc's stat, status and cgroup files and the driver's information
-files (_gpuproc), pyvenv.cfg and .pth files, the lock file (_hostlock), the cache
+files (_proc), pyvenv.cfg and .pth files, the lock file (_hostlock), the cache
 fingerprint marker (_torch_cache), the training log's throughput lines (throughput), and
 the scope's patterns and tmux session names.
 
@@ -32,15 +32,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils import (
-    _cuda,
-    _dist,
-    _elf,
-    _gpu,
-    _gpuproc,
-    _hostlock,
-    _torch_cache,
-)
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache import _torch_cache
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common import _hostlock
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist, _elf
 from ansible_collections.gpufleet.hygiene.plugins.modules import throughput
 
 # A hang bound, not a speed check: an example takes milliseconds.
@@ -176,10 +172,10 @@ def test_elf_any_bytes(tmp_path_factory, data):
 @SETTINGS
 @given(st.one_of(ANY_TEXT, PATHOLOGICAL))
 def test_nvidia_smi_any_text(text):
-    for parse in (_gpu.parse_gpus, _gpu.parse_apps):
+    for parse in (_query.parse_gpus, _query.parse_apps):
         try:
             rows = parse(text)
-        except _gpu.GpuParseError as exc:
+        except _query.GpuParseError as exc:
             assert str(exc).startswith("nvidia-smi returned")  # says what it got, and in which line
             continue
         assert isinstance(rows, list)
@@ -194,7 +190,7 @@ GPU_NAME = st.from_regex(r"\A[A-Za-z0-9 ,()_-]{1,40}\Z").map(str.strip).filter(b
 def test_nvidia_smi_gpu_rows_round_trip(gpus):
     lines = ["%d, GPU-%08d, %s, %d, %d, %s" % (i, i, name, used, total, util)
              for i, (name, used, total, util) in enumerate(gpus)]
-    parsed = _gpu.parse_gpus("\n".join(lines) + "\n")
+    parsed = _query.parse_gpus("\n".join(lines) + "\n")
     assert [g["name"] for g in parsed] == [name for name, _u, _t, _p in gpus]
     assert [g["utilization_pct"] for g in parsed] == [None if u == "[N/A]" else u for _n, _u, _t, u in gpus]
 
@@ -210,7 +206,7 @@ PROC_NAME = st.from_regex(r"\A[A-Za-z0-9 ,/._()\[\]-]{1,60}\Z").map(str.strip).f
 def test_nvidia_smi_app_rows_round_trip(apps):
     text = "".join("GPU-aaaa, %d, %d MiB, %s\n" % (pid, used, name) for pid, used, name in apps) or \
         "No running processes found\n"
-    parsed = _gpu.parse_apps(text.replace(" MiB", ""))
+    parsed = _query.parse_apps(text.replace(" MiB", ""))
     # nvidia-smi's placeholders ("N/A", "NA", anything in brackets such as "[Not Found]") are
     # no name at all: those come back as None.
     expected = [(pid, used, None if name.upper() in ("N/A", "NA") or (name[0] == "[" and name[-1] == "]") else name)
@@ -227,7 +223,7 @@ COMM = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_ch
 def test_proc_stat_round_trip_with_hostile_comm(comm, state, ppid, started):
     rest = [state, str(ppid)] + ["0"] * 17 + [str(started)] + ["0"] * 30
     text = "4242 (%s) %s\n" % (comm, " ".join(rest))
-    assert _gpuproc.parse_stat(text) == (comm, state, ppid, started)
+    assert _proc.parse_stat(text) == (comm, state, ppid, started)
 
 
 @pytest.fixture(scope="module")
@@ -386,13 +382,13 @@ def test_torch_version_py_any_bytes(tmp_path_factory, data):
 @given(st.one_of(ANY_TEXT, PATHOLOGICAL))
 def test_proc_files_any_text(text):
     with contextlib.suppress(ValueError, IndexError):  # what read_stat() turns into "gone"
-        _gpuproc.parse_stat(text)
-    uid, nspid = _gpuproc.parse_status(text)
+        _proc.parse_stat(text)
+    uid, nspid = _proc.parse_status(text)
     assert uid is None or uid >= 0
     assert all(isinstance(p, int) and p >= 0 for p in nspid)
-    vmid = _gpuproc.vmid_from_cgroup(text)
+    vmid = _proc.vmid_from_cgroup(text)
     assert vmid is None or vmid >= 0
-    minor = _gpuproc.device_minor(text)
+    minor = _proc.device_minor(text)
     assert minor is None or minor >= 0
 
 
@@ -405,7 +401,7 @@ def test_driver_information_files_any_bytes(tmp_path_factory, files):
         d.mkdir(parents=True)
         (d / "information").write_bytes(data)
     try:
-        found = _gpuproc.driver_minor_uuids(str(proc))
+        found = _proc.driver_minor_uuids(str(proc))
     except UnicodeDecodeError:
         pytest.fail("driver_minor_uuids crashed on undecodable bytes")
     assert all(isinstance(m, int) and isinstance(u, str) and u for m, u in found.items())
@@ -417,8 +413,8 @@ def test_scope_patterns_and_session_names_any_text(patterns, session):
     """A pattern is compiled or refused with the reason; one that matches every process and a
     tmux session name that tmux would read as another target are refused."""
     try:
-        scope = _gpuproc.Scope(cmdline=patterns, tmux_session=session)
-    except _gpuproc.ProcError as exc:
+        scope = _proc.Scope(cmdline=patterns, tmux_session=session)
+    except _proc.ProcError as exc:
         msg = str(exc)
         assert msg.startswith(("scope has an invalid regular expression", "scope.cmdline pattern", "scope.tmux_session"))
         return

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils import _cuda, _dist, _elf
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist, _elf
 
 
 @pytest.mark.parametrize("version, expected", [

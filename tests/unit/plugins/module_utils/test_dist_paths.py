@@ -12,7 +12,7 @@ import tempfile
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils import _dist
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist
 
 SEGMENT = st.one_of(
     st.sampled_from(["..", ".", "", "torch", "lib", "nvidia", "cu13", "a,b", "x y"]),

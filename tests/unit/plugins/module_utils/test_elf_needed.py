@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils import _elf
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _elf
 
 
 def _stub(workdir, filename, soname):

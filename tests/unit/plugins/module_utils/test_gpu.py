@@ -13,8 +13,8 @@ import types
 
 import pytest
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils import _gpu
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import (
     GpuError,
     GpuParseError,
     parse_apps,
@@ -36,7 +36,7 @@ def test_argv_exact():
     assert query_gpu_argv("/usr/bin/nvidia-smi") == GPU_ARGV
     assert query_apps_argv("/usr/bin/nvidia-smi") == APPS_ARGV
     # the free-text field is last, whatever else is asked
-    assert _gpu.QUERY_APP_FIELDS[-1] == "process_name"
+    assert _query.QUERY_APP_FIELDS[-1] == "process_name"
 
 
 @pytest.mark.parametrize("line, n, free, expected", [
@@ -116,7 +116,7 @@ class FakePopen(object):
 @pytest.fixture
 def fake_smi(monkeypatch):
     FakePopen.calls = []
-    monkeypatch.setattr(_gpu.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(_query.subprocess, "Popen", FakePopen)
     return FakePopen
 
 

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils import _gpuproc
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import (
     ProcError,
     Scope,
     ancestors,
@@ -184,7 +184,7 @@ def test_terminate_gone_and_zombie(gpu):
 
 
 def test_terminate_without_pidfd(gpu, monkeypatch):
-    monkeypatch.delattr(_gpuproc.os, "pidfd_open", raising=False)
+    monkeypatch.delattr(_proc.os, "pidfd_open", raising=False)
     _state, trainers = gpu
     p = trainers.start()
     assert terminate([_target(p)], grace=2)[p.pid]["outcome"] == "terminated"
@@ -244,8 +244,8 @@ def _fake_stat_proc(tmp_path, pid, state, wchan):
 
 def test_stuck_text_names_state_d_and_where_it_waits(tmp_path):
     proc = _fake_stat_proc(tmp_path, 77, "D", "__refrigerator")
-    assert _gpuproc.stuck_text(77, proc) == "state D (uninterruptible sleep, in __refrigerator)"
+    assert _proc.stuck_text(77, proc) == "state D (uninterruptible sleep, in __refrigerator)"
     assert describe(77, proc)["state"] == "D"
     other = _fake_stat_proc(tmp_path, 78, "S", "do_select")
-    assert _gpuproc.stuck_text(78, other) == ""
-    assert _gpuproc.stuck_text(79, other) == ""  # gone
+    assert _proc.stuck_text(78, other) == ""
+    assert _proc.stuck_text(79, other) == ""  # gone

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import types
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._results import diff_only_in_diff_mode, warnings_to_module
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._results import diff_only_in_diff_mode, warnings_to_module
 
 
 def test_diff_kept_only_in_diff_mode():

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from cachetree import INDUCTOR_TREE, TRITON_TREE, holder, make_tree, snapshot
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._torch_cache import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import (
     MARKER,
     CacheError,
     TorchCache,

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from cachetree import install, make_venv, torch_wheels
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._torch_cache import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import (
     CacheError,
     Identity,
     check_root,

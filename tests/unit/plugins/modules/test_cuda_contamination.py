@@ -123,7 +123,7 @@ def test_seed_remediation_removes_exactly_what_was_asked_and_restores_clobbered(
     assert after["integrity"]["ok"], after["integrity"]
     # The restored CUDA 12 libraries are the cu12 bytes again, needing libcudart.so.12.
     site = after["site_dirs"][0]
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils._elf import dt_needed
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._elf import dt_needed
     for path in SHARED_LIBS.values():
         assert "libcudart.so.12" in dt_needed(os.path.join(site, path))
     # Files every nvidia package shares (nvidia/__init__.py) survived the uninstall.

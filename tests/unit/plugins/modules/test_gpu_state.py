@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils import _gpu, _gpuproc, _gpustate
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query, _state
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
 from ansible_collections.gpufleet.hygiene.plugins.modules import gpu_state
 from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
 
@@ -127,7 +128,7 @@ def test_module_result_for_mocked_nvidia_smi(monkeypatch, run_module):
         def communicate(self, timeout=None):
             return self._out, b""
 
-    monkeypatch.setattr(_gpu.subprocess, "Popen", Popen)
+    monkeypatch.setattr(_query.subprocess, "Popen", Popen)
     res = run_module(gpu_state.main, {"nvidia_smi": "/opt/nv/nvidia-smi", "vantage": "node"})
     assert calls == [["/opt/nv/nvidia-smi", "--query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu",
                       "--format=csv,noheader,nounits"],
@@ -161,7 +162,7 @@ def test_nvml_backend_is_used_when_importable(monkeypatch, run_module):
         nvmlDeviceGetComputeRunningProcesses = staticmethod(lambda h: [Proc()])
         nvmlSystemGetProcessName = staticmethod(lambda pid: b"python3")
 
-    monkeypatch.setattr(_gpu, "import_pynvml", lambda: FakeNvml)
+    monkeypatch.setattr(_query, "import_pynvml", lambda: FakeNvml)
     monkeypatch.setattr(gpu_state.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: None)
     res = run_module(gpu_state.main, {"vantage": "node"})
     assert res["backend"] == "nvml"
@@ -195,7 +196,7 @@ def test_hang_is_bounded(rig, run_module):
 
 def test_no_nvidia_smi(tmp_path, run_module, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(_gpu, "import_pynvml", lambda: None)
+    monkeypatch.setattr(_query, "import_pynvml", lambda: None)
     monkeypatch.setattr(gpu_state.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: None)
     res = run_module(gpu_state.main, {})
     assert res["failed"] and "nvidia-smi was not found on PATH" in res["msg"] and "require_gpu=false" in res["msg"]
@@ -322,7 +323,7 @@ def test_idle_never_signals_its_own_process(rig, run_module):
     fd = os.open(dev, os.O_RDONLY)
     me = os.getpid()
     with open(os.path.join(rig.state, "claims", "%d.json" % me), "w") as f:
-        json.dump({"pid": me, "start_time": _gpuproc.start_time(me), "gpu": 0, "mib": 700,
+        json.dump({"pid": me, "start_time": _proc.start_time(me), "gpu": 0, "mib": 700,
                    "device": os.path.realpath(dev)}, f)
     try:
         res = run_module(gpu_state.main, rig.args(vantage="node", state="idle", timeout=0.2,
@@ -339,7 +340,7 @@ def test_idle_never_signals_its_own_process(rig, run_module):
 def test_idle_pid_reuse_guard(rig, run_module, monkeypatch):
     """Between choosing a holder and signalling it, its PID comes to name another process."""
     p = rig.trainers.start(gpu=0, mib=2000)
-    real = _gpuproc.read_stat
+    real = _proc.read_stat
 
     def reused(pid, proc="/proc"):
         st = real(pid, proc)
@@ -347,9 +348,9 @@ def test_idle_pid_reuse_guard(rig, run_module, monkeypatch):
             return st[:3] + (st[3] + 12345,)
         return st
 
-    monkeypatch.setattr(_gpuproc, "read_stat", reused)
+    monkeypatch.setattr(_proc, "read_stat", reused)
     # describe() (choosing) reads the true start time; terminate() sees the "new" one
-    monkeypatch.setattr(_gpustate, "describe", _describe_with(real))
+    monkeypatch.setattr(_state, "describe", _describe_with(real))
     res = run_module(gpu_state.main, rig.args(state="idle", scope={"cmdline": ["train_dflash"]}, timeout=0.2))
     [t] = res["terminated"]
     assert (t["pid"], t["signals"], t["outcome"]) == (p.pid, [], "pid_reused")
@@ -359,15 +360,15 @@ def test_idle_pid_reuse_guard(rig, run_module, monkeypatch):
 
 
 def _describe_with(read_stat):
-    original = _gpuproc.describe
+    original = _proc.describe
 
     def describe(pid, proc="/proc"):
-        saved = _gpuproc.read_stat
-        _gpuproc.read_stat = read_stat
+        saved = _proc.read_stat
+        _proc.read_stat = read_stat
         try:
             return original(pid, proc)
         finally:
-            _gpuproc.read_stat = saved
+            _proc.read_stat = saved
     return describe
 
 

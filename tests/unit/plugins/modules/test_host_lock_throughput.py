@@ -52,7 +52,7 @@ def test_two_processes_race_one_wins(tmp_path):
     """Real concurrent processes: exactly one takes the lock."""
     path = str(tmp_path / "lock")
     code = ("import sys; sys.path.insert(0, %r)\n"
-            "from ansible_collections.gpufleet.hygiene.plugins.module_utils._hostlock import acquire, LockError\n"
+            "from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._hostlock import acquire, LockError\n"
             "try:\n    acquire(%r, sys.argv[1], 60, 0); print('won')\nexcept LockError:\n    print('lost')\n"
             % (os.path.join(os.getcwd(), ".ansible", "collections"), path))
     # A lock that existed before its content was written looked garbled to a racing run, which
@@ -135,7 +135,7 @@ def test_full_filesystem_leaves_no_empty_lock(run_module, tmp_path, monkeypatch)
     """The file is created, its content refused (ENOSPC): no empty lock stays behind."""
     import errno
 
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils import _hostlock
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.common import _hostlock
 
     def full(_info, _f):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -15,7 +15,7 @@ import pytest
 from cuda_fixtures import make_venv
 from wheelmaker import build_wheel
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import canonical_name
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import canonical_name
 from ansible_collections.gpufleet.hygiene.plugins.modules import pip_inventory
 
 UV = shutil.which("uv", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))

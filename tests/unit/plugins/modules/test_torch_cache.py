@@ -16,7 +16,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 from cachetree import INDUCTOR_TREE, TRITON_TREE, holder, install, make_tree, make_venv, snapshot, torch_wheels
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._torch_cache import MARKER
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import MARKER
 from ansible_collections.gpufleet.hygiene.plugins.modules import torch_cache
 
 

@@ -17,8 +17,8 @@ import shutil
 import tempfile
 import time
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import reference, scan
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import reference, scan
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import (
     DistError,
     canonical_name,
     environment_site_dirs,
@@ -28,7 +28,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import (
     valid_version,
     venv_python,
 )
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._pkgtool import Installer, shell_join
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import Installer, shell_join
 
 
 class RemediationError(Exception):

@@ -32,8 +32,8 @@ import re
 import sys
 
 PACKAGE = "ansible_collections.gpufleet.hygiene.plugins.module_utils"
-ENTRY = PACKAGE + "._fanout"
-READER = PACKAGE + "._readiness"
+ENTRY = PACKAGE + ".transport._bootstrap"
+READER = PACKAGE + ".readiness._readiness"
 RESULT_MARK = "GPUFLEET-READINESS "
 # Where the readiness module would look for nvidia-smi (AnsibleModule.get_bin_path: PATH, then these).
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
@@ -86,7 +86,7 @@ def _boot():
 _boot()
 """
 
-_IMPORT = re.compile(r"^\s*from ansible_collections\.gpufleet\.hygiene\.plugins\.module_utils\.(_\w+) import", re.MULTILINE)
+_IMPORT = re.compile(r"^\s*from ansible_collections\.gpufleet\.hygiene\.plugins\.module_utils\.((?:[a-z]\w*\.)*_\w+) import", re.MULTILINE)
 
 
 # ----------------------------------------------------------------------------- on the node

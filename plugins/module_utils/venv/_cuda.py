@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import canonical_name, file_digest
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._elf import dt_needed
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import canonical_name, file_digest
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._elf import dt_needed
 
 # Name families, kept as data: (regular expression on the canonical name, what it is).
 # The named group ``cuda`` holds the digits: "12" is CUDA 12, "128" is CUDA 12.8.

@@ -6,7 +6,7 @@
 """The readiness module's logic: the five reads of one container and the verify role's verdicts.
 
 Shared by the readiness module (run in the container by Ansible) and node_readiness (run on a
-Proxmox VE node, which starts this code in each of its containers, see _fanout). Nothing here
+Proxmox VE node, which starts this code in each of its containers, see transport._bootstrap). Nothing here
 imports ansible.module_utils: ``run(argv) -> (rc, stdout, stderr)`` and ``which(name)`` are given.
 
 Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
@@ -17,14 +17,14 @@ from __future__ import annotations
 import re
 import threading
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._contamination import Contamination, RemediationError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import CudaError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import DistError, inventory
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu import GpuError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import ProcError, Scope, find_processes
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpustate import GpuState, no_gpu_result
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._pkgtool import PkgToolError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._torch_cache import CACHE_NAMES, CacheError, TorchCache
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import CACHE_NAMES, CacheError, TorchCache
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import GpuError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState, no_gpu_result
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import ProcError, Scope, find_processes
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination, RemediationError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import CudaError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError, inventory
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import PkgToolError
 
 # The readiness module's options (node_readiness takes the same, per container).
 ARGUMENT_SPEC = dict(

@@ -30,11 +30,11 @@ import pwd
 import re
 import stat
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._cuda import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import (
     read_torch_version_py,
     torch_reference,
 )
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._dist import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import (
     environment_site_dirs,
     iter_distributions,
     venv_python,

@@ -1,7 +1,7 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""_fanout: the bootstrap a container's Python runs, fed over stdin, in a real subprocess."""
+"""_bootstrap: the bootstrap a container's Python runs, fed over stdin, in a real subprocess."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import json
 import subprocess
 import sys
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils import _fanout, _readiness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.transport import _bootstrap
 
 ARGS = {"job_patterns": [], "job_users": [], "require_gpu": False, "threshold_mib": 64, "nvidia_smi": "/nonexistent/nvidia-smi",
         "command_timeout": 5.0, "device_patterns": ["/dev/nvidia*"], "venv": None, "expected_cuda": None, "baseline": None,
@@ -17,31 +18,31 @@ ARGS = {"job_patterns": [], "job_users": [], "require_gpu": False, "threshold_mi
 
 
 def run_bootstrap(data):
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", _fanout.LAUNCHER], input=data, stdout=subprocess.PIPE,
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", _bootstrap.LAUNCHER], input=data, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
-    return _fanout.parse_output(proc.stdout.decode())
+    return _bootstrap.parse_output(proc.stdout.decode())
 
 
 def test_the_payload_holds_exactly_what_the_reads_import():
-    sources = _fanout.module_sources(_fanout.loaded_source)
+    sources = _bootstrap.module_sources(_bootstrap.loaded_source)
     short = sorted(name.rsplit(".", 1)[1] for name in sources)
-    assert short == ["_contamination", "_cuda", "_dist", "_elf", "_fanout", "_gpu", "_gpuproc", "_gpustate", "_pkgtool",
-                     "_readiness", "_torch_cache"]
+    assert short == ["_bootstrap", "_contamination", "_cuda", "_dist", "_elf", "_pkgtool", "_proc", "_query", "_readiness",
+                     "_state", "_torch_cache"]
     # Nothing of Ansible travels or is needed in the container.
     assert not any("from ansible.module_utils" in src or "import ansible." in src for src in sources.values())
 
 
 def test_bytecode_or_source_the_result_is_the_one_read_gives():
-    entries, blob = _fanout.module_blobs(_fanout.module_sources(_fanout.loaded_source))
-    same = _fanout.payload(entries, blob, ARGS, False)
+    entries, blob = _bootstrap.module_blobs(_bootstrap.module_sources(_bootstrap.loaded_source))
+    same = _bootstrap.payload(entries, blob, ARGS, False)
     boot, head_line, rest = same.split(b"\n", 2)
-    assert json.loads(boot) == _fanout.BOOTSTRAP  # the launcher's first line: the bootstrap itself
+    assert json.loads(boot) == _bootstrap.BOOTSTRAP  # the launcher's first line: the bootstrap itself
     head = json.loads(head_line)
-    assert head["entry"] == _fanout.ENTRY and head["check_mode"] is False
+    assert head["entry"] == _bootstrap.ENTRY and head["check_mode"] is False
     head["magic"] = "00000000"  # another Python version: the container compiles the sources itself
     other = boot + b"\n" + json.dumps(head).encode() + b"\n" + rest
-    here = _readiness.read(dict(ARGS), _fanout._run, _fanout._which)
+    here = _readiness.read(dict(ARGS), _bootstrap._run, _bootstrap._which)
     for data in (same, other):
         got = run_bootstrap(data)
         assert got["checks"] == here["checks"] and got["ready"] is True
@@ -49,18 +50,18 @@ def test_bytecode_or_source_the_result_is_the_one_read_gives():
 
 
 def test_a_crash_in_the_container_is_a_result_not_a_traceback():
-    entries, blob = _fanout.module_blobs(_fanout.module_sources(_fanout.loaded_source))
+    entries, blob = _bootstrap.module_blobs(_bootstrap.module_sources(_bootstrap.loaded_source))
     broken = dict(ARGS)
     del broken["threshold_mib"]  # read() needs every option: a KeyError inside the container
-    got = run_bootstrap(_fanout.payload(entries, blob, broken, False))
+    got = run_bootstrap(_bootstrap.payload(entries, blob, broken, False))
     assert got["failed"] is True and got["msg"] == "readiness failed in the container: KeyError: 'threshold_mib'"
     assert "Traceback" in got["exception"]
 
 
 def test_attach_argv_is_a_list_with_the_vmid_as_one_word():
-    assert _fanout.attach_argv(101, "/usr/bin/python3") == ["pct", "exec", "101", "--", "/usr/bin/python3", "-I", "-B", "-c", _fanout.LAUNCHER]
-    assert "\n" not in _fanout.LAUNCHER  # one line in ps
-    argv = _fanout.attach_argv(101, "/usr/bin/python3", method="lxc-attach", lxc_path="/var/lib/lxc x")
+    assert _bootstrap.attach_argv(101, "/usr/bin/python3") == ["pct", "exec", "101", "--", "/usr/bin/python3", "-I", "-B", "-c", _bootstrap.LAUNCHER]
+    assert "\n" not in _bootstrap.LAUNCHER  # one line in ps
+    argv = _bootstrap.attach_argv(101, "/usr/bin/python3", method="lxc-attach", lxc_path="/var/lib/lxc x")
     assert argv[:6] == ["lxc-attach", "-n", "101", "-P", "/var/lib/lxc x", "--"]
 
 
@@ -75,4 +76,4 @@ def test_a_loader_that_gives_bytes_still_gives_text(monkeypatch):
     module = types.ModuleType("gpufleet_fanout_probe")
     module.__loader__ = BytesLoader()
     monkeypatch.setitem(sys.modules, "gpufleet_fanout_probe", module)
-    assert _fanout.loaded_source("gpufleet_fanout_probe") == "VALUE = 'é'\n"
+    assert _bootstrap.loaded_source("gpufleet_fanout_probe") == "VALUE = 'é'\n"

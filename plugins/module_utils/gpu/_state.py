@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 import time
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpu import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import (
     NO_GPU_KINDS,
     GpuError,
     read_gpus,
 )
-from ansible_collections.gpufleet.hygiene.plugins.module_utils._gpuproc import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import (
     PROC,
     STUCK_ADVICE,
     ProcError,
