@@ -148,8 +148,7 @@ def ansible_env(home, collections=(), extra=None):
     from ~/.ssh/known_hosts only), the repository's collections first, then `collections`."""
     env = dict(os.environ)
     # A controller keeps the bytecode of ansible-core and of the collections it runs; without it
-    # every forked worker compiles each plugin it loads again (about 1 s of CPU per preflight of
-    # 32 containers here), which no user's controller pays.
+    # every forked worker compiles each plugin it loads again, a cost no user's controller pays.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update({
         "HOME": home,

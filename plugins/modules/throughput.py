@@ -31,7 +31,7 @@ options:
         a group named C(unit) holding a V(K) or V(M) multiplier.
       - The default starts a number only where no digit or dot precedes it, and has one place
         for blanks on either side of the unit, so that a log line of thousands of digits or
-        blanks is read in linear time (the obvious pattern takes minutes on one such line).
+        blanks is read in linear time (the obvious pattern backtracks on such a line).
     type: str
     default: '(?<![\d.])(?P<value>\d+(?:\.\d+)?)\s*(?:(?P<unit>[kKM])\s*)?tok(?:ens)?/s'
   samples:
@@ -99,38 +99,10 @@ waited:
   type: float
 """
 
-import math
-import re
-import statistics
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
-# Linear on any text: see the pattern option's description.
-DEFAULT_PATTERN = r"(?<![\d.])(?P<value>\d+(?:\.\d+)?)\s*(?:(?P<unit>[kKM])\s*)?tok(?:ens)?/s"
-_UNITS = {None: 1.0, "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6}
-
-
-def read_tail(path, max_bytes):
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        size = f.tell()
-        f.seek(max(0, size - max_bytes))
-        return f.read().decode("utf-8", "replace"), size > max_bytes
-
-
-def readings(text, regex):
-    values = []
-    for match in regex.finditer(text):
-        groups = match.groupdict()
-        try:
-            value = float(groups.get("value") if "value" in groups else match.group(1))
-        except (TypeError, ValueError, IndexError):
-            continue
-        value *= _UNITS.get(groups.get("unit"), 1.0)
-        if math.isfinite(value):  # 400 digits read as a float are inf: no reading, not a pass
-            values.append(value)
-    return values
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import DEFAULT_PATTERN, Gate
 
 
 def main():
@@ -148,48 +120,11 @@ def main():
         ),
         supports_check_mode=True,
     )
-    p = module.params
     try:
-        regex = re.compile(p["pattern"])
-    except re.error as exc:
-        module.fail_json(msg="pattern %r is not a valid regular expression: %s" % (p["pattern"], exc))
-    if p["samples"] < 1 or p["skip"] < 0 or p["wait"] < 0:
-        module.fail_json(msg="samples must be at least 1, skip and wait at least 0")
-    if p["baseline"] is not None and (p["baseline"] <= 0 or not 0 < p["min_fraction"] <= 1):
-        module.fail_json(msg="baseline must be positive and min_fraction in (0, 1]")
-    floor = max(p["min_value"] or 0.0, (p["baseline"] or 0.0) * p["min_fraction"])
-    need = p["skip"] + p["samples"]
-    start = time.monotonic()
-    values = []
-    while True:
-        try:
-            text, cut = read_tail(p["log"], p["max_bytes"])
-            values = readings(text, regex)
-            if cut:  # the start of the log is not in view: the warm-up readings are not either
-                values = [None] * p["skip"] + values
-        except FileNotFoundError:
-            values = []
-        except OSError as exc:
-            module.fail_json(msg="cannot read log %s: %s" % (p["log"], exc.strerror or exc), floor=floor, passed=False)
-        if len(values) >= need or time.monotonic() - start >= p["wait"]:
-            break
-        time.sleep(1.0)
-    waited = round(time.monotonic() - start, 2)
-    window = [v for v in values[p["skip"]:] if v is not None][-p["samples"]:]
-    if len(window) < p["samples"]:
-        module.fail_json(
-            msg="%s holds %d throughput readings after skipping %d, %d needed, after waiting %ss: is the job "
-                "running and logging, and does pattern match its lines?" % (p["log"], len(window), p["skip"], p["samples"], waited),
-            readings=window, floor=floor, passed=False, waited=waited)
-    median = statistics.median(window)
-    result = dict(changed=False, readings=window, median=median, floor=floor, passed=median >= floor, waited=waited)
-    if not result["passed"]:
-        module.fail_json(
-            msg="throughput %.0f tok/s (median of %d) is below the floor of %.0f tok/s%s" % (
-                median, len(window), floor,
-                " (%.0f%% of the %.0f baseline)" % (p["min_fraction"] * 100, p["baseline"]) if p["baseline"] else ""),
-            **result)
-    module.exit_json(**result)
+        result = Gate(**module.params).run()
+    except GpufleetError as exc:
+        fail(module, exc)
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":

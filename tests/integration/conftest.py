@@ -10,11 +10,11 @@ stopped, pve3 empty) and brought down at the end.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 
 import pytest
+import simfleet  # tests/lib, on pytest's pythonpath (pytest.ini)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FLEET = os.path.join(REPO, "tests", "sim", "fleet")
@@ -27,16 +27,9 @@ PORT = int(os.environ.get("GPUFLEET_SIM_PORT", "2222"))  # the session fleet's n
 
 @pytest.fixture(scope="session")
 def fleet():
-    if os.path.exists(STATE):
-        pytest.fail("a simulated fleet is already up at %s: run `tests/sim/fleet down` first" % STATE)
-    subprocess.run([FLEET, "up", "--nodes", "3", "--containers", "2", "--scenario", "mixed"], cwd=REPO, check=True)
-    try:
-        with open(os.path.join(STATE, "fleet.json")) as f:
-            info = json.load(f)
+    with simfleet.running(STATE, nodes=3, containers=2, scenario="mixed") as (info, _env):
         info["client"] = os.path.join(STATE, "client")
         yield info
-    finally:
-        subprocess.run([FLEET, "down"], cwd=REPO, check=True)
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,7 @@ import time
 
 import cuda_fixtures  # tests/lib, on pytest's pythonpath (pytest.ini)
 import pytest
+import simfleet
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -61,27 +62,18 @@ FAULTS = []  # (test, fault) pairs, counted for docs/reliability.md
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.fail("the fault tests need root (privileged LXC containers, sshd, cgroups, mounts)")
-    if os.path.exists(STATE):
-        pytest.fail("%s exists: a previous run left its fleet up (tests/sim/fleet down with GPUFLEET_SIM_STATE=%s)" % (STATE, STATE))
     work = tmp_path_factory.mktemp("faults")
-    env = dict(os.environ, GPUFLEET_SIM_STATE=STATE, GPUFLEET_SIM_INVENTORY=str(work / "inventory"), GPUFLEET_SIM_PORT=PORT)
-    try:
-        subprocess.run([FLEET, "up", "--nodes", "2", "--containers", "2", "--scenario", "incident"], cwd=REPO, env=env,
-                       check=True, timeout=300)
-        with open(os.path.join(STATE, "fleet.json")) as f:
-            info = json.load(f)
-        cts = {}
-        for node in info["nodes"]:
-            for ct in node["containers"]:
-                cts[ct["name"]] = dict(ct, node=node["name"])
-        yield {"env": env, "inventory": str(work / "inventory" / "fleet.yml"), "cts": cts, "work": work}
-    finally:
-        for frozen in glob.glob("/sys/fs/cgroup/freezer/**/gpufleet-faults-stuck", recursive=True):
-            _write(os.path.join(frozen, "freezer.state"), "THAWED")
-        subprocess.run([FLEET, "down"], cwd=REPO, env=env, check=True, timeout=300)
-    assert not os.path.exists(STATE)
+    with simfleet.running(STATE, nodes=2, containers=2, scenario="incident", inventory=work / "inventory", port=PORT,
+                          timeout=300) as (info, env):
+        try:
+            cts = {}
+            for node in info["nodes"]:
+                for ct in node["containers"]:
+                    cts[ct["name"]] = dict(ct, node=node["name"])
+            yield {"env": env, "inventory": str(work / "inventory" / "fleet.yml"), "cts": cts, "work": work}
+        finally:  # a frozen holder is thawed first, or the fleet cannot stop its container
+            for frozen in glob.glob("/sys/fs/cgroup/freezer/**/gpufleet-faults-stuck", recursive=True):
+                _write(os.path.join(frozen, "freezer.state"), "THAWED")
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -106,24 +98,11 @@ def rootfs(fleet, host):
 
 
 def sh(fleet, host, script, check=True, timeout=60):
-    res = subprocess.run(["lxc-attach", "-n", str(fleet["cts"][host]["vmid"]), "-P", lxcpath(fleet, host), "--",
-                          "/bin/sh", "-c", script], text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         timeout=timeout, check=False)
-    if check:
-        assert res.returncode == 0, (host, script, res.stdout, res.stderr)
-    return res.stdout
+    return simfleet.sh(lxcpath(fleet, host), fleet["cts"][host]["vmid"], script, check=check, timeout=timeout)
 
 
 def processes(fleet, host):
-    """{pid: cmdline} of every process in the container, as it sees them."""
-    # One line per process: a command line's NULs and newlines (python -c '<program>') become spaces.
-    out = sh(fleet, host, "for d in /proc/[0-9]*; do printf '%s ' ${d#/proc/}; tr '\\0\\n' '  ' <$d/cmdline 2>/dev/null; echo; done")
-    procs = {}
-    for line in out.splitlines():
-        pid, _sep, cmd = line.partition(" ")
-        if cmd.strip() and "for d in /proc" not in cmd and not cmd.startswith("tr "):
-            procs[int(pid)] = cmd.strip()
-    return procs
+    return simfleet.processes(lxcpath(fleet, host), fleet["cts"][host]["vmid"])
 
 
 def jobs(fleet, host):

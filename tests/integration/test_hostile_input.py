@@ -35,10 +35,10 @@ import subprocess
 import inputcounts
 import nothinglost
 import pytest
+import simfleet
 from cuda_fixtures import SEED_ADDED, SHARED_LIBS
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-FLEET = os.path.join(REPO, "tests", "sim", "fleet")
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 ROLE_PLAYBOOK = os.path.join(REPO, "tests", "integration", "targets", "hostile_input", "role.yml")
 STATE = os.path.abspath(os.environ.get("GPUFLEET_HOSTILE_STATE", "/var/tmp/gpufleet-sim-hostile"))
@@ -85,35 +85,21 @@ DECOY_FILES = ("/home/u/train_dflash.py.bak", "/home/u/train_dflash.py", "/home/
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.fail("the simulated fleet needs root (privileged LXC containers, sshd)")
-    if os.path.exists(STATE):
-        pytest.fail("%s exists: a previous run left its fleet up (tests/sim/fleet down with GPUFLEET_SIM_STATE=%s)" % (STATE, STATE))
     work = tmp_path_factory.mktemp("hostile")
-    env = dict(os.environ, GPUFLEET_SIM_STATE=STATE, GPUFLEET_SIM_INVENTORY=str(work / "inventory"))
-    try:
-        subprocess.run([FLEET, "up", "--nodes", "1", "--containers", "2", "--scenario", "incident", "--port", PORT],
-                       cwd=REPO, env=env, check=True, timeout=600)
-        with open(os.path.join(STATE, "fleet.json")) as f:
-            info = json.load(f)
+    with simfleet.running(STATE, nodes=1, containers=2, scenario="incident", inventory=work / "inventory",
+                          port=PORT) as (info, env):
         info.update(work=work, env=env, inventory=str(work / "inventory" / "fleet.yml"),
-                    lxcpath=os.path.join(STATE, "nodes", "pve1", "lxc"))
+                    lxcpath=simfleet.lxcpath(STATE, "pve1"))
         for vmid in (100, 101):
             sh(info, vmid, DECOY_SETUP % {"cache": CACHE, "log": LOG})
         info["initial"] = {vmid: nothinglost.snapshot(info["lxcpath"], vmid) for vmid in (100, 101)}
         for vmid in (100, 101):
             assert len(decoys(info["initial"][vmid])) == len(DECOY_PROCESSES), info["initial"][vmid]["processes"]
         yield info
-    finally:
-        subprocess.run([FLEET, "down"], cwd=REPO, env=env, check=True)
-    assert not os.path.exists(STATE)
 
 
 def sh(fleet, vmid, script):
-    res = subprocess.run(nothinglost.attach_argv(fleet["lxcpath"], vmid, ["/bin/sh", "-c", script]),
-                         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=False)
-    assert res.returncode == 0, res.stderr
-    return res.stdout
+    return simfleet.sh(fleet["lxcpath"], vmid, script)
 
 
 def decoys(snap):

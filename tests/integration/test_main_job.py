@@ -21,6 +21,7 @@ import subprocess
 
 import cuda_fixtures  # tests/lib, on pytest's pythonpath (pytest.ini)
 import pytest
+import simfleet
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -62,22 +63,11 @@ def by_role(job, role):
 
 
 def sh(node, ct, script):
-    lxcpath = os.path.join(STATE, "nodes", node, "lxc")
-    res = subprocess.run(["lxc-attach", "-n", str(ct["vmid"]), "-P", lxcpath, "--", "/bin/sh", "-c", script],
-                         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=False)
-    assert res.returncode == 0, res.stderr
-    return res.stdout
+    return simfleet.sh(simfleet.lxcpath(STATE, node), ct["vmid"], script)
 
 
 def processes(node, ct):
-    """{pid: cmdline} of every process in the container."""
-    out = sh(node, ct, "for d in /proc/[0-9]*; do printf '%s ' ${d#/proc/}; tr '\\0' ' ' <$d/cmdline; echo; done")
-    procs = {}
-    for line in out.splitlines():
-        pid, _sep, cmd = line.partition(" ")
-        if cmd.strip():
-            procs[int(pid)] = cmd.strip()
-    return procs
+    return simfleet.processes(simfleet.lxcpath(STATE, node), ct["vmid"])
 
 
 def smi(node, ct, query):

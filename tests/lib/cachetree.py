@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 
+from cuda_fixtures import UV
 from wheelmaker import build_wheel
-
-UV = shutil.which("uv", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
 
 INDUCTOR_TREE = {
     "fxgraph/ab/fab12cd/entry": b"x" * 300,

@@ -11,9 +11,14 @@ and each CUDA major's copy of a shared file has different bytes, as the real whe
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 
 from wheelmaker import build_shared_object, build_wheel
+
+# The uv beside the interpreter running the tests (the project's venv), else the one on PATH.
+UV = shutil.which("uv", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
 
 # Installed first: torch cu128 and its CUDA 12 family (as `pip install torch` did).
 SEED_BASE = [
@@ -83,15 +88,22 @@ def _nvidia(outdir, work, name, version, sub, lib_rel, needed=(), tag=""):
     return build_wheel(outdir, name, version, files)
 
 
+def _torch(outdir, work, version, version_py, needed, tag, init="", requires=()):
+    """torch with its torch/version.py and a libtorch_cuda.so linked against needed."""
+    return build_wheel(outdir, "torch", version, {
+        "torch/__init__.py": init,
+        "torch/version.py": version_py,
+        "torch/lib/libtorch_cuda.so": _so(work, "libtorch_cuda.so", needed, tag),
+    }, requires=requires)
+
+
 def build_seed_wheels(outdir, work):
     """Write every wheel of the seed incident into outdir; return {name: path}."""
     os.makedirs(outdir, exist_ok=True)
     w = {}
-    w["torch"] = build_wheel(outdir, "torch", "2.8.0+cu128", {
-        "torch/__init__.py": "__version__ = '2.8.0+cu128'\n",
-        "torch/version.py": "__version__ = '2.8.0+cu128'\ncuda: Optional[str] = '12.8'\n",
-        "torch/lib/libtorch_cuda.so": _so(work, "libtorch_cuda.so", ["libcudart.so.12", "libcublas.so.12"], "torch128"),
-    }, requires=["nvidia-cuda-runtime-cu12==12.8.90", "nvidia-nccl-cu12==2.27.3", "triton==3.4.0"])
+    w["torch"] = _torch(outdir, work, "2.8.0+cu128", "__version__ = '2.8.0+cu128'\ncuda: Optional[str] = '12.8'\n",
+                        ["libcudart.so.12", "libcublas.so.12"], "torch128", init="__version__ = '2.8.0+cu128'\n",
+                        requires=["nvidia-cuda-runtime-cu12==12.8.90", "nvidia-nccl-cu12==2.27.3", "triton==3.4.0"])
     w["nvidia-cuda-runtime-cu12"] = _nvidia(outdir, work, "nvidia-cuda-runtime-cu12", "12.8.90", "cuda_runtime",
                                             "nvidia/cuda_runtime/lib/libcudart.so.12")
     w["nvidia-cublas-cu12"] = _nvidia(outdir, work, "nvidia-cublas-cu12", "12.8.4.1", "cublas", "nvidia/cublas/lib/libcublas.so.12")
@@ -127,11 +139,7 @@ def build_seed_wheels(outdir, work):
 def build_cuda13_wheels(outdir, work):
     os.makedirs(outdir, exist_ok=True)
     w = {}
-    w["torch"] = build_wheel(outdir, "torch", "2.9.0+cu130", {
-        "torch/__init__.py": "",
-        "torch/version.py": "cuda = '13.0'\n",
-        "torch/lib/libtorch_cuda.so": _so(work, "libtorch_cuda.so", ["libcudart.so.13"], "torch130"),
-    })
+    w["torch"] = _torch(outdir, work, "2.9.0+cu130", "cuda = '13.0'\n", ["libcudart.so.13"], "torch130")
     for name, version, lib in (
         ("nvidia-cuda-runtime", "13.0.48", "libcudart.so.13"),
         ("nvidia-cublas", "13.0.0.19", "libcublas.so.13"),
@@ -166,3 +174,16 @@ def install(uv, venv, wheel_dir, names):
     """Install pinned names from wheel_dir with uv, offline, as the seed's session did."""
     subprocess.run([uv, "pip", "install", "--quiet", "--python", os.path.join(venv, "bin", "python"),
                     "--no-index", "--find-links", wheel_dir] + list(names), check=True)
+
+
+def pins(pairs):
+    """name==version requirements of (name, version) pairs."""
+    return ["%s==%s" % p for p in pairs]
+
+
+def make_seed_venv(path, seed_wheels, uv=UV):
+    """The seed's Frankenstein venv, installed in two steps as it happened."""
+    venv = make_venv(path, uv)
+    install(uv, venv, seed_wheels, pins(SEED_BASE))
+    install(uv, venv, seed_wheels, pins(SEED_ADDED))
+    return venv

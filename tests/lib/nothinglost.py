@@ -25,6 +25,8 @@ import json
 import os
 import subprocess
 
+from simfleet import attach_argv
+
 SKIP = ("/proc", "/sys", "/dev", "/usr")
 
 _SCRIPT = r'''
@@ -92,10 +94,6 @@ for py in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
         packages[meta.get("name", info)] = {"version": meta.get("version"), "files": sorted(owned)}
 json.dump({"packages": packages, "processes": procs, "files": files}, sys.stdout)
 '''
-
-
-def attach_argv(lxcpath, vmid, argv):
-    return ["lxc-attach", "-n", str(vmid), "-P", lxcpath, "--"] + list(argv)
 
 
 def snapshot(lxcpath, vmid, venv="/opt/venv", skip=SKIP):

@@ -9,6 +9,8 @@ import json
 import pytest
 from ansible.module_utils import _internal
 from ansible.module_utils.testing import patch_module_args
+from cachetree import torch_wheels
+from cuda_fixtures import build_seed_wheels
 
 
 @pytest.fixture
@@ -38,3 +40,23 @@ def run_module(capsys, monkeypatch):
         return result
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def seed_wheels(tmp_path_factory):
+    """The seed incident's wheels (tests/lib/cuda_fixtures.py), built once: tests only read them."""
+    root = tmp_path_factory.mktemp("seed")
+    build_seed_wheels(str(root / "wheels"), str(root / "work"))
+    return str(root / "wheels")
+
+
+@pytest.fixture(scope="session")
+def wheel_dir(tmp_path_factory):
+    """torch and triton wheels as PyTorch ships them: 2.8.0+cu128 with triton 3.4.0, and two
+    CUDA-13 builds with triton 3.5.0, one labelled (+cu130) and one not (2.9.0, CUDA only in
+    torch/version.py). Built once: tests install them by exact pins and only read them."""
+    d = str(tmp_path_factory.mktemp("torchwheels"))
+    torch_wheels(d, torch="2.8.0+cu128", cuda="12.8", triton="3.4.0")
+    torch_wheels(d, torch="2.8.0+cu130", cuda="13.0", triton="3.5.0")
+    torch_wheels(d, torch="2.9.0", cuda="13.0", triton="3.5.0")  # writes the same triton wheel again
+    return d

@@ -35,9 +35,9 @@ from hypothesis import strategies as st
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache import _torch_cache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common import _hostlock
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _throughput as throughput
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist, _elf
-from ansible_collections.gpufleet.hygiene.plugins.modules import throughput
 
 # A hang bound, not a speed check: an example takes milliseconds.
 NO_HANG = datetime.timedelta(seconds=10)

@@ -10,7 +10,7 @@ import pwd
 import subprocess
 
 import pytest
-from cachetree import install, make_venv, torch_wheels
+from cachetree import install, make_venv
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import (
     CacheError,
@@ -211,14 +211,6 @@ def test_a_symlinked_parent_is_followed_to_the_real_root(tmp_path):
 
 
 # --------------------------------------------------------------------------- fingerprint
-
-
-@pytest.fixture(scope="module")
-def wheel_dir(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("torchwheels"))
-    torch_wheels(d, torch="2.8.0+cu128", cuda="12.8", triton="3.4.0")
-    torch_wheels(d, torch="2.9.0", cuda="13.0", triton="3.5.0")
-    return d
 
 
 def test_fingerprint_follows_real_wheel_changes(tmp_path, wheel_dir):

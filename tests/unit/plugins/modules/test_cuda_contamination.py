@@ -6,8 +6,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import sys
 
 import pytest
 from cuda_fixtures import (
@@ -16,28 +14,18 @@ from cuda_fixtures import (
     SEED_CUDA13,
     SEED_LEFTOVERS,
     SHARED_LIBS,
+    UV,
     build_cuda13_wheels,
-    build_seed_wheels,
     install,
+    make_seed_venv,
     make_venv,
+    pins,
 )
 from wheelmaker import build_shared_object, build_wheel
 
 from ansible_collections.gpufleet.hygiene.plugins.modules import cuda_contamination, pip_inventory
 
-UV = shutil.which("uv", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
 pytestmark = pytest.mark.slow
-
-
-def pins(pairs):
-    return ["%s==%s" % p for p in pairs]
-
-
-@pytest.fixture(scope="session")
-def seed_wheels(tmp_path_factory):
-    root = tmp_path_factory.mktemp("seed")
-    build_seed_wheels(str(root / "wheels"), str(root / "work"))
-    return str(root / "wheels")
 
 
 @pytest.fixture(scope="session")
@@ -50,10 +38,7 @@ def cuda13_wheels(tmp_path_factory):
 @pytest.fixture
 def seed_venv(tmp_path, seed_wheels):
     """The seed's Frankenstein venv, installed in two steps as it happened."""
-    venv = make_venv(str(tmp_path / "venv"), UV)
-    install(UV, venv, seed_wheels, pins(SEED_BASE))
-    install(UV, venv, seed_wheels, pins(SEED_ADDED))
-    return venv
+    return make_seed_venv(str(tmp_path / "venv"), seed_wheels)
 
 
 def inventory(run_module, venv, **kw):

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import Gate, read_tail
 from ansible_collections.gpufleet.hygiene.plugins.modules import host_lock, throughput
 
 
@@ -129,6 +131,39 @@ def test_throughput_bad_input(run_module, tmp_path, args, message):
 def test_throughput_missing_log_names_the_problem(run_module, tmp_path):
     result = run_module(throughput.main, {"log": str(tmp_path / "none.log"), "wait": 1})
     assert result["failed"] and "holds 0 throughput readings" in result["msg"]
+
+
+def test_throughput_unreadable_log_fails_with_the_floor(run_module, tmp_path):
+    result = run_module(throughput.main, {"log": str(tmp_path), "min_value": 100})
+    assert result["failed"] and result["msg"].startswith("cannot read log %s: " % tmp_path)
+    assert result["floor"] == 100.0 and result["passed"] is False
+
+
+def test_gate_on_a_cut_log_counts_the_warm_up_as_out_of_view(tmp_path):
+    """Only the end of the log is read: its first readings (the warm-up) are not in the window."""
+    log = tmp_path / "train.log"
+    log.write_text(LOG)
+    tail = "".join(LOG.splitlines(keepends=True)[-3:])
+    assert read_tail(str(log), len(tail)) == (tail, True)
+    assert read_tail(str(log), 1 << 20) == (LOG, False)
+    result = Gate(str(log), samples=3, skip=2, max_bytes=len(tail)).run()
+    assert result["readings"] == [19900.0, 20400.0, 20000.0]  # skip 2 counted against what was cut
+
+
+def test_gate_waits_on_its_clock_and_fails_with_the_partial_result(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("step 0 5K tok/s\n")
+    now, slept = [0.0], []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    with pytest.raises(GpufleetError) as exc:
+        Gate(str(log), samples=2, wait=3, baseline=1000).run(sleep=sleep, clock=lambda: now[0])
+    assert slept == [1.0, 1.0, 1.0]
+    assert "holds 1 throughput readings after skipping 0, 2 needed, after waiting 3.0s" in exc.value.msg
+    assert exc.value.partial == {"readings": [5000.0], "floor": 900.0, "passed": False, "waited": 3.0}
 
 
 def test_full_filesystem_leaves_no_empty_lock(run_module, tmp_path, monkeypatch):

@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 
 import pytest
-from cuda_fixtures import make_venv
+from cuda_fixtures import UV, make_venv
 from wheelmaker import build_wheel
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import canonical_name
 from ansible_collections.gpufleet.hygiene.plugins.modules import pip_inventory
-
-UV = shutil.which("uv", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
 
 
 @pytest.fixture(scope="module")

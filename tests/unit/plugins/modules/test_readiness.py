@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import time
 
 import pytest
 from cachetree import INDUCTOR_TREE, make_tree
-from cuda_fixtures import SEED_ADDED, SEED_BASE, build_seed_wheels, install, make_venv
+from cuda_fixtures import SEED_BASE, make_seed_venv, pins
 
 from ansible_collections.gpufleet.hygiene.plugins.filter.verify import verify_record
 from ansible_collections.gpufleet.hygiene.plugins.modules import (
@@ -34,15 +33,10 @@ from ansible_collections.gpufleet.hygiene.plugins.modules import (
 )
 from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
 
-UV = shutil.which("uv", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
 pytestmark = pytest.mark.slow
 
 # Differ from one reading to the next by nature (timings), not by what was read.
 VOLATILE = ("query_seconds", "invocation", "warnings")
-
-
-def pins(pairs):
-    return ["%s==%s" % p for p in pairs]
 
 
 def stable(result):
@@ -51,19 +45,10 @@ def stable(result):
     return out
 
 
-@pytest.fixture(scope="module")
-def seed_wheels(tmp_path_factory):
-    root = tmp_path_factory.mktemp("seed")
-    build_seed_wheels(str(root / "wheels"), str(root / "work"))
-    return str(root / "wheels")
-
-
 @pytest.fixture
 def rig(tmp_path, seed_wheels):
     """A container's worth of trouble: the seed's venv, a job holding GPU 1, a stale Inductor cache."""
-    venv = make_venv(str(tmp_path / "venv"), UV)
-    install(UV, venv, seed_wheels, pins(SEED_BASE))
-    install(UV, venv, seed_wheels, pins(SEED_ADDED))
+    venv = make_seed_venv(str(tmp_path / "venv"), seed_wheels)
     state = gpu_standin.make_state(tmp_path / "gpu", gpus=2, release_delay=0.2)
     smi = gpu_standin.install_nvidia_smi(tmp_path / "bin", state)
     trainers = gpu_standin.Trainers(state)

@@ -14,18 +14,10 @@ import tempfile
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from cachetree import INDUCTOR_TREE, TRITON_TREE, holder, install, make_tree, make_venv, snapshot, torch_wheels
+from cachetree import INDUCTOR_TREE, TRITON_TREE, holder, install, make_tree, make_venv, snapshot
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import MARKER
 from ansible_collections.gpufleet.hygiene.plugins.modules import torch_cache
-
-
-@pytest.fixture(scope="module")
-def wheel_dir(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("torchwheels"))
-    torch_wheels(d, torch="2.8.0+cu128", cuda="12.8", triton="3.4.0")
-    torch_wheels(d, torch="2.8.0+cu130", cuda="13.0", triton="3.5.0")
-    return d
 
 
 @pytest.fixture

@@ -1,0 +1,107 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The training job's throughput gate: readings from the end of its log, their median, a floor.
+
+The gate judges only what the launched run wrote: it reads the end of the log, skips the
+warm-up readings and takes the median of the last ones, so one slow step passes and a run
+that is slow throughout (a venv mixing two CUDA majors) fails.
+
+Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+
+# A number starts only where no digit or dot precedes it, with one place for blanks on either
+# side of the unit: linear on any line (the obvious pattern backtracks on long runs of digits).
+DEFAULT_PATTERN = r"(?<![\d.])(?P<value>\d+(?:\.\d+)?)\s*(?:(?P<unit>[kKM])\s*)?tok(?:ens)?/s"
+_UNITS = {None: 1.0, "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6}
+
+
+def read_tail(path, max_bytes):
+    """The last max_bytes of the file, decoded, and whether its start was cut off."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(max(0, size - max_bytes))
+        return f.read().decode("utf-8", "replace"), size > max_bytes
+
+
+def readings(text, regex):
+    """Every finite reading the pattern finds in text, in tokens per second, in order."""
+    values = []
+    for match in regex.finditer(text):
+        groups = match.groupdict()
+        try:
+            value = float(groups.get("value") if "value" in groups else match.group(1))
+        except (TypeError, ValueError, IndexError):
+            continue
+        value *= _UNITS.get(groups.get("unit"), 1.0)
+        if math.isfinite(value):  # hundreds of digits read as a float are inf: no reading, not a pass
+            values.append(value)
+    return values
+
+
+class Gate:
+    """The options of the throughput module, checked; run() waits for the readings and judges them."""
+
+    def __init__(self, log, pattern=DEFAULT_PATTERN, samples=5, skip=0, wait=0, min_value=None, baseline=None,
+                 min_fraction=0.9, max_bytes=1048576):
+        try:
+            self.regex = re.compile(pattern)
+        except re.error as exc:
+            raise GpufleetError("pattern %r is not a valid regular expression: %s" % (pattern, exc)) from exc
+        if samples < 1 or skip < 0 or wait < 0:
+            raise GpufleetError("samples must be at least 1, skip and wait at least 0")
+        if baseline is not None and (baseline <= 0 or not 0 < min_fraction <= 1):
+            raise GpufleetError("baseline must be positive and min_fraction in (0, 1]")
+        self.log, self.samples, self.skip, self.wait, self.max_bytes = log, samples, skip, wait, max_bytes
+        self.baseline, self.min_fraction = baseline, min_fraction
+        self.floor = max(min_value or 0.0, (baseline or 0.0) * min_fraction)
+
+    def _read(self):
+        try:
+            text, cut = read_tail(self.log, self.max_bytes)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise GpufleetError("cannot read log %s: %s" % (self.log, exc.strerror or exc),
+                                partial=dict(floor=self.floor, passed=False)) from exc
+        values = readings(text, self.regex)
+        if cut:  # the start of the log is not in view: the warm-up readings are not either
+            values = [None] * self.skip + values
+        return values
+
+    def run(self, sleep=time.sleep, clock=time.monotonic):
+        """The result (readings, median, floor, passed, waited); GpufleetError with it when the gate fails."""
+        start = clock()
+        while True:
+            values = self._read()
+            if len(values) >= self.skip + self.samples or clock() - start >= self.wait:
+                break
+            sleep(1.0)
+        waited = round(clock() - start, 2)
+        window = [v for v in values[self.skip:] if v is not None][-self.samples:]
+        if len(window) < self.samples:
+            raise GpufleetError(
+                "%s holds %d throughput readings after skipping %d, %d needed, after waiting %ss: is the job "
+                "running and logging, and does pattern match its lines?" % (self.log, len(window), self.skip, self.samples, waited),
+                partial=dict(readings=window, floor=self.floor, passed=False, waited=waited))
+        median = statistics.median(window)
+        result = dict(readings=window, median=median, floor=self.floor, passed=median >= self.floor, waited=waited)
+        if not result["passed"]:
+            raise GpufleetError(
+                "throughput %.0f tok/s (median of %d) is below the floor of %.0f tok/s%s" % (
+                    median, len(window), self.floor,
+                    " (%.0f%% of the %.0f baseline)" % (self.min_fraction * 100, self.baseline) if self.baseline else ""),
+                partial=dict(result, changed=False))
+        return result

@@ -1,0 +1,77 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The simulated fleet (tests/sim/fleet) as the integration tests use it.
+
+running() brings a fleet up for a session or a test module and always brings it down;
+sh() and processes() look inside a container as an operator on its node would, through
+lxc-attach, so what they see is the container's own /proc and file system.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+FLEET = os.path.join(REPO, "tests", "sim", "fleet")
+
+
+def lxcpath(state, node):
+    """The LXC path of one node of the fleet in state."""
+    return os.path.join(state, "nodes", node, "lxc")
+
+
+def attach_argv(lxcpath, vmid, argv):
+    return ["lxc-attach", "-n", str(vmid), "-P", lxcpath, "--"] + list(argv)
+
+
+def sh(lxcpath, vmid, script, check=True, timeout=60):
+    """Run a shell script in the container; its stdout (the exit status asserted unless check=False)."""
+    res = subprocess.run(attach_argv(lxcpath, vmid, ["/bin/sh", "-c", script]), text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
+    if check:
+        assert res.returncode == 0, (vmid, script, res.stdout, res.stderr)
+    return res.stdout
+
+
+def processes(lxcpath, vmid):
+    """{pid: cmdline} of every process in the container, as it sees them, this listing aside."""
+    # One line per process: a command line's NULs and newlines (python -c '<program>') become spaces.
+    out = sh(lxcpath, vmid, "for d in /proc/[0-9]*; do printf '%s ' ${d#/proc/}; tr '\\0\\n' '  ' <$d/cmdline 2>/dev/null; echo; done")
+    procs = {}
+    for line in out.splitlines():
+        pid, _sep, cmd = line.partition(" ")
+        if cmd.strip() and "for d in /proc" not in cmd and not cmd.startswith("tr "):
+            procs[int(pid)] = cmd.strip()
+    return procs
+
+
+@contextlib.contextmanager
+def running(state, nodes, containers, scenario, inventory=None, port=None, timeout=600):
+    """Bring a fleet up in state (its inventory in the directory inventory, else inventory/sim/)
+    and yield (its fleet.json, the environment to run against it); bring it down at the end,
+    also when it failed to come up."""
+    if os.geteuid() != 0:
+        pytest.fail("the simulated fleet needs root (privileged LXC containers, sshd, cgroups, mounts)")
+    if os.path.exists(state):
+        pytest.fail("%s exists: a previous run left its fleet up (tests/sim/fleet down with GPUFLEET_SIM_STATE=%s)"
+                    % (state, state))
+    env = dict(os.environ, GPUFLEET_SIM_STATE=state)
+    if inventory:
+        env["GPUFLEET_SIM_INVENTORY"] = str(inventory)
+    if port:
+        env["GPUFLEET_SIM_PORT"] = str(port)
+    try:
+        subprocess.run([FLEET, "up", "--nodes", str(nodes), "--containers", str(containers), "--scenario", scenario],
+                       cwd=REPO, env=env, check=True, timeout=timeout)
+        with open(os.path.join(state, "fleet.json")) as f:
+            info = json.load(f)
+        yield info, env
+    finally:
+        subprocess.run([FLEET, "down"], cwd=REPO, env=env, check=True, timeout=timeout)
+    assert not os.path.exists(state), "the fleet left %s behind" % state
