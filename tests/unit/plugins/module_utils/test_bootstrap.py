@@ -71,7 +71,7 @@ def test_a_loader_that_gives_bytes_still_gives_text(monkeypatch):
         def get_source(self, name):
             return "VALUE = 'é'\n".encode("utf-8")
 
-    module = types.ModuleType("gpufleet_fanout_probe")
+    module = types.ModuleType("gpufleet_transport_probe")
     module.__loader__ = BytesLoader()
-    monkeypatch.setitem(sys.modules, "gpufleet_fanout_probe", module)
-    assert _bootstrap.loaded_source("gpufleet_fanout_probe") == "VALUE = 'é'\n"
+    monkeypatch.setitem(sys.modules, "gpufleet_transport_probe", module)
+    assert _bootstrap.loaded_source("gpufleet_transport_probe") == "VALUE = 'é'\n"
