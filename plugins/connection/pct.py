@@ -75,9 +75,14 @@ options:
     description:
       - Proxmox VE ID of the container, an integer from 100 to 999999999.
       - Anything else (text that is not only digits, a float, a boolean) is refused.
+      - The inventory variable is C(ansible_pct_vmid), which the P(gpufleet.hygiene.proxmox_lxc#inventory) inventory
+        plugin sets; C(pve_vmid) and C(gpufleet_vmid) are read too, as aliases that older inventories use.
+        When several are set, C(ansible_pct_vmid) wins.
     type: raw
     required: true
     vars:
+      - name: gpufleet_vmid
+      - name: pve_vmid
       - name: ansible_pct_vmid
   method:
     description:
@@ -291,28 +296,16 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.connection import ConnectionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._pve import VMID_MAX, VMID_MIN, parse_vmid
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 
 display = Display()
-
-_SSH_UNREACHABLE = (
-    "Connection refused", "Connection timed out", "No route to host", "Network is unreachable",
-    "Could not resolve hostname", "Connection closed by", "Connection reset by", "kex_exchange_identification",
-    "Operation timed out",
-)
-_SSH_AUTH = ("Permission denied (", "Too many authentication failures", "No more authentication methods")
-_SSH_HOSTKEY = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED", "No ED25519 host key is known",
-                "host key is known for")
 
 
 def validate_vmid(value):
     """Return the vmid as an int; refuse anything that is not an integer in Proxmox's range."""
-    vmid = parse_vmid(value)
+    vmid = _pct.parse_vmid(value)
     if vmid is None:
-        raise AnsibleOptionsError(
-            "gpufleet.hygiene.pct: vmid must be an integer from %d to %d (ansible_pct_vmid), got %r"
-            % (VMID_MIN, VMID_MAX, value if not isinstance(value, str) else str(value))
-        )
+        raise AnsibleOptionsError("gpufleet.hygiene.pct: %s" % _pct.bad_vmid("vmid", value, "ansible_pct_vmid"))
     return vmid
 
 
@@ -380,26 +373,15 @@ class Connection(ConnectionBase):
             argv.append(remote_command)
         return argv
 
-    def _container_argv(self, argv):
-        """The node-side argv that runs argv inside the container."""
-        vmid = str(self._vmid)
-        if self.get_option("method") == "lxc-attach":
-            head = ["lxc-attach", "-n", vmid]
-            if self.get_option("lxc_path"):
-                head += ["-P", self.get_option("lxc_path")]
-            return head + ["--"] + list(argv)
-        return [self.get_option("pct_path"), "exec", vmid, "--"] + list(argv)
-
-    @staticmethod
-    def _quote(argv):
-        return " ".join(shlex.quote(to_text(a)) for a in argv)
-
     def _in_container(self, argv):
         """ssh argv running argv in the container (or, with run_on=node, on the node itself); the
         single remote string is quoted per argument."""
-        if self.get_option("run_on") == "node":
-            return self._ssh_argv(self._quote(argv))
-        return self._ssh_argv(self._quote(self._container_argv(argv)))
+        if self.get_option("run_on") != "node":
+            argv = _pct.exec_argv(self._vmid, argv, self.get_option("method"), self.get_option("pct_path"), self.get_option("lxc_path"))
+        return self._ssh_argv(_pct.shell_line(argv))
+
+    def _on_node(self, argv):
+        return self._ssh_argv(_pct.shell_line(argv))
 
     def _shell_executable(self):
         return getattr(self._play_context, "executable", None) or "/bin/sh"
@@ -454,7 +436,7 @@ class Connection(ConnectionBase):
             return  # no lock (or no ssh): each connection opens its own master, as ssh would
 
     def _popen(self, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE):
-        display.vvv("PCT EXEC %s" % self._quote(argv), host=self.get_option("node_host"))
+        display.vvv("PCT EXEC %s" % _pct.shell_line(argv), host=self.get_option("node_host"))
         try:
             return subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, bufsize=0)
         except OSError as exc:
@@ -527,72 +509,56 @@ class Connection(ConnectionBase):
 
     # ------------------------------------------------------------------ errors
 
+    def _node_label(self):
+        return "node %s@%s:%s" % (self.get_option("node_user"), self.get_option("node_host"), self.get_option("node_port"))
+
+    def _fail(self, kind, **details):
+        raise AnsibleConnectionFailure("gpufleet.hygiene.pct: " + _pct.message(kind, vmid=self._vmid, node=self._node_label(), **details))
+
     def _raise_for_failure(self, rc, stdout, stderr):
         """Turn the failures of the transport (not of the user's command) into distinct errors."""
         err = to_text(stderr, errors="surrogate_or_replace")
-        node = "%s@%s:%s" % (self.get_option("node_user"), self.get_option("node_host"), self.get_option("node_port"))
-        vmid = str(self._vmid)
-        lines = [line.strip() for line in err.splitlines()]
         # With run_on=node nothing ran through pct or lxc-attach: only ssh's own failures apply.
-        lines_in_container = [] if self.get_option("run_on") == "node" else lines
-        if "container '%s' not running!" % vmid in lines_in_container:
-            raise AnsibleConnectionFailure(
-                "gpufleet.hygiene.pct: container %s on node %s is not running (stopped); start it (pct start %s) and run "
-                "again, or leave it out of the run (--limit)" % (vmid, node, vmid))
-        if any(re.fullmatch(r"Configuration file '[^']*/%s\.conf' does not exist" % vmid, line) for line in lines_in_container):
-            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s does not exist on node %s" % (vmid, node))
-        tool = self.get_option("pct_path") if self.get_option("method") == "pct" else "lxc-attach"
-        missing_tool = re.compile(r"(^|: )%s: (command not found|not found|No such file or directory)$" % re.escape(tool))
-        if rc == 127 and not stdout and any(missing_tool.search(line) for line in lines_in_container):
-            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: %s not found on node %s (is it a Proxmox VE node?)" % (tool, node))
-        if self.get_option("method") == "lxc-attach" and any("Failed to get init pid" in line for line in lines_in_container):
-            self._explain_attach_failure(node, vmid, err)
-        if rc == 255 and not stdout:
-            if any(any(p in line for p in _SSH_HOSTKEY) for line in lines):
-                raise AnsibleConnectionFailure(
-                    "gpufleet.hygiene.pct: host key of node %s is unknown or does not match (host key checking is on): %s" % (node, err.strip()))
-            if any(any(p in line for p in _SSH_AUTH) for line in lines):
-                raise AnsibleConnectionFailure("gpufleet.hygiene.pct: SSH authentication to node %s failed: %s" % (node, err.strip()))
-            if any(any(p in line for p in _SSH_UNREACHABLE) for line in lines):
-                raise AnsibleConnectionFailure("gpufleet.hygiene.pct: node %s is unreachable: %s" % (node, err.strip()))
-        if not stdout and not err.strip() and lines_in_container is lines:
-            self._explain_silent_failure(rc, node, vmid)
+        in_container = self.get_option("run_on") != "node"
+        method, pct_path = self.get_option("method"), self.get_option("pct_path")
+        kind = _pct.enter_failure(self._vmid, rc, stdout, err, method, pct_path) if in_container else None
+        if kind == _pct.ATTACH_REFUSED:
+            kind = self._attach_refused()
+        kind = kind or _pct.ssh_failure(rc, stdout, err)
+        if kind:
+            self._fail(kind, tool=_pct.enter_tool(method, pct_path), detail=err)
+        if not stdout and not err.strip() and in_container:
+            self._explain_silent_failure(rc)
 
-    def _explain_silent_failure(self, rc, node, vmid):
-        """A command failed with no output at all: its transport may have died under it (the
-        node's sshd killed, the node down: ssh exits 255; the container stopped: lxc-attach is
-        killed), or the command failed quietly. Ask the node whether the container runs."""
-        proc = self._popen(self._ssh_argv(self._quote([self.get_option("pct_path"), "status", vmid])))
+    def _status(self, timeout):
+        """(what `pct status` says of the container, its kind of failure, its exit status, its text)."""
+        proc = self._popen(self._on_node(_pct.status_argv(self._vmid, self.get_option("pct_path"))))
         try:
-            out, perr = proc.communicate(timeout=max(5, self.get_option("connect_timeout") * 2))
+            out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            out, perr = b"", b"no answer"
-        text = to_text(out + perr, errors="surrogate_or_replace").strip()
-        if "status: stopped" in text:
-            raise AnsibleConnectionFailure(
-                "gpufleet.hygiene.pct: container %s on node %s stopped during a command (exit status %s, no output); "
-                "what the command had done there is unknown: start it (pct start %s) and run again" % (vmid, node, rc, vmid))
-        if proc.returncode != 0 and rc == 255:
-            raise AnsibleConnectionFailure(
-                "gpufleet.hygiene.pct: the SSH connection to node %s was lost during a command in container %s (ssh "
-                "exited 255 with no output), and the node does not answer now: %s. What the command had done in the "
-                "container is unknown: bring the node's sshd (or the node) back, then run again" % (node, vmid, text or "no output"))
+            out, err = b"", b"no answer"
+        text = to_text(out + err, errors="surrogate_or_replace").strip()
+        return _pct.parse_status(text), _pct.enter_failure(self._vmid, proc.returncode, out, to_text(err)), proc.returncode, text
+
+    def _explain_silent_failure(self, rc):
+        """A command failed with no output at all: its transport may have died under it (the
+        node's sshd killed, the node down: ssh exits 255; the container stopped: lxc-attach is
+        killed), or the command failed quietly. Ask the node whether the container runs."""
+        status, _kind, status_rc, text = self._status(max(5, self.get_option("connect_timeout") * 2))
+        if status == "stopped":
+            self._fail(_pct.STOPPED_DURING, rc=rc)
+        if status_rc != 0 and rc == 255:
+            self._fail(_pct.CONNECTION_LOST, detail=text)
         # The node answers and the container runs: the command's own exit status.
 
-    def _explain_attach_failure(self, node, vmid, err):
+    def _attach_refused(self):
         """lxc-attach says the same for a stopped and a missing container; ask pct which it is."""
-        proc = self._popen(self._ssh_argv(self._quote([self.get_option("pct_path"), "status", vmid])))
-        out, perr = self._communicate(proc)
-        text = to_text(out + perr)
-        if "status: stopped" in text:
-            raise AnsibleConnectionFailure(
-                "gpufleet.hygiene.pct: container %s on node %s is not running (stopped); start it (pct start %s) and run "
-                "again, or leave it out of the run (--limit)" % (vmid, node, vmid))
-        if "does not exist" in text:
-            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: container %s does not exist on node %s" % (vmid, node))
-        raise AnsibleConnectionFailure("gpufleet.hygiene.pct: lxc-attach to container %s on node %s failed: %s" % (vmid, node, err.strip()))
+        status, kind, _rc, _text = self._status(self.get_option("command_timeout") or None)
+        if status == "stopped":
+            return _pct.NOT_RUNNING
+        return kind if kind == _pct.NO_CONTAINER else _pct.ATTACH_FAILED
 
     # ------------------------------------------------------------------ files
 

@@ -14,6 +14,10 @@ description:
     through its node; the nodes become hosts of the C(<group_prefix>nodes) group.
   - Groups by node (C(<prefix>node_<node>)), by status (C(<prefix>running), C(<prefix>stopped))
     and by GPU passthrough (C(<prefix>gpu), C(<prefix>no_gpu)); all containers are in C(<prefix>containers).
+  - Every container gets C(ansible_pct_vmid), its Proxmox VE ID (the connection's O(gpufleet.hygiene.pct#connection:vmid)
+    and the name roles and playbooks read), and C(pve_node), its node's inventory name; C(pve_vmid) holds the
+    same ID as an alias kept for existing C(compose) and C(keyed_groups). Also C(pve_name), C(pve_status),
+    C(pve_lock), C(pve_gpus), C(pve_gpu_indices), C(pve_nvidia_devices) and C(pve_config) (the parsed C(pct config)).
   - A node that cannot be reached (or whose C(pct) fails) is a warning; the containers of the
     other nodes are still returned. Results are cached only when every node answered.
   - Uses a YAML configuration file that ends with C(proxmox_lxc.yml) or C(proxmox_lxc.yaml).
@@ -111,13 +115,13 @@ keyed_groups:
 
 import concurrent.futures
 import re
-import shlex
 
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.display import Display
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._preload import CONNECTION, preload_connection
 
 try:
@@ -130,57 +134,7 @@ else:
 
 display = Display()
 
-_GPU = re.compile(r"^/dev/nvidia(\d+)$")
-_MARK = "@@gpufleet-pct-config"
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?", re.ASCII)
-
-
-def parse_pct_list(text):
-    """Rows of `pct list` as dicts; the header, and blank lines, are skipped."""
-    rows = []
-    for line in text.splitlines():
-        fields = line.split()
-        # A vmid is at most nine digits (Proxmox's 100-999999999); a longer run is no row.
-        if not fields or fields[0] == "VMID" or not (fields[0].isascii() and fields[0].isdigit() and len(fields[0]) <= 9):
-            continue
-        row = {"vmid": int(fields[0]), "status": fields[1] if len(fields) > 1 else "unknown", "lock": "", "name": ""}
-        if len(fields) == 3:
-            row["name"] = fields[2]
-        elif len(fields) >= 4:
-            row["lock"], row["name"] = fields[2], fields[3]
-        rows.append(row)
-    return rows
-
-
-def parse_pct_config(text):
-    """`pct config` as a dict: PVE keys to values, raw lxc.* keys to lists of values."""
-    conf = {}
-    for line in text.splitlines():
-        if ":" not in line or line.startswith("#"):
-            continue
-        key, value = line.split(":", 1)
-        key, value = key.strip(), value.strip()
-        if key.startswith("lxc."):
-            conf.setdefault(key, []).append(value)
-        else:
-            conf[key] = value
-    return conf
-
-
-def nvidia_devices(conf):
-    """Device paths passed through: devN entries (PVE 8.1+) and lxc.mount.entry binds."""
-    devices = []
-    for key, value in conf.items():
-        if re.fullmatch(r"dev\d+", key):
-            devices.append(value.split(",")[0].removeprefix("path="))
-    for entry in conf.get("lxc.mount.entry", []):
-        source = entry.split()[0] if entry.split() else ""
-        devices.append(source)
-    seen = []
-    for dev in devices:
-        if dev.startswith("/dev/nvidia") and dev not in seen:
-            seen.append(dev)
-    return seen
 
 
 def container_host_name(mode, node_name, row, names, node_names=()):
@@ -193,10 +147,6 @@ def container_host_name(mode, node_name, row, names, node_names=()):
     if not name or len(names.get(name, [])) > 1 or name in node_names or not _HOSTNAME.fullmatch(name):
         return "%s-%d" % (node_name, row["vmid"])
     return name
-
-
-def gpu_indices(devices):
-    return sorted(int(m.group(1)) for m in (_GPU.match(d) for d in devices) if m)
 
 
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
@@ -244,25 +194,19 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             client.connect(node["host"], port=node["port"], username=node["user"], key_filename=key,
                            look_for_keys=key is None, allow_agent=key is None,
                            timeout=timeout, banner_timeout=timeout, auth_timeout=timeout)
-            pct = shlex.quote(self.get_option("pct_path"))
-            rc, out, err = self._run(client, "%s list" % pct)
+            pct = self.get_option("pct_path")
+            rc, out, err = self._run(client, _pct.shell_line(_pct.list_argv(pct)))
             if rc != 0:
                 raise AnsibleError("`pct list` failed (rc=%d): %s" % (rc, err.strip()))
-            rows = parse_pct_list(out)
+            rows = _pct.parse_list(out)
             if rows:
-                script = "; ".join("echo %s %d; %s config %d" % (_MARK, r["vmid"], pct, r["vmid"]) for r in rows)
-                rc, out, err = self._run(client, script)
-                configs, current = {}, None
-                for line in out.splitlines():
-                    if line.startswith(_MARK + " "):
-                        current = int(line.split()[1])
-                        configs[current] = []
-                    elif current is not None:
-                        configs[current].append(line)
+                # Every container's config in one round trip.
+                rc, out, err = self._run(client, _pct.configs_line([r["vmid"] for r in rows], pct))
+                configs = _pct.split_configs(out)
                 for row in rows:
                     if row["vmid"] not in configs:
                         raise AnsibleError("`pct config %d` gave nothing: %s" % (row["vmid"], err.strip()))
-                    row["config"] = parse_pct_config("\n".join(configs[row["vmid"]]))
+                    row["config"] = _pct.parse_config(configs[row["vmid"]])
             return rows
         finally:
             client.close()
@@ -289,18 +233,19 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     @staticmethod
     def _why(exc):
+        kind = None
         if paramiko is not None:
             if isinstance(exc, paramiko.BadHostKeyException):
-                return "host key does not match"
-            if isinstance(exc, paramiko.AuthenticationException):
-                return "SSH authentication failed"
-            if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
-                return "host key unknown (host key checking is on)"
-            if isinstance(exc, (OSError, paramiko.ssh_exception.NoValidConnectionsError)):
-                return "unreachable"
-        if isinstance(exc, AnsibleError):
-            return "pct failed"
-        return "failed"
+                kind = _pct.HOST_KEY
+            elif isinstance(exc, paramiko.AuthenticationException):
+                kind = _pct.AUTH
+            elif isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
+                kind = _pct.HOST_KEY_UNKNOWN
+            elif isinstance(exc, (OSError, paramiko.ssh_exception.NoValidConnectionsError)):
+                kind = _pct.UNREACHABLE
+        if kind is None and isinstance(exc, AnsibleError):
+            kind = _pct.PCT_FAILED
+        return _pct.REASONS.get(kind, "failed")
 
     # ------------------------------------------------------------------ inventory
 
@@ -327,8 +272,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             for row in data["containers"]:
                 host = self._host_name(node_name, row, names, node_names)
                 conf = row.get("config", {})
-                devices = nvidia_devices(conf)
-                gpus = gpu_indices(devices)
+                devices = _pct.nvidia_devices(conf)
+                gpus = _pct.gpu_indices(devices)
                 self.inventory.add_host(host, group=all_group)
                 self.inventory.add_child(node_group, host)
                 self.inventory.add_child(self.inventory.add_group(self._sanitize_group_name(prefix + row["status"])), host)

@@ -16,10 +16,10 @@ description:
     container, exactly the reads and verdicts of M(gpufleet.hygiene.readiness) with that
     container's options, and returns each container's result under its inventory name.
   - Every container is entered with C(pct exec <vmid> --) (or C(lxc-attach -n <vmid> --)) as the
-    M(gpufleet.hygiene.pct) connection would, and its own Python runs the reads there, so they see
+    P(gpufleet.hygiene.pct#connection) connection would, and its own Python runs the reads there, so they see
     the container's files, processes, users and GPUs as the readiness module would; the code and
     options travel over stdin and nothing is written in the container.
-  - Over the M(gpufleet.hygiene.pct) connection, where the task's host is a container, the module's
+  - Over the P(gpufleet.hygiene.pct#connection) connection, where the task's host is a container, the module's
     action runs it on that container's node (the connection's O(gpufleet.hygiene.pct#connection:run_on=node)
     for this one run, over the same SSH master, never with C(become)), and a container's O(containers[].method),
     O(containers[].pct_path) and O(containers[].lxc_path) left out are the connection's own settings. Over any other
@@ -51,7 +51,7 @@ options:
           - The container's Proxmox VE ID (an integer from 100 to 999999999, or its digits as text); anything
             else fails this container only.
           - Left out, the reads run on the machine the module runs on (a host that is its own node,
-            reached without M(gpufleet.hygiene.pct)).
+            reached without P(gpufleet.hygiene.pct#connection)).
         type: raw
       python:
         description: The container's Python 3 interpreter.
@@ -146,37 +146,9 @@ read:
   sample: {containers: 2, failed: 0, seconds: 0.41}
 """
 
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._pve import VMID_MAX, VMID_MIN, parse_vmid
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, bad_option, brief, read
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.transport._bootstrap import (
-    attach_argv,
-    loaded_source,
-    module_blobs,
-    module_sources,
-    payload,
-    read_containers,
-)
-
-METHODS = ("pct", "lxc-attach")
-
-
-def container_args(entry):
-    """The container's readiness options, validated as the readiness module validates them;
-    (options, None) or (None, message)."""
-    outcome = ArgumentSpecValidator(ARGUMENT_SPEC).validate(dict(entry["args"] or {}))
-    if outcome.error_messages:
-        return None, "bad readiness options for %s: %s" % (entry["host"], "; ".join(outcome.error_messages))
-    options = outcome.validated_parameters
-    problem = bad_option(options)
-    if problem:
-        return None, "bad readiness options for %s: %s" % (entry["host"], problem)
-    return options, None
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import read_node
 
 
 def main():
@@ -206,47 +178,8 @@ def main():
     twice = sorted(set(h for h in hosts if hosts.count(h) > 1))
     if twice:
         module.fail_json(msg="containers: each host may be listed once; listed more than once: %s" % ", ".join(twice))
-
-    started = time.monotonic()
-    results, jobs, local, validated = {}, [], [], {}
-    blobs = None
-    for entry in p["containers"]:
-        options, problem = container_args(entry)
-        if options is not None:
-            validated[entry["host"]] = options
-        vmid = parse_vmid(entry["vmid"])
-        if problem is None and entry["vmid"] is not None and vmid is None:
-            problem = "vmid of %s must be an integer from %d to %d, got %r" % (entry["host"], VMID_MIN, VMID_MAX, entry["vmid"])
-        if problem is None and entry["method"] not in METHODS:
-            problem = "method of %s must be one of %s, got %r" % (entry["host"], ", ".join(METHODS), entry["method"])
-        if problem is None and not os.path.isabs(entry["python"]):
-            problem = "python of %s must be an absolute path, got %r" % (entry["host"], entry["python"])
-        if problem:
-            results[entry["host"]] = {"changed": False, "failed": True, "rc": None, "msg": problem}
-        elif vmid is None:
-            local.append((entry["host"], options))
-        else:
-            if blobs is None:
-                blobs = module_blobs(module_sources(loaded_source))
-            argv = attach_argv(vmid, entry["python"], entry["method"], entry["pct_path"], entry["lxc_path"])
-            jobs.append((entry["host"], argv, payload(blobs[0], blobs[1], options, module.check_mode), vmid, entry["python"], entry["method"]))
-
-    parallel = p["max_parallel"] or os.cpu_count() or 1
-    if jobs:
-        results.update(read_containers(jobs, parallel, p["container_timeout"]))
-    for host, options in local:
-        results[host] = read(options, module.run_command, module.get_bin_path, module.check_mode)
-    # A failed container's checks are those its options asked for: validated when they were valid.
-    asked = {c["host"]: validated.get(c["host"], c["args"] or {}) for c in p["containers"]}
-    for host in hosts:
-        results[host].setdefault("warnings", [])
-        for warning in results[host]["warnings"]:
-            module.warn("%s: %s" % (host, warning))
-        if p["brief"]:
-            results[host] = brief(results[host], asked[host])
-    failed = sum(1 for r in results.values() if r.get("failed"))
-    module.exit_json(changed=False, containers=results,
-                     read={"containers": len(results), "failed": failed, "seconds": round(time.monotonic() - started, 3)})
+    results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], short=p["brief"])
+    module.exit_json(changed=False, containers=results, read=summary)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.common import _ho
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _throughput as throughput
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist, _elf
 
 # A hang bound, not a speed check: an example takes milliseconds.
@@ -234,15 +235,15 @@ def pct():
 
 @SETTINGS
 @given(st.one_of(ANY_TEXT, PATHOLOGICAL))
-def test_pct_parsers_any_text(pct, text):
-    for row in pct.parse_pct_list(text):
+def test_pct_parsers_any_text(text):
+    for row in _pct.parse_list(text):
         assert isinstance(row["vmid"], int) and row["vmid"] >= 0
         assert all(isinstance(row[k], str) and "\n" not in row[k] for k in ("status", "lock", "name"))
-    conf = pct.parse_pct_config(text)
+    conf = _pct.parse_config(text)
     assert isinstance(conf, dict)
-    devices = pct.nvidia_devices(conf)
+    devices = _pct.nvidia_devices(conf)
     assert all(d.startswith("/dev/nvidia") for d in devices) and len(set(devices)) == len(devices)
-    assert all(isinstance(i, int) and i >= 0 for i in pct.gpu_indices(devices))
+    assert all(isinstance(i, int) and i >= 0 for i in _pct.gpu_indices(devices))
 
 
 CT_NAME = st.from_regex(r"\A[a-z][a-z0-9-]{0,19}\Z")
@@ -251,10 +252,10 @@ CT_NAME = st.from_regex(r"\A[a-z][a-z0-9-]{0,19}\Z")
 @SETTINGS
 @given(st.lists(st.tuples(st.integers(100, 999999999), st.sampled_from(["running", "stopped"]),
                           st.sampled_from(["", "backup", "migrate", "snapshot"]), CT_NAME), max_size=10))
-def test_pct_list_round_trip(pct, rows):
+def test_pct_list_round_trip(rows):
     text = ("%-10s %-10s %-12s %-20s\n" % ("VMID", "Status", "Lock", "Name") if rows else "")
     text += "".join("%-10s %-10s %-12s %-20s\n" % row for row in rows)
-    parsed = pct.parse_pct_list(text)
+    parsed = _pct.parse_list(text)
     assert [(r["vmid"], r["status"], r["lock"], r["name"]) for r in parsed] == rows
 
 

@@ -3,24 +3,23 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Run the readiness reads in a target's own Python without Ansible's module transport.
+"""A transport: run the readiness reads in a target's own Python, the code sent over stdin.
 
-Two callers start the target's Python with a one-line launcher (LAUNCHER) and send it, over
-stdin (payload()), a small bootstrap program (BOOTSTRAP), this package's module_utils that the
-reads need, the options and, when the target's Python is the sender's version, the bytecode
-already compiled (so that no target compiles them again): the readiness module's action, over
-the task's own connection, and the node_readiness module, which runs on a Proxmox VE node and
-enters each container through ``pct exec`` (or ``lxc-attach``), reading them concurrently.
-The bootstrap imports them from memory (nothing is written on the target), calls
-_readiness.read() exactly as the readiness module does, and prints the result as one JSON line.
+The target's Python is started with a one-line launcher (launcher_argv(), LAUNCHER) and reads,
+from stdin (payload()), a small bootstrap program (BOOTSTRAP), this package's module_utils that
+the reads need, the options and, when the target's Python is the sender's version, the bytecode
+already compiled (so that no target compiles them again). The bootstrap imports them from memory
+(nothing is written on the target), calls _readiness.read() exactly as the readiness module does,
+and prints the result as one JSON line (parse_output(), outcome()).
 
-This is what the connection does for every Ansible module anyway, minus what Ansible adds per
-module call: the AnsiballZ payload, the import of ansible.module_utils.basic and the
-compilation of every shipped source (and, for node_readiness, one worker process on the
-controller per container).
+Two senders use it: the readiness module's action, over the task's own connection, and
+node_readiness on a Proxmox VE node, which starts it in each container through ``pct exec`` or
+``lxc-attach`` (proxmox/_node.py). This is what the connection does for every Ansible module
+anyway, minus what Ansible adds per module call: the AnsiballZ payload, the import of
+ansible.module_utils.basic and the compilation of every shipped source.
 
 Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only; the
-half that runs in the container (container_main and below) imports nothing outside the standard
+half that runs on the target (container_main and below) imports nothing outside the standard
 library and _readiness.
 """
 
@@ -42,7 +41,7 @@ SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 # the process reads well in ps; it runs BOOTSTRAP, the first line of its stdin (JSON).
 LAUNCHER = "import sys, json; exec(json.loads(sys.stdin.buffer.readline()))"
 
-# The program each container runs: read the header line and the modules from the rest of stdin,
+# The program each target runs: read the header line and the modules from the rest of stdin,
 # import them from memory, call ENTRY's container_main(header).
 BOOTSTRAP = r"""
 import sys, json, marshal
@@ -89,7 +88,7 @@ _boot()
 _IMPORT = re.compile(r"^\s*from ansible_collections\.gpufleet\.hygiene\.plugins\.module_utils\.((?:[a-z]\w*\.)*_\w+) import", re.MULTILINE)
 
 
-# ----------------------------------------------------------------------------- on the node
+# ----------------------------------------------------------------------------- on the sender
 
 
 def module_sources(get_source, roots=(READER, ENTRY)):
@@ -119,7 +118,7 @@ def loaded_source(name):
 
 def module_blobs(sources):
     """The modules part of the payload: (index entries, bytes). Each module is sent as source
-    and as this Python's bytecode; a container whose Python has another magic number compiles
+    and as this Python's bytecode; a target whose Python has another magic number compiles
     the source instead."""
     import marshal
 
@@ -134,7 +133,7 @@ def module_blobs(sources):
 
 def payload(entries, blob, args, check_mode, expand=(), brief=False):
     """The launcher's stdin: BOOTSTRAP as one JSON line, one JSON header line, then the modules.
-    expand: the options of type path that the container expands (~, $VAR) itself, as AnsibleModule
+    expand: the options of type path that the target expands (~, $VAR) itself, as AnsibleModule
     would there; brief: return _readiness.brief() of the reading."""
     import importlib.util
 
@@ -143,28 +142,11 @@ def payload(entries, blob, args, check_mode, expand=(), brief=False):
     return json.dumps(BOOTSTRAP).encode("utf-8") + b"\n" + json.dumps(head).encode("utf-8") + b"\n" + blob
 
 
-def attach_argv(vmid, python, method="pct", pct_path="pct", lxc_path=None):
-    """The node's argv that runs the bootstrap in container vmid (an argv list: no shell)."""
+def launcher_argv(python):
+    """The argv that starts the bootstrap in the target's Python (an argv list: no shell)."""
     # -I: no PYTHON* variables, no user site; -B: no bytecode written. Site packages stay (the
-    # readiness module imports the NVML bindings from there when a container has them).
-    inner = [python, "-I", "-B", "-c", LAUNCHER]
-    if method == "lxc-attach":
-        head = ["lxc-attach", "-n", str(vmid)]
-        if lxc_path:
-            head += ["-P", lxc_path]
-        return head + ["--"] + inner
-    return [pct_path, "exec", str(vmid), "--"] + inner
-
-
-def explain(vmid, python, rc, stdout, stderr, method):
-    """A message for a container whose bootstrap gave no result, entered by pct or lxc-attach on the node."""
-    err = stderr.strip()
-    lines = [line.strip() for line in err.splitlines()]
-    if "container '%s' not running!" % vmid in lines or (method == "lxc-attach" and "Failed to get init pid" in err):
-        return "container %s is not running (stopped); start it (pct start %s) and run again, or leave it out of the run (--limit)" % (vmid, vmid)
-    if any(re.fullmatch(r"Configuration file '[^']*/%s\.conf' does not exist" % vmid, line) for line in lines):
-        return "container %s does not exist on this node" % vmid
-    return explain_exit("container %s" % vmid, python, rc, stdout, stderr)
+    # readiness module imports the NVML bindings from there when a target has them).
+    return [python, "-I", "-B", "-c", LAUNCHER]
 
 
 def explain_exit(where, python, rc, stdout, stderr):
@@ -216,32 +198,7 @@ def well_formed(result, short=False):
             and isinstance(result.get("running_job"), bool) and isinstance(result.get("warnings", []), list))
 
 
-def read_containers(jobs, max_parallel, timeout):
-    """jobs: [(key, argv, stdin bytes, vmid, python, method)]. Runs them all, at most max_parallel
-    at once; returns {key: result}, a failed container's result {failed, msg, rc}."""
-    import subprocess
-    from concurrent.futures import ThreadPoolExecutor
-
-    def one(job):
-        key, argv, data, vmid, python, method = job
-        try:
-            proc = subprocess.run(argv, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return key, {"changed": False, "failed": True, "rc": None,
-                         "msg": "reading container %s took more than %s s (container_timeout): %s was stopped on the node, the "
-                                "reading in the container may still be running" % (vmid, timeout, argv[0])}
-        except (OSError, ValueError, TypeError) as exc:
-            return key, {"changed": False, "failed": True, "rc": None, "msg": "cannot run %s on this node: %s" % (argv[0], exc)}
-        out = proc.stdout.decode("utf-8", "surrogateescape")
-        err = proc.stderr.decode("utf-8", "surrogateescape")
-        # Whatever one container printed, it cannot break the reading of the others.
-        return key, outcome("container %s" % vmid, proc.returncode, out, lambda: explain(vmid, python, proc.returncode, out, err, method))
-
-    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(jobs) or 1))) as pool:
-        return dict(pool.map(one, jobs))
-
-
-# ----------------------------------------------------------------------------- in the container
+# ----------------------------------------------------------------------------- on the target
 
 
 def _run(argv):
@@ -265,7 +222,7 @@ def _which(name):
 
 
 def container_main(head):
-    """The bootstrap's entry in the container: read, print one result line."""
+    """The bootstrap's entry on the target: read, print one result line."""
     try:
         args = head["args"]
         for name in head.get("expand", ()):
@@ -275,8 +232,8 @@ def container_main(head):
         result = reader.read(args, _run, _which, head["check_mode"])
         if head.get("brief"):
             result = reader.brief(result, args)
-    except Exception as exc:  # noqa: BLE001 - reported to the node as this container's failure, with the traceback
-        import traceback  # only now: importing it costs every container a few ms
+    except Exception as exc:  # noqa: BLE001 - reported to the sender as this target's failure, with the traceback
+        import traceback  # only now: importing it costs every target a few ms
 
         result = {"changed": False, "failed": True, "msg": "readiness failed in the container: %s: %s" % (type(exc).__name__, exc),
                   "exception": traceback.format_exc()}

@@ -153,6 +153,20 @@ def test_vmid_refuses_everything_else(bad):
         conn._connect()
 
 
+@pytest.mark.parametrize("names, want", [
+    ({"pve_vmid": 102}, 102),
+    ({"gpufleet_vmid": "103"}, 103),
+    ({"pve_vmid": 102, "gpufleet_vmid": 103, "ansible_pct_vmid": 104}, 104),  # the connection's own name wins
+])
+def test_vmid_aliases_of_older_inventories(names, want):
+    opts = {"ansible_pct_node_host": "pve1.example.com"}
+    opts.update(names)
+    conn = connection_loader.get("gpufleet.hygiene.pct", PlayContext(), None)
+    conn.set_options(var_options=opts)
+    conn._connect()
+    assert conn._vmid == want
+
+
 @pytest.mark.parametrize("bad", ["root -oProxyCommand=touch\\ /tmp/x", "-oProxyCommand=id", "root;id", "$(id)", "ro ot",
                                  "root\n", "", "`id`"])
 def test_node_user_refuses_what_is_no_user_name(bad):
@@ -445,6 +459,22 @@ def test_silent_failure_of_the_command_itself(monkeypatch, tmp_path, rc):
     conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))
     conn._connect()
     assert conn.exec_command("exit %d" % rc) == (rc, b"", b"")
+
+
+@pytest.mark.parametrize("status, match", [
+    ((0, b"status: stopped\n", b""), r"container 101 on node root@pve1\.example\.com:22 is not running \(stopped\)"),
+    ((255, b"", b"Configuration file 'nodes/pve1/lxc/101.conf' does not exist\n"), r"container 101 does not exist on node"),
+    ((0, b"status: running\n", b""), r"lxc-attach to container 101 on node .* failed: lxc-attach: 101: Failed to get init pid"),
+])
+def test_lxc_attach_refusal_is_told_apart_by_pct_status(monkeypatch, tmp_path, status, match):
+    """lxc-attach says the same of a stopped and of a missing container: `pct status` tells which."""
+    rec = Sequence([(1, b"", b"lxc-attach: 101: Failed to get init pid\n"), status])
+    patch_popen(monkeypatch, rec)
+    conn = make_conn(ansible_pct_method="lxc-attach", ansible_pct_control_path_dir=str(tmp_path))
+    conn._connect()
+    with pytest.raises(AnsibleConnectionFailure, match=match):
+        conn.exec_command("true")
+    assert shlex.split(rec.calls[-1][0][-1]) == ["pct", "status", "101"]
 
 
 def on_node(conn):

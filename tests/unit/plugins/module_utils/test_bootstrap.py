@@ -58,11 +58,9 @@ def test_a_crash_in_the_container_is_a_result_not_a_traceback():
     assert "Traceback" in got["exception"]
 
 
-def test_attach_argv_is_a_list_with_the_vmid_as_one_word():
-    assert _bootstrap.attach_argv(101, "/usr/bin/python3") == ["pct", "exec", "101", "--", "/usr/bin/python3", "-I", "-B", "-c", _bootstrap.LAUNCHER]
+def test_launcher_argv_is_a_list_with_the_launcher_as_one_word():
+    assert _bootstrap.launcher_argv("/usr/bin/python3") == ["/usr/bin/python3", "-I", "-B", "-c", _bootstrap.LAUNCHER]
     assert "\n" not in _bootstrap.LAUNCHER  # one line in ps
-    argv = _bootstrap.attach_argv(101, "/usr/bin/python3", method="lxc-attach", lxc_path="/var/lib/lxc x")
-    assert argv[:6] == ["lxc-attach", "-n", "101", "-P", "/var/lib/lxc x", "--"]
 
 
 def test_a_loader_that_gives_bytes_still_gives_text(monkeypatch):
@@ -73,7 +71,7 @@ def test_a_loader_that_gives_bytes_still_gives_text(monkeypatch):
         def get_source(self, name):
             return "VALUE = 'é'\n".encode("utf-8")
 
-    module = types.ModuleType("gpufleet_fanout_probe")
+    module = types.ModuleType("gpufleet_transport_probe")
     module.__loader__ = BytesLoader()
-    monkeypatch.setitem(sys.modules, "gpufleet_fanout_probe", module)
-    assert _bootstrap.loaded_source("gpufleet_fanout_probe") == "VALUE = 'é'\n"
+    monkeypatch.setitem(sys.modules, "gpufleet_transport_probe", module)
+    assert _bootstrap.loaded_source("gpufleet_transport_probe") == "VALUE = 'é'\n"

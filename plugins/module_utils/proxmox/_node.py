@@ -1,0 +1,129 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""node_readiness's work on a Proxmox VE node: read several of its containers at once.
+
+Each listed container is entered as the pct connection enters it (_pct.exec_argv: ``pct exec``
+or ``lxc-attach``) and reads itself in its own Python through the bootstrap transport
+(transport/_bootstrap); the containers are read concurrently, and one that cannot be read gets a
+failed result of its own, worded by _pct. A container listed without a vmid is read here, in the
+module's own process.
+
+Private to gpufleet.hygiene (leading underscore): not a public API. Runs on the node inside the
+module (ansible.module_utils is there); nothing of it travels into the containers.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, bad_option, brief, read
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.transport import _bootstrap
+
+
+def container_args(entry):
+    """The container's readiness options, validated as the readiness module validates them;
+    (options, None) or (None, message)."""
+    outcome = ArgumentSpecValidator(ARGUMENT_SPEC).validate(dict(entry["args"] or {}))
+    if outcome.error_messages:
+        return None, "bad readiness options for %s: %s" % (entry["host"], "; ".join(outcome.error_messages))
+    options = outcome.validated_parameters
+    problem = bad_option(options)
+    if problem:
+        return None, "bad readiness options for %s: %s" % (entry["host"], problem)
+    return options, None
+
+
+def entry_problem(entry, vmid):
+    """Why a container's entry (host, vmid, python, method) cannot be read, or None."""
+    if entry["vmid"] is not None and vmid is None:
+        return _pct.bad_vmid("vmid of %s" % entry["host"], entry["vmid"])
+    if entry["method"] not in _pct.METHODS:
+        return "method of %s must be one of %s, got %r" % (entry["host"], ", ".join(_pct.METHODS), entry["method"])
+    if not os.path.isabs(entry["python"]):
+        return "python of %s must be an absolute path, got %r" % (entry["host"], entry["python"])
+    return None
+
+
+def explain(vmid, python, rc, stdout, stderr, method, pct_path="pct"):
+    """Why container vmid's bootstrap gave no result: pct's (or lxc-attach's) refusal to enter it,
+    else what the bootstrap's exit says."""
+    kind = _pct.enter_failure(vmid, rc, stdout, stderr, method, pct_path)
+    if kind == _pct.ATTACH_REFUSED:
+        # lxc-attach's "Failed to get init pid": no running container of that id.
+        kind = _pct.NOT_RUNNING
+    if kind:
+        return _pct.message(kind, vmid=vmid, tool=_pct.enter_tool(method, pct_path), detail=stderr)
+    return _bootstrap.explain_exit("container %s" % vmid, python, rc, stdout, stderr)
+
+
+def read_one(job, timeout):
+    """(host, result) of one container job: its argv run on this node, its stdin the payload."""
+    host, argv, data, entry, vmid = job
+    try:
+        proc = subprocess.run(argv, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return host, {"changed": False, "failed": True, "rc": None,
+                      "msg": "reading container %s took more than %s s (container_timeout): %s was stopped on the node, the "
+                             "reading in the container may still be running" % (vmid, timeout, argv[0])}
+    except (OSError, ValueError, TypeError) as exc:
+        return host, {"changed": False, "failed": True, "rc": None, "msg": "cannot run %s on this node: %s" % (argv[0], exc)}
+    out = proc.stdout.decode("utf-8", "surrogateescape")
+    err = proc.stderr.decode("utf-8", "surrogateescape")
+    # Whatever one container printed, it cannot break the reading of the others.
+    return host, _bootstrap.outcome("container %s" % vmid, proc.returncode, out,
+                                    lambda: explain(vmid, entry["python"], proc.returncode, out, err, entry["method"], entry["pct_path"]))
+
+
+def read_containers(jobs, max_parallel, timeout):
+    """Runs every job (read_one), at most max_parallel at once; {host: result}."""
+    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(jobs) or 1))) as pool:
+        return dict(pool.map(lambda job: read_one(job, timeout), jobs))
+
+
+def read_node(module, containers, max_parallel, timeout, short=False):
+    """Read every container entry (node_readiness's options), return (results by host, summary):
+    each result as the readiness module gives it, plus its warnings as a list (with short: brief()'s
+    part of it), each warning also given to module.warn(); the summary counts the containers, the
+    failed ones and the seconds taken. A container without a vmid is read with the module's
+    run_command and get_bin_path."""
+    started = time.monotonic()
+    results, jobs, local, validated = {}, [], [], {}
+    blobs = None
+    for entry in containers:
+        options, problem = container_args(entry)
+        if options is not None:
+            validated[entry["host"]] = options
+        vmid = _pct.parse_vmid(entry["vmid"])
+        problem = problem or entry_problem(entry, vmid)
+        if problem:
+            results[entry["host"]] = {"changed": False, "failed": True, "rc": None, "msg": problem}
+        elif vmid is None:
+            local.append((entry["host"], options))
+        else:
+            if blobs is None:
+                blobs = _bootstrap.module_blobs(_bootstrap.module_sources(_bootstrap.loaded_source))
+            argv = _pct.exec_argv(vmid, _bootstrap.launcher_argv(entry["python"]), entry["method"], entry["pct_path"], entry["lxc_path"])
+            jobs.append((entry["host"], argv, _bootstrap.payload(blobs[0], blobs[1], options, module.check_mode), entry, vmid))
+
+    if jobs:
+        results.update(read_containers(jobs, max_parallel or os.cpu_count() or 1, timeout))
+    for host, options in local:
+        results[host] = read(options, module.run_command, module.get_bin_path, module.check_mode)
+    for entry in containers:
+        host = entry["host"]
+        for warning in results[host].setdefault("warnings", []):
+            module.warn("%s: %s" % (host, warning))
+        if short:
+            # A failed container's checks are those its options asked for: validated when they were valid.
+            results[host] = brief(results[host], validated.get(host, entry["args"] or {}))
+    failed = sum(1 for r in results.values() if r.get("failed"))
+    return results, {"containers": len(results), "failed": failed, "seconds": round(time.monotonic() - started, 3)}

@@ -1,0 +1,254 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""proxmox._pct, the one Proxmox layer: vmid, argv, pct's output formats (verbatim, as DESIGN.md
+gives them), and what pct's, lxc-attach's and ssh's failures mean."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node, _pct
+
+# ----------------------------------------------------------------------------- vmid
+
+
+@pytest.mark.parametrize("value, want", [(100, 100), ("101", 101), (999999999, 999999999), ("000000100", 100)])
+def test_vmid_integers_and_their_digits(value, want):
+    assert _pct.parse_vmid(value) == want
+
+
+@pytest.mark.parametrize("value", [99, 1000000000, "1234567890", True, 101.0, "101 ", "+101", "1e3", "100; id", "../100", "١٠١", None, [101]])
+def test_vmid_anything_else_is_none(value):
+    assert _pct.parse_vmid(value) is None
+
+
+def test_bad_vmid_wording():
+    assert _pct.bad_vmid("vmid of ct", "100; id") == "vmid of ct must be an integer from 100 to 999999999, got '100; id'"
+    assert _pct.bad_vmid("vmid", 7, "ansible_pct_vmid") == "vmid must be an integer from 100 to 999999999 (ansible_pct_vmid), got 7"
+
+
+# ----------------------------------------------------------------------------- argv
+
+
+def test_exec_argv_pct_and_lxc_attach():
+    assert _pct.exec_argv(101, ["/bin/sh", "-c", "id"]) == ["pct", "exec", "101", "--", "/bin/sh", "-c", "id"]
+    assert _pct.exec_argv(101, ["true"], pct_path="/usr/sbin/pct") == ["/usr/sbin/pct", "exec", "101", "--", "true"]
+    assert _pct.exec_argv(101, ["true"], method="lxc-attach") == ["lxc-attach", "-n", "101", "--", "true"]
+    assert _pct.exec_argv(101, ["true"], method="lxc-attach", lxc_path="/var/lib/lxc x") == [
+        "lxc-attach", "-n", "101", "-P", "/var/lib/lxc x", "--", "true"]
+    # lxc_path is lxc-attach's alone.
+    assert _pct.exec_argv(101, ["true"], lxc_path="/x") == ["pct", "exec", "101", "--", "true"]
+
+
+def test_list_config_status_argv():
+    assert _pct.list_argv() == ["pct", "list"]
+    assert _pct.config_argv(200, "/opt/pct") == ["/opt/pct", "config", "200"]
+    assert _pct.status_argv(200) == ["pct", "status", "200"]
+    assert _pct.enter_tool("pct", "/opt/pct") == "/opt/pct" and _pct.enter_tool("lxc-attach", "/opt/pct") == "lxc-attach"
+
+
+HOSTILE = ["a b", "it's", "$(touch /tmp/x) `id` ${HOME}", "line1\nline2", "back\\slash | & > < * ? ~ #", "-n", "", b"by\xfftes"]
+
+
+def test_shell_line_gives_every_word_back_through_a_shell():
+    line = _pct.shell_line(["printf", "%s\\0"] + HOSTILE)
+    out = subprocess.run(["/bin/sh", "-c", line], stdout=subprocess.PIPE, check=True).stdout
+    want = [w if isinstance(w, bytes) else w.encode() for w in HOSTILE]
+    assert out.split(b"\0")[:-1] == want
+
+
+def test_configs_line_and_split_configs_round_trip(tmp_path):
+    fake = tmp_path / "pct"
+    fake.write_text("#!%s\nimport sys\nprint('hostname: ct' + sys.argv[2])\nprint('memory: 512')\n" % sys.executable)
+    fake.chmod(0o755)
+    line = _pct.configs_line([100, 200], str(fake))
+    out = subprocess.run(["/bin/sh", "-c", line], stdout=subprocess.PIPE, check=True, text=True).stdout
+    assert _pct.split_configs(out) == {100: "hostname: ct100\nmemory: 512", 200: "hostname: ct200\nmemory: 512"}
+    with pytest.raises(ValueError):
+        _pct.configs_line(["100; id"])
+
+
+# ----------------------------------------------------------------------------- pct list
+
+
+LIST = (
+    "VMID       Status     Lock         Name                \n"
+    "100        running                 pihole              \n"
+    "200        stopped    backup       db                  \n"
+    "300        running                                     \n"
+)
+
+
+def test_pct_list_rows_with_blank_lock_and_name():
+    assert _pct.parse_list(LIST) == [
+        {"vmid": 100, "status": "running", "lock": "", "name": "pihole"},
+        {"vmid": 200, "status": "stopped", "lock": "backup", "name": "db"},
+        {"vmid": 300, "status": "running", "lock": "", "name": ""},
+    ]
+
+
+def test_pct_list_verbatim_from_the_design():
+    text = "VMID       Status     Lock         Name\n100        running                 pihole\n200        stopped    backup       db\n"
+    assert [(r["vmid"], r["lock"], r["name"]) for r in _pct.parse_list(text)] == [(100, "", "pihole"), (200, "backup", "db")]
+
+
+def test_pct_list_empty_node_has_no_header():
+    assert _pct.parse_list("") == []
+    assert _pct.parse_list("\n") == []
+
+
+def test_pct_list_rows_without_a_header():
+    assert _pct.parse_list("%-10s %-10s %-12s %-20s\n" % (150, "running", "", "solo")) == [
+        {"vmid": 150, "status": "running", "lock": "", "name": "solo"}]
+
+
+def test_pct_list_vmid_longer_than_nine_digits_is_no_row():
+    assert _pct.parse_list("1" * 5000 + " running\n1234567890 running\n100 running\n") == [
+        {"vmid": 100, "status": "running", "lock": "", "name": ""}]
+
+
+# ----------------------------------------------------------------------------- pct config
+
+MOUNT_STYLE = """arch: amd64
+hostname: train-100
+lxc.cgroup2.devices.allow: c 195:* rwm
+lxc.cgroup2.devices.allow: c 508:* rwm
+lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia3 dev/nvidia3 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file
+lxc.mount.entry: /srv/data mnt/data none bind 0 0
+"""
+
+DEV_STYLE = """dev0: /dev/nvidia1
+dev1: path=/dev/nvidia2,gid=44,mode=0660
+dev2: /dev/nvidiactl
+dev3: /dev/dri/renderD128
+hostname: train-101
+"""
+
+# DESIGN.md's example, both styles in one config.
+VERBATIM = """lxc.cgroup2.devices.allow: c 195:* rwm
+lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file
+dev0: /dev/nvidia1
+"""
+
+
+def test_pct_config_keys_and_raw_lxc_lists():
+    conf = _pct.parse_config(MOUNT_STYLE)
+    assert conf["hostname"] == "train-100"
+    assert conf["lxc.cgroup2.devices.allow"] == ["c 195:* rwm", "c 508:* rwm"]
+    assert len(conf["lxc.mount.entry"]) == 4
+
+
+def test_gpus_from_mount_entries():
+    devices = _pct.nvidia_devices(_pct.parse_config(MOUNT_STYLE))
+    assert devices == ["/dev/nvidia0", "/dev/nvidia3", "/dev/nvidiactl"]
+    assert _pct.gpu_indices(devices) == [0, 3]
+
+
+def test_gpus_from_dev_entries_pve9():
+    devices = _pct.nvidia_devices(_pct.parse_config(DEV_STYLE))
+    assert devices == ["/dev/nvidia1", "/dev/nvidia2", "/dev/nvidiactl"]
+    assert _pct.gpu_indices(devices) == [1, 2]
+
+
+def test_gpus_from_both_styles_at_once():
+    devices = _pct.nvidia_devices(_pct.parse_config(VERBATIM))
+    assert sorted(devices) == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"]
+    assert _pct.gpu_indices(devices) == [0, 1]
+
+
+def test_no_passthrough():
+    conf = _pct.parse_config("arch: amd64\nhostname: web\nmemory: 512\n")
+    assert _pct.nvidia_devices(conf) == [] and _pct.gpu_indices([]) == []
+
+
+def test_pct_status():
+    assert _pct.parse_status("status: running\n") == "running"
+    assert _pct.parse_status("status: stopped") == "stopped"
+    assert _pct.parse_status("Configuration file 'nodes/pve1/lxc/999.conf' does not exist\n") is None
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+@pytest.mark.parametrize("rc, stderr, method, want", [
+    (255, "container '200' not running!\n", "pct", _pct.NOT_RUNNING),
+    (255, "Configuration file 'nodes/pve1/lxc/200.conf' does not exist\n", "pct", _pct.NO_CONTAINER),
+    (127, "bash: line 1: pct: command not found\n", "pct", _pct.NO_TOOL),
+    (127, "sh: 1: pct: not found\n", "pct", _pct.NO_TOOL),
+    (127, "sh: 1: lxc-attach: not found\n", "lxc-attach", _pct.NO_TOOL),
+    (1, "lxc-attach: 200: attach.c: lxc_attach: 1100 Failed to get init pid\n", "lxc-attach", _pct.ATTACH_REFUSED),
+    # Not pct's: another container's message, a command missing inside, lxc-attach's words under pct.
+    (1, "container '999' not running!\n", "pct", None),
+    (127, "/bin/sh: 1: frobnicate: not found\n", "pct", None),
+    (1, "Failed to get init pid\n", "pct", None),
+    (255, "Configuration file 'nodes/pve1/lxc/1200.conf' does not exist\n", "pct", None),
+])
+def test_enter_failure(rc, stderr, method, want):
+    assert _pct.enter_failure(200, rc, "", stderr, method) == want
+
+
+def test_a_missing_tool_with_output_is_the_command_s_own():
+    assert _pct.enter_failure(200, 127, "partial", "sh: 1: pct: not found\n") is None
+
+
+@pytest.mark.parametrize("rc, stdout, stderr, want", [
+    (255, "", "ssh: connect to host pve1 port 22: Connection refused\r\n", _pct.UNREACHABLE),
+    (255, "", "ssh: Could not resolve hostname pve1: Name or service not known\r\n", _pct.UNREACHABLE),
+    (255, "", "root@pve1: Permission denied (publickey).\r\n", _pct.AUTH),
+    (255, "", "Host key verification failed.\r\n", _pct.HOST_KEY),
+    (255, "", "No ED25519 host key is known for pve1 and you have requested strict checking.\r\n", _pct.HOST_KEY),
+    (255, "partial", "Connection refused\n", None),  # output came: the transport worked
+    (1, "", "Connection refused\n", None),           # not ssh's exit status
+    (255, "", "my tool failed\n", None),
+])
+def test_ssh_failure(rc, stdout, stderr, want):
+    assert _pct.ssh_failure(rc, stdout, stderr) == want
+
+
+def test_messages_on_the_controller_and_on_the_node():
+    node = "node root@pve1:22"
+    assert _pct.message(_pct.NOT_RUNNING, vmid=200, node=node) == (
+        "container 200 on node root@pve1:22 is not running (stopped); start it (pct start 200) and run again, "
+        "or leave it out of the run (--limit)")
+    assert _pct.message(_pct.NOT_RUNNING, vmid=200).startswith("container 200 is not running (stopped); start it (pct start 200)")
+    assert _pct.message(_pct.NO_CONTAINER, vmid=200, node=node) == "container 200 does not exist on node root@pve1:22"
+    assert _pct.message(_pct.NO_CONTAINER, vmid=200) == "container 200 does not exist on this node"
+    assert _pct.message(_pct.NO_TOOL, tool="pct", node=node) == "pct not found on node root@pve1:22 (is it a Proxmox VE node?)"
+    assert _pct.message(_pct.UNREACHABLE, node=node, detail="Connection refused\n") == "node root@pve1:22 is unreachable: Connection refused"
+    assert "exit status 137, no output" in _pct.message(_pct.STOPPED_DURING, vmid=200, node=node, rc=137)
+    assert "does not answer now: no output." in _pct.message(_pct.CONNECTION_LOST, vmid=200, node=node)
+
+
+# ----------------------------------------------------------------------------- on the node (_node)
+
+
+@pytest.mark.parametrize("rc, stderr, method, start", [
+    (255, "container '105' not running!\n", "pct", "container 105 is not running (stopped); start it (pct start 105)"),
+    (1, "lxc-attach: 105: Failed to get init pid\n", "lxc-attach", "container 105 is not running (stopped)"),
+    (255, "Configuration file 'nodes/pve1/lxc/105.conf' does not exist\n", "pct", "container 105 does not exist on this node"),
+    (127, "", "pct", "no Python at /usr/bin/python3 in container 105 (exit status 127)"),
+    (1, "Traceback: boom\n", "pct", "reading container 105 failed (exit status 1): Traceback: boom"),
+])
+def test_node_explains_a_container_without_a_reading(rc, stderr, method, start):
+    assert _node.explain(105, "/usr/bin/python3", rc, "", stderr, method).startswith(start)
+
+
+def test_node_enters_each_container_as_the_connection_does(tmp_path):
+    """The argv node_readiness runs for a container: the connection's exec argv around the launcher."""
+    printer = tmp_path / "pct"
+    printer.write_text("#!%s\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n" % sys.executable)
+    printer.chmod(0o755)
+    entry = {"host": "ct", "vmid": 101, "python": "/usr/bin/python3", "method": "pct", "pct_path": str(printer), "lxc_path": None}
+    job = ("ct", _pct.exec_argv(101, ["/usr/bin/python3", "-I"], "pct", str(printer)), b"", entry, 101)
+    host, result = _node.read_one(job, 10)
+    # The printer gives no reading: its failure names the container and what it printed.
+    assert host == "ct" and result["failed"] is True and result["rc"] == 0
+    assert json.loads(result["msg"].split(": ", 1)[1]) == ["exec", "101", "--", "/usr/bin/python3", "-I"]
