@@ -21,14 +21,25 @@ description:
     textfile collector (see O(prometheus_file)).
   - C(report.html) is one self-contained page (inline CSS, no external fetches) - the fleet as a
     matrix of hosts grouped by node against checks, each host's GPUs with memory used and holders,
-    summary counts, and what needs attention.
-  - Meant to run once on the controller, with C(delegate_to=localhost) and C(run_once=true).
+    summary counts, and what needs attention. It is rendered from a Jinja2 template shipped with
+    the collection.
+  - An action that runs on the controller and writes the files there, whatever host the task runs
+    for; it opens no connection. Run it once, with C(run_once=true).
   - Every host result is validated; a bad one fails the task with a message naming the host and the key.
   - A file is written only when its content differs from what is on disk, through a temporary
     file in the same directory and a rename, with mode C(0644).
 extends_documentation_fragment:
   - gpufleet.hygiene.attributes
+  - ansible.builtin.action_common_attributes.flow
 attributes:
+  action:
+    support: full
+    details:
+      - The whole report is made and written on the controller; nothing runs on the task's host.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   check_mode:
     support: full
     details:
@@ -113,7 +124,6 @@ EXAMPLES = r"""
     title: Nightly GPU hygiene
     run_started: "{{ hygiene_run_started }}"
     prometheus_file: /var/lib/prometheus/node-exporter
-  delegate_to: localhost
   run_once: true
   register: report
 
@@ -122,7 +132,6 @@ EXAMPLES = r"""
     hosts: "{{ results }}"
     dest: "{{ playbook_dir }}/out"
     formats: [junit, prometheus]
-  delegate_to: localhost
   run_once: true
 """
 
@@ -199,38 +208,3 @@ run_started:
   type: str
   sample: "2025-06-01T03:00:00Z"
 """
-
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.report._report import FORMATS, FleetReport, ReportError
-
-
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            hosts=dict(type="list", elements="dict", required=True),
-            dest=dict(type="path", required=True),
-            formats=dict(type="list", elements="str", choices=list(FORMATS), default=list(FORMATS)),
-            title=dict(type="str", default="GPU fleet hygiene"),
-            run_started=dict(type="str"),
-            prometheus_file=dict(type="path"),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    try:
-        report = FleetReport(p["hosts"], p["dest"], formats=p["formats"], title=p["title"], run_started=p["run_started"],
-                             prometheus_file=p["prometheus_file"], check_mode=module.check_mode)
-        result = report.apply()
-    except ReportError as exc:
-        module.fail_json(msg=str(exc))
-    for warning in report.warnings:
-        module.warn(warning)
-    diff = result.pop("diff")
-    if module._diff and diff:
-        result["diff"] = diff
-    module.exit_json(**result)
-
-
-if __name__ == "__main__":
-    main()

@@ -141,11 +141,11 @@ def colour_counts(data, step=2):
 
 
 def render_sample(dest, title="Nightly GPU hygiene", hosts=None):
-    """Write the sample fleet's report into dest (through the module_utils the module uses)."""
+    """Write the sample fleet's report into dest (through the code the fleet_report action runs)."""
     sys.path[:0] = [os.path.join(ROOT, ".ansible", "collections"), os.path.join(ROOT, "tests", "lib")]
     from fleet_sample import RUN_STARTED, realistic_fleet
 
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.report._report import FleetReport
+    from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._report import FleetReport
 
     FleetReport(hosts if hosts is not None else realistic_fleet(), dest, title=title, run_started=RUN_STARTED).apply()
     return os.path.join(dest, "report.html")

@@ -80,7 +80,7 @@ def test_collection_and_its_requirements_are_in_the_context(context):
         names = set(tar.getnames())
         manifest = json.load(tar.extractfile("MANIFEST.json"))
     assert manifest["collection_info"]["namespace"] == "gpufleet" and manifest["collection_info"]["name"] == "hygiene"
-    assert {"plugins/modules/fleet_report.py", "plugins/module_utils/report/_report.py", "requirements.txt", "bindep.txt",
+    assert {"plugins/modules/fleet_report.py", "plugins/plugin_utils/report/_report.py", "requirements.txt", "bindep.txt",
             "plugins/connection/pct.py", "plugins/inventory/proxmox_lxc.py"} <= names
     assert not [n for n in names if n.startswith((".venv", "build/", ".ansible"))]
     with open(os.path.join(context, "_build", "requirements.txt")) as f:

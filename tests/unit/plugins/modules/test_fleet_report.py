@@ -1,7 +1,11 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""fleet_report: real files written, parsed back and checked format by format."""
+"""fleet_report: real files written, parsed back and checked format by format.
+
+fleet_report is an action (it runs on the controller): the tests load it with Ansible's plugin
+loader, as ansible-playbook does, and one runs it through ansible-playbook itself.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,21 @@ import json
 import os
 import re
 import stat
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+from ansible.parsing.dataloader import DataLoader
+from ansible.playbook.play_context import PlayContext
+from ansible.playbook.task import Task
+from ansible.plugins.loader import action_loader, connection_loader, init_plugin_loader
+from ansible.template import Templar
 from fleet_sample import HOSTILE_NAME, RUN_STARTED, hostile_fleet, realistic_fleet
 
-from ansible_collections.gpufleet.hygiene.plugins.modules import fleet_report
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+init_plugin_loader([os.path.join(REPO, ".ansible", "collections")])
+ACTION = "gpufleet.hygiene.fleet_report"
 
 FILES = {"json": "report.json", "junit": "report.junit.xml", "prometheus": "gpufleet_hygiene.prom", "html": "report.html"}
 
@@ -100,6 +113,28 @@ def parse_prometheus(text):
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def run_action():
+    """Run the fleet_report action with args as a task would; return its result."""
+
+    def _run(args, check_mode=False, diff=False):
+        task = Task()
+        task.action = ACTION
+        task.args = dict(args)
+        task.check_mode = check_mode
+        task.diff = diff
+        loader, play_context = DataLoader(), PlayContext()
+        # The connection a task always has; the action uses none of it (it writes on the controller).
+        connection = connection_loader.get("ansible.builtin.local", play_context)
+        action = action_loader.get(ACTION, task=task, connection=connection, play_context=play_context, loader=loader,
+                                   templar=Templar(loader=loader), shared_loader_obj=None)
+        result = action.run(task_vars={})
+        assert "deprecations" not in result, result["deprecations"]
+        return result
+
+    return _run
+
+
 def args(dest, **kw):
     a = dict(hosts=realistic_fleet(), dest=str(dest), title="Nightly GPU hygiene", run_started=RUN_STARTED)
     a.update(kw)
@@ -115,9 +150,9 @@ def test_parser_rejects_bad_lines():
         parse_prometheus('# HELP x y\n# TYPE x gauge\nx{a="1"} 1\nx{a="1"} 2\n')
 
 
-def test_writes_every_format(run_module, tmp_path):
+def test_writes_every_format(run_action, tmp_path):
     dest = tmp_path / "report"
-    result = run_module(fleet_report.main, args(dest))
+    result = run_action(args(dest))
     assert result["changed"] is True
     assert sorted(os.listdir(dest)) == sorted(FILES.values())
     assert [f["format"] for f in result["files"]] == ["json", "junit", "prometheus", "html"]
@@ -131,8 +166,8 @@ def test_writes_every_format(run_module, tmp_path):
     assert result["run_started"] == "2025-06-01T03:00:00Z"
 
 
-def test_json_holds_the_whole_run(run_module, tmp_path):
-    run_module(fleet_report.main, args(tmp_path))
+def test_json_holds_the_whole_run(run_action, tmp_path):
+    run_action(args(tmp_path))
     with open(tmp_path / FILES["json"]) as f:
         data = json.load(f)
     assert data["schema_version"] == 1
@@ -147,8 +182,8 @@ def test_json_holds_the_whole_run(run_module, tmp_path):
     assert [h["host"] for h in data["hosts"]][:4] == ["train-a1", "train-a2", "train-a3", "train-a4"]
 
 
-def test_junit_is_valid_for_ci(run_module, tmp_path):
-    run_module(fleet_report.main, args(tmp_path))
+def test_junit_is_valid_for_ci(run_action, tmp_path):
+    run_action(args(tmp_path))
     root = ET.parse(tmp_path / FILES["junit"]).getroot()
     assert root.tag == "testsuites"
     suites = root.findall("testsuite")
@@ -177,8 +212,8 @@ def test_junit_is_valid_for_ci(run_module, tmp_path):
     assert warned.find("system-out").text.startswith("warning: 2 extra packages")
 
 
-def test_prometheus_metrics(run_module, tmp_path):
-    run_module(fleet_report.main, args(tmp_path))
+def test_prometheus_metrics(run_action, tmp_path):
+    run_action(args(tmp_path))
     fams = parse_prometheus((tmp_path / FILES["prometheus"]).read_text())
     for name in ("gpufleet_hygiene_host_ready", "gpufleet_hygiene_check_ok", "gpufleet_hygiene_gpu_memory_used_bytes",
                  "gpufleet_hygiene_gpu_memory_total_bytes", "gpufleet_hygiene_contaminants",
@@ -206,64 +241,64 @@ def test_prometheus_metrics(run_module, tmp_path):
     assert states == {"ready": 8.0, "not_ready": 4.0, "running_job": 1.0, "remediated": 1.0, "error": 1.0}
 
 
-def test_second_run_changes_nothing(run_module, tmp_path):
-    first = run_module(fleet_report.main, args(tmp_path))
+def test_second_run_changes_nothing(run_action, tmp_path):
+    first = run_action(args(tmp_path))
     assert first["changed"] is True
     before = {n: os.stat(tmp_path / n) for n in FILES.values()}
-    second = run_module(fleet_report.main, args(tmp_path))
+    second = run_action(args(tmp_path))
     assert second["changed"] is False
     assert not any(f["changed"] for f in second["files"])
     for n, st in before.items():
         after = os.stat(tmp_path / n)
         assert (after.st_ino, after.st_mtime_ns) == (st.st_ino, st.st_mtime_ns), n
     # The same instant written another way is the same run.
-    third = run_module(fleet_report.main, args(tmp_path, run_started="2025-06-01T05:00:00+02:00"))
+    third = run_action(args(tmp_path, run_started="2025-06-01T05:00:00+02:00"))
     assert third["changed"] is False
 
 
-def test_a_new_run_or_new_state_changes(run_module, tmp_path):
-    run_module(fleet_report.main, args(tmp_path))
-    later = run_module(fleet_report.main, args(tmp_path, run_started="2025-06-02T03:00:00Z"))
+def test_a_new_run_or_new_state_changes(run_action, tmp_path):
+    run_action(args(tmp_path))
+    later = run_action(args(tmp_path, run_started="2025-06-02T03:00:00Z"))
     assert later["changed"] is True
     fams = parse_prometheus((tmp_path / FILES["prometheus"]).read_text())
     assert fams["gpufleet_hygiene_last_run_timestamp_seconds"]["samples"][0][1] == 1748746800 + 86400
     hosts = realistic_fleet()
     hosts[0]["remediated"] = True
-    changed = run_module(fleet_report.main, args(tmp_path, hosts=hosts, run_started="2025-06-02T03:00:00Z"))
+    changed = run_action(args(tmp_path, hosts=hosts, run_started="2025-06-02T03:00:00Z"))
     assert changed["changed"] is True
     assert {f["format"] for f in changed["files"] if f["changed"]} == {"json", "prometheus", "html"}
 
 
-def test_without_run_started_every_call_is_a_new_run(run_module, tmp_path):
+def test_without_run_started_every_call_is_a_new_run(run_action, tmp_path):
     a = args(tmp_path)
     del a["run_started"]
-    result = run_module(fleet_report.main, a)
+    result = run_action(a)
     assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", result["run_started"])
     with open(tmp_path / FILES["json"]) as f:
         assert json.load(f)["run_started"] == result["run_started"]
 
 
-def test_check_mode_writes_nothing(run_module, tmp_path):
+def test_check_mode_writes_nothing(run_action, tmp_path):
     dest = tmp_path / "new" / "report"
-    result = run_module(fleet_report.main, args(dest), check_mode=True)
+    result = run_action(args(dest), check_mode=True)
     assert result["changed"] is True
     assert all(f["changed"] for f in result["files"])
     assert not (tmp_path / "new").exists()
-    run_module(fleet_report.main, args(dest))
+    run_action(args(dest))
     snapshot = {n: (dest / n).read_bytes() for n in FILES.values()}
     hosts = realistic_fleet()
     hosts[1]["ready"] = False
-    result = run_module(fleet_report.main, args(dest, hosts=hosts), check_mode=True)
+    result = run_action(args(dest, hosts=hosts), check_mode=True)
     assert result["changed"] is True
     assert {n: (dest / n).read_bytes() for n in FILES.values()} == snapshot
     assert sorted(os.listdir(dest)) == sorted(FILES.values())
 
 
-def test_diff_mode(run_module, tmp_path):
-    run_module(fleet_report.main, args(tmp_path))
+def test_diff_mode(run_action, tmp_path):
+    run_action(args(tmp_path))
     hosts = realistic_fleet()
     hosts[0]["checks"][1]["summary"] = "something else"
-    result = run_module(fleet_report.main, args(tmp_path, hosts=hosts), diff=True)
+    result = run_action(args(tmp_path, hosts=hosts), diff=True)
     diffs = {d["after_header"]: d for d in result["diff"]}
     jd = diffs[str(tmp_path / FILES["json"])]
     assert "3 CUDA 13 wheels" in jd["before"] and "something else" in jd["after"]
@@ -271,22 +306,22 @@ def test_diff_mode(run_module, tmp_path):
     assert str(tmp_path / FILES["prometheus"]) not in diffs  # summaries are not metrics
 
 
-def test_formats_and_prometheus_file(run_module, tmp_path):
+def test_formats_and_prometheus_file(run_action, tmp_path):
     dest, textfile = tmp_path / "out", tmp_path / "textfile"
     textfile.mkdir()
-    result = run_module(fleet_report.main, args(dest, formats=["prometheus", "junit"], prometheus_file=str(textfile)))
+    result = run_action(args(dest, formats=["prometheus", "junit"], prometheus_file=str(textfile)))
     assert sorted(os.listdir(dest)) == ["gpufleet_hygiene.prom", "report.junit.xml"]
     assert os.listdir(textfile) == ["gpufleet_hygiene.prom"]  # no temporary file left behind
     assert (textfile / "gpufleet_hygiene.prom").read_text() == (dest / "gpufleet_hygiene.prom").read_text()
     assert stat.S_IMODE(os.stat(textfile / "gpufleet_hygiene.prom").st_mode) == 0o644
     assert [f["path"] for f in result["files"]][-1] == str(textfile / "gpufleet_hygiene.prom")
     named = tmp_path / "textfile" / "hygiene.prom"
-    run_module(fleet_report.main, args(dest, formats=["prometheus"], prometheus_file=str(named)))
+    run_action(args(dest, formats=["prometheus"], prometheus_file=str(named)))
     parse_prometheus(named.read_text())
 
 
-def test_prometheus_file_needs_the_format(run_module, tmp_path):
-    result = run_module(fleet_report.main, args(tmp_path, formats=["json"], prometheus_file=str(tmp_path / "x.prom")))
+def test_prometheus_file_needs_the_format(run_action, tmp_path):
+    result = run_action(args(tmp_path, formats=["json"], prometheus_file=str(tmp_path / "x.prom")))
     assert result["failed"] and "'prometheus' is not in formats" in result["msg"]
 
 
@@ -318,33 +353,33 @@ BAD = [
 
 
 @pytest.mark.parametrize("mutate,message", BAD)
-def test_bad_input_names_host_and_key(run_module, tmp_path, mutate, message):
-    result = run_module(fleet_report.main, args(tmp_path, hosts=_bad(mutate)))
+def test_bad_input_names_host_and_key(run_action, tmp_path, mutate, message):
+    result = run_action(args(tmp_path, hosts=_bad(mutate)))
     assert result["failed"] is True
     assert message in result["msg"]
     assert "Traceback" not in result["msg"]
     assert os.listdir(tmp_path) == []
 
 
-def test_bad_host_entry_type(run_module, tmp_path):
+def test_bad_host_entry_type(run_action, tmp_path):
     host = {"host": "a", "ready": True, "running_job": False, "remediated": False, "checks": [], "gpus": ["GPU0"]}
-    result = run_module(fleet_report.main, args(tmp_path, hosts=[host]))
+    result = run_action(args(tmp_path, hosts=[host]))
     assert result["failed"] and 'hosts[0] (host "a"): gpus[0] must be a dict, got str' in result["msg"]
 
 
-def test_bad_run_started_and_dest(run_module, tmp_path):
-    result = run_module(fleet_report.main, args(tmp_path, run_started="last tuesday"))
+def test_bad_run_started_and_dest(run_action, tmp_path):
+    result = run_action(args(tmp_path, run_started="last tuesday"))
     assert result["failed"] and "run_started must be an ISO 8601 timestamp" in result["msg"]
     afile = tmp_path / "file"
     afile.write_text("x")
-    result = run_module(fleet_report.main, args(afile))
+    result = run_action(args(afile))
     assert result["failed"] and "exists and is not a directory" in result["msg"]
 
 
-def test_lenient_types_and_unknown_keys(run_module, tmp_path):
+def test_lenient_types_and_unknown_keys(run_action, tmp_path):
     hosts = realistic_fleet()
     hosts[0].update(vmid="101", ready="false", node="", extra_key=1)
-    result = run_module(fleet_report.main, args(tmp_path, hosts=hosts))
+    result = run_action(args(tmp_path, hosts=hosts))
     assert not result.get("failed"), result.get("msg")
     assert any("unknown keys ignored: extra_key" in str(w) for w in result["warnings"]), result.get("warnings")
 
@@ -353,16 +388,15 @@ def test_lenient_types_and_unknown_keys(run_module, tmp_path):
     assert (h["vmid"], h["ready"], h["node"]) == (101, False, None)
 
 
-def test_a_registered_record_carries_its_result_keys_without_warnings(run_module, tmp_path):
+def test_a_registered_record_carries_its_result_keys_without_warnings(run_action, tmp_path):
     # The verify role registers readiness's result as the record: Ansible's own result keys come along.
     hosts = copy.deepcopy(realistic_fleet())
     hosts[0].update(changed=False, failed=False, failed_when_result=False)
     hosts[1].update(changed=False, unreachable=True, msg="ssh: connect to host 192.0.2.1 port 22: No route to host")
     hosts[1]["extra_key"] = 1
-    result = run_module(fleet_report.main, args(tmp_path, hosts=hosts))
+    result = run_action(args(tmp_path, hosts=hosts))
     assert not result.get("failed"), result.get("msg")
-    # "hosts[N] (host NAME): unknown keys ignored: K, ..." (AnsibleModule keeps its warnings for the
-    # process: an earlier test's may be among them).
+    # "hosts[N] (host NAME): unknown keys ignored: K, ..."
     unknown = re.findall(r"(hosts\[\d+\] \(host [^)]*\)): unknown keys ignored: ([\w, ]+)", " ".join(str(w) for w in result.get("warnings", [])))
     assert ("hosts[1] (host %s)" % json.dumps(hosts[1]["host"]), "extra_key") in unknown, unknown
     assert not [keys for _where, keys in unknown if set(keys.split(", ")) & {"changed", "failed", "failed_when_result", "unreachable", "msg"}], unknown
@@ -387,8 +421,8 @@ class TagCollector(html.parser.HTMLParser):
             self.text.append(data)
 
 
-def test_hostile_input_is_escaped_everywhere(run_module, tmp_path):
-    result = run_module(fleet_report.main, args(tmp_path, hosts=hostile_fleet()))
+def test_hostile_input_is_escaped_everywhere(run_action, tmp_path):
+    result = run_action(args(tmp_path, hosts=hostile_fleet()))
     assert not result.get("failed"), result.get("msg")
     page = (tmp_path / FILES["html"]).read_text()
     assert "<script>alert" not in page and "<img" not in page and "<b onmouseover" not in page and "<i>cupy" not in page
@@ -413,8 +447,8 @@ def test_hostile_input_is_escaped_everywhere(run_module, tmp_path):
         assert json.load(f)["hosts"][0]["host"] == HOSTILE_NAME
 
 
-def test_html_content(run_module, tmp_path):
-    run_module(fleet_report.main, args(tmp_path))
+def test_html_content(run_action, tmp_path):
+    run_action(args(tmp_path))
     page = (tmp_path / FILES["html"]).read_text()
     parser = TagCollector()
     parser.feed(page)
@@ -433,3 +467,53 @@ def test_html_content(run_module, tmp_path):
     assert "/opt/venv/bin/python3" in text and "61.2 / 140.4 GiB" in text
     assert page.count('class="cell fail"') == 3 + 1 + 1  # three failed checks, the unreachable host, the legend
     assert 'class="stale"' in page and 'class="busy"' in page
+
+
+PLAY = """
+- name: The report as users write it
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Write the fleet report
+      gpufleet.hygiene.fleet_report:
+        hosts: "{{ fleet }}"
+        dest: "{{ dest }}"
+        title: Nightly GPU hygiene
+        run_started: "{{ run_started }}"
+      run_once: true
+      register: report
+
+    - name: The same run again, in check and diff mode
+      gpufleet.hygiene.fleet_report:
+        hosts: "{{ fleet }}"
+        dest: "{{ dest }}"
+        title: Nightly GPU hygiene
+        run_started: "{{ run_started }}"
+      check_mode: true
+      diff: true
+      register: again
+
+    - name: Keep both results for the test
+      ansible.builtin.copy:
+        content: "{{ {'report': report, 'again': again} | to_json }}"
+        dest: "{{ out }}"
+        mode: "0644"
+"""
+
+
+def test_through_ansible_playbook(run_action, tmp_path):
+    """The action as a playbook runs it: the same files, byte for byte, as the loaded action writes."""
+    play, extra = tmp_path / "play.yml", tmp_path / "extra.json"
+    play.write_text(PLAY)
+    extra.write_text(json.dumps({"fleet": realistic_fleet(), "dest": str(tmp_path / "played"), "run_started": RUN_STARTED,
+                                 "out": str(tmp_path / "out.json"), "ansible_python_interpreter": sys.executable}))
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), str(play), "-i", "localhost,",
+                           "-c", "local", "-e", "@" + str(extra)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, check=False, timeout=120, env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    results = json.loads((tmp_path / "out.json").read_text())
+    assert results["report"]["changed"] is True and results["report"]["not_ready"] == ["train-a1", "train-b1", "train-c1", "train-c4"]
+    assert results["again"]["changed"] is False and "diff" not in results["again"]
+    run_action(args(tmp_path / "loaded"))
+    for name in FILES.values():
+        assert (tmp_path / "played" / name).read_bytes() == (tmp_path / "loaded" / name).read_bytes(), name

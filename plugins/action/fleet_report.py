@@ -1,0 +1,49 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""fleet_report's action: the whole report is made and written on the controller.
+
+The HTML page is rendered with Jinja2, which only the controller has; the other formats are
+written beside it. There is no module to send: plugins/modules/fleet_report.py holds the
+documentation only, as ansible.builtin.template's does.
+"""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._report import FORMATS, FleetReport
+
+ARGUMENT_SPEC = dict(
+    hosts=dict(type="list", elements="dict", required=True),
+    dest=dict(type="path", required=True),
+    formats=dict(type="list", elements="str", choices=list(FORMATS), default=list(FORMATS)),
+    title=dict(type="str", default="GPU fleet hygiene"),
+    run_started=dict(type="str"),
+    prometheus_file=dict(type="path"),
+)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    # The files are written on the controller: the task's host is never contacted.
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _validation, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        try:
+            report = FleetReport(p["hosts"], p["dest"], formats=p["formats"], title=p["title"], run_started=p["run_started"],
+                                 prometheus_file=p["prometheus_file"], check_mode=self._task.check_mode)
+            result.update(report.apply())
+        except GpufleetError as exc:
+            result.update(failed=True, msg=exc.msg)
+            return result
+        diff = result.pop("diff")
+        if self._task.diff and diff:
+            result["diff"] = diff
+        if report.warnings:
+            result["warnings"] = report.warnings
+        return result

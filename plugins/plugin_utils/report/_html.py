@@ -1,0 +1,138 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The run as one self-contained HTML page, from templates/report.html.j2.
+
+The template lays the page out; this module decides what each part says (the state of a cell,
+the colour of a GPU bar, what needs attention), so the template holds no logic of its own.
+Autoescaping is on: every value reaches the page as text, whatever a container or process is named.
+
+Private to gpufleet.hygiene (not a public API).
+"""
+
+from __future__ import annotations
+
+import os
+
+import jinja2
+
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import check_state, started
+
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+# A cell's state in words, for screen readers and tooltips.
+STATE_WORDS = {"job": "in use by the running job", "pass": "passed", "fail": "failed", "warn": "warning", "na": "not run"}
+
+
+def gib(mib):
+    return "%.1f" % (mib / 1024.0)
+
+
+def human_bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return ("%d %s" % (n, unit)) if unit == "B" else ("%.1f %s" % (n, unit))
+        n /= 1024.0
+    return "%.1f TiB" % n
+
+
+def host_ok(h):
+    return h["ready"] and not h["error"] and all(c["ok"] for c in h["checks"])
+
+
+def _cells(h, checks):
+    """One (state, text, tooltip) per check column; None for a host that could not be read at all."""
+    if h["error"] and not h["checks"]:
+        return None
+    by_name = dict((c["name"], c) for c in h["checks"])
+    cells = []
+    for name in checks:
+        c = by_name.get(name)
+        if c is None:
+            cells.append(("na", "", "%s: not run on %s" % (name, h["host"])))
+            continue
+        state = check_state(c)
+        text = c["summary"] if state != "pass" else "ok"
+        # GPUs held by the healthy job pass, but the reader should see why they are busy.
+        if state == "pass" and h["running_job"] and name.startswith("gpu"):
+            state, text = "job", "in use by the job"
+        cells.append((state, text, "%s \u2014 %s: %s" % (h["host"], name, c["summary"] or STATE_WORDS[state])))
+    return cells
+
+
+def _bar(h, g):
+    """The colour of a GPU's memory bar: idle, the job's (busy), a stale holder's, or just used."""
+    if not g["memory_used_mib"] and not g["processes"]:
+        return "idle"
+    if h["running_job"]:
+        return "busy"
+    if any(not c["ok"] for c in h["checks"] if c["name"].startswith("gpu")):
+        return "stale"
+    return "used"
+
+
+def _gpus(h):
+    out = []
+    for g in sorted(h["gpus"], key=lambda g: g["index"]):
+        total = g["memory_total_mib"]
+        util = "" if g["utilization_pct"] is None else " \u00b7 %d%% util" % g["utilization_pct"]
+        out.append({
+            "index": g["index"], "name": g["name"], "util": util,
+            "used_gib": gib(g["memory_used_mib"]), "total_gib": gib(total),
+            "tip": "GPU %d %s %s: %d of %d MiB used%s" % (g["index"], g["name"], g["uuid"], g["memory_used_mib"], total, util),
+            "bar": _bar(h, g),
+            "pct": "%.1f" % (0.0 if not total else min(100.0, 100.0 * g["memory_used_mib"] / total)),
+            "procs": [{"name": p["name"] or "?", "pid": p["pid"],
+                       "mem": "" if p["used_memory_mib"] is None else " \u00b7 %s GiB" % gib(p["used_memory_mib"])}
+                      for p in g["processes"]],
+        })
+    return out
+
+
+def _finding(h):
+    """What needs attention on a host, or None."""
+    f = {
+        "host": h["host"],
+        "where": " \u00b7 ".join(x for x in (h["node"] and "node %s" % h["node"], h["vmid"] is not None and "vmid %d" % h["vmid"]) if x),
+        "error": h["error"],
+        "checks": [(c["name"], check_state(c), c["summary"]) for c in h["checks"] if not c["ok"]],
+        "contaminants": h["contaminants"],
+        "stale_caches": [dict(c, size=human_bytes(c["size_bytes"])) for c in h["caches"] if c["fresh"] is False],
+        "warn_only": not h["error"] and all(c["ok"] or c["severity"] == "warn" for c in h["checks"]),
+    }
+    if not (f["error"] or f["checks"] or f["contaminants"] or f["stale_caches"]):
+        return None
+    return f
+
+
+def _groups(hosts, checks):
+    """Hosts by node (they come sorted by node), each a row of the matrix."""
+    groups = []
+    for h in hosts:
+        if not groups or groups[-1]["node"] != h["node"]:
+            groups.append({"node": h["node"], "rows": []})
+        groups[-1]["rows"].append(dict(h, ok=host_ok(h), cells=_cells(h, checks), gpu_view=_gpus(h)))
+    for g in groups:
+        g["ok"] = all(r["ok"] for r in g["rows"])
+        g["ready"] = sum(1 for r in g["rows"] if r["ready"])
+    return groups
+
+
+def _environment():
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.globals["state_words"] = STATE_WORDS
+    return env
+
+
+def render_html(run, links=()):
+    """The page; links are (label, file name) of the run's other files, named in the footer."""
+    s = run["summary"]
+    cards = [("ready", s["ready"], "ready"), ("notready", s["not_ready"], "not ready"),
+             ("job", s["running_job"], "running jobs left alone"), ("fix", s["remediated"], "remediated this run")]
+    if s["error"]:
+        cards.append(("err", s["error"], "unreachable"))
+    findings = [f for f in (_finding(h) for h in run["hosts"]) if f]
+    return _environment().get_template("report.html.j2").render(
+        run=run, started=started(run), all_ok=s["not_ready"] == 0 and s["error"] == 0, cards=cards,
+        groups=_groups(run["hosts"], run["checks"]), findings=findings, links=list(links))

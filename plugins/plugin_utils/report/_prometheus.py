@@ -1,0 +1,97 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The run as metrics in the Prometheus text exposition format (for node_exporter's textfile collector).
+
+Private to gpufleet.hygiene (not a public API).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import started
+
+MIB = 1024 * 1024
+HOST_STATES = ("ready", "not_ready", "running_job", "remediated", "error")
+# Every family, in the order written; a family without samples is left out.
+METRICS = (
+    ("last_run_timestamp_seconds", "Start of the last hygiene run, in seconds since the epoch."),
+    ("hosts", "Hosts of the last run by state (ready, not_ready, running_job, remediated, error)."),
+    ("host_ready", "1 when the host passed every fail-severity check of the last run."),
+    ("host_running_job", "1 when a healthy training job was running on the host (hygiene leaves it alone)."),
+    ("host_remediated", "1 when the last run changed something on the host."),
+    ("host_error", "1 when the host was unreachable or a check failed to run."),
+    ("check_ok", "1 when the check passed on the host, 0 when it failed or warned."),
+    ("contaminants", "Packages built for another CUDA major than the venv's torch."),
+    ("gpu_memory_used_bytes", "GPU memory in use."),
+    ("gpu_memory_total_bytes", "GPU memory in total."),
+    ("gpu_utilization_ratio", "GPU utilization (0 to 1), where the driver reports it."),
+    ("gpu_processes", "Processes holding the GPU."),
+    ("cache_size_bytes", "Size of a compile cache."),
+    ("cache_fresh", "1 when the compile cache matches the environment it was built for (absent when unknown)."),
+)
+
+
+def label_value(value):
+    return ("" if value is None else str(value)).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _help(text):
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _labels(pairs):
+    return "{" + ",".join('%s="%s"' % (k, label_value(v)) for k, v in pairs) + "}" if pairs else ""
+
+
+def _num(v):
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def _host_samples(add, h):
+    base = [("host", h["host"]), ("node", h["node"]), ("vmid", h["vmid"])]
+    add("host_ready", base, h["ready"])
+    add("host_running_job", base, h["running_job"])
+    add("host_remediated", base, h["remediated"])
+    add("host_error", base, bool(h["error"]))
+    for c in h["checks"]:
+        add("check_ok", base + [("check", c["name"]), ("severity", c["severity"])], c["ok"])
+    add("contaminants", base, len(h["contaminants"]))
+    for g in h["gpus"]:
+        gl = base + [("gpu", g["index"]), ("name", g["name"])]
+        add("gpu_memory_used_bytes", gl, g["memory_used_mib"] * MIB)
+        add("gpu_memory_total_bytes", gl, g["memory_total_mib"] * MIB)
+        if g["utilization_pct"] is not None:
+            add("gpu_utilization_ratio", gl, g["utilization_pct"] / 100.0)
+        add("gpu_processes", gl, len(g["processes"]))
+    for c in h["caches"]:
+        cl = base + [("cache", c["name"])]
+        add("cache_size_bytes", cl, c["size_bytes"])
+        if c["fresh"] is not None:
+            add("cache_fresh", cl, c["fresh"])
+
+
+def render_prometheus(run):
+    samples = dict((name, []) for name, _help_text in METRICS)
+
+    def add(name, labels, value):
+        samples[name].append((labels, value))
+
+    add("last_run_timestamp_seconds", [], int(started(run).timestamp()))
+    for state in HOST_STATES:
+        add("hosts", [("state", state)], run["summary"][state])
+    for h in run["hosts"]:
+        _host_samples(add, h)
+    lines = []
+    for name, help_text in METRICS:
+        if not samples[name]:
+            continue
+        full = "gpufleet_hygiene_" + name
+        lines.append("# HELP %s %s" % (full, _help(help_text)))
+        lines.append("# TYPE %s gauge" % full)
+        lines.extend("%s%s %s" % (full, _labels(labels), _num(value)) for labels, value in samples[name])
+    return "\n".join(lines) + "\n"
