@@ -16,10 +16,10 @@ description:
     container, exactly the reads and verdicts of M(gpufleet.hygiene.readiness) with that
     container's options, and returns each container's result under its inventory name.
   - Every container is entered with C(pct exec <vmid> --) (or C(lxc-attach -n <vmid> --)) as the
-    M(gpufleet.hygiene.pct) connection would, and its own Python runs the reads there, so they see
+    P(gpufleet.hygiene.pct#connection) connection would, and its own Python runs the reads there, so they see
     the container's files, processes, users and GPUs as the readiness module would; the code and
     options travel over stdin and nothing is written in the container.
-  - Over the M(gpufleet.hygiene.pct) connection, where the task's host is a container, the module's
+  - Over the P(gpufleet.hygiene.pct#connection) connection, where the task's host is a container, the module's
     action runs it on that container's node (the connection's O(gpufleet.hygiene.pct#connection:run_on=node)
     for this one run, over the same SSH master, never with C(become)), and a container's O(containers[].method),
     O(containers[].pct_path) and O(containers[].lxc_path) left out are the connection's own settings. Over any other
@@ -51,7 +51,7 @@ options:
           - The container's Proxmox VE ID (an integer from 100 to 999999999, or its digits as text); anything
             else fails this container only.
           - Left out, the reads run on the machine the module runs on (a host that is its own node,
-            reached without M(gpufleet.hygiene.pct)).
+            reached without P(gpufleet.hygiene.pct#connection)).
         type: raw
       python:
         description: The container's Python 3 interpreter.
