@@ -84,7 +84,8 @@ sanity:
 	rm -rf $(SANITY_BUILD)
 	mkdir -p $(ARTIFACT_DIR)
 	$(VENV)/bin/ansible-galaxy collection build --output-path $(ARTIFACT_DIR)
-	$(VENV)/bin/ansible-galaxy collection install --offline -p $(SANITY_BUILD) $(ARTIFACT_DIR)/gpufleet-hygiene-*.tar.gz
+	ANSIBLE_COLLECTIONS_PATH=$(SANITY_BUILD) $(VENV)/bin/ansible-galaxy collection install --offline \
+	  -p $(SANITY_BUILD) $(ARTIFACT_DIR)/gpufleet-hygiene-*.tar.gz
 	bash scripts/ansible-test-bootstrap.sh
 	cd $(SANITY_ROOT) && $(CURDIR)/$(VENV)/bin/ansible-test sanity --python 3.11 --color no
 
