@@ -15,14 +15,17 @@ SANITY_BUILD ?= $(or $(TMPDIR),/tmp)/gpufleet-hygiene-sanity
 SANITY_ROOT := $(SANITY_BUILD)/ansible_collections/gpufleet/hygiene
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup run test unit integration molecule browser packaging sanity lint clean
+# The Galaxy artifact `ansible-galaxy collection build` makes, as sanity installs it.
+ARTIFACT_DIR := $(SANITY_BUILD)/dist
+
+.PHONY: setup run test unit integration molecule browser packaging docs sanity lint clean
 
 setup: $(VENV)/.stamp $(COLL_LINK)
 
-$(VENV)/.stamp: requirements/dev.txt scripts/setup-host.sh
+$(VENV)/.stamp: requirements/dev.txt requirements/docs.txt scripts/setup-host.sh
 	bash scripts/setup-host.sh
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt -r requirements/docs.txt
 	touch $@
 
 $(COLL_LINK):
@@ -41,6 +44,7 @@ test: setup
 	$(MAKE) molecule
 	$(MAKE) browser
 	$(MAKE) packaging
+	$(MAKE) docs
 	$(MAKE) sanity
 	$(MAKE) lint
 	@echo "make test: every suite passed"
@@ -62,16 +66,26 @@ molecule:
 browser:
 	$(VENV)/bin/pytest -p no:cacheprovider tests/browser
 
-# Scheduling units and the execution-environment build context.
+# Scheduling units, the execution-environment build context, what the Galaxy artifact holds.
 packaging:
-	$(VENV)/bin/pytest -p no:cacheprovider tests/schedule tests/ee
+	$(VENV)/bin/pytest -p no:cacheprovider tests/schedule tests/ee tests/packaging
 
-# ansible-test needs the collection under ansible_collections/<ns>/<name>: copy what git
-# tracks (and untracked, not ignored files) there and run it on this Python.
+# The documentation: antsibull-docs' linter over every plugin's and role's docs and the extra
+# docs, then the site (antsibull-docs and Sphinx, warnings fail it) in build/docs/html, with a
+# page for every module, plugin and role.
+docs: export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+docs:
+	antsibull-docs lint-collection-docs --plugin-docs $(COLL_LINK)
+	$(PY) scripts/docsite.py build/docs
+
+# ansible-test runs on the collection as users install it: the artifact built from this
+# checkout, installed under ansible_collections/<ns>/<name> in the build folder.
 sanity:
 	rm -rf $(SANITY_BUILD)
-	mkdir -p $(SANITY_ROOT)
-	git ls-files -co --exclude-standard -z | xargs -0 tar -cf - | tar -xf - -C $(SANITY_ROOT)
+	mkdir -p $(ARTIFACT_DIR)
+	$(VENV)/bin/ansible-galaxy collection build --output-path $(ARTIFACT_DIR)
+	ANSIBLE_COLLECTIONS_PATH=$(SANITY_BUILD) $(VENV)/bin/ansible-galaxy collection install --offline \
+	  -p $(SANITY_BUILD) $(ARTIFACT_DIR)/gpufleet-hygiene-*.tar.gz
 	bash scripts/ansible-test-bootstrap.sh
 	cd $(SANITY_ROOT) && $(CURDIR)/$(VENV)/bin/ansible-test sanity --python 3.11 --color no
 

@@ -13,7 +13,7 @@ author: gpufleet.hygiene maintainers (@gpufleet)
 description:
   - ansible-core runs every task of every host in a worker process forked from the controller's
     main process. It loads its own connection plugins before the first fork, but not a
-    collection's, so every worker imports M(gpufleet.hygiene.pct) again and parses its
+    collection's, so every worker imports P(gpufleet.hygiene.pct#connection) again and parses its
     documentation for its options - about 20 ms of CPU per host and task on a 2-core controller,
     over two seconds of a preflight of 32 containers there.
   - This callback loads the C(gpufleet.hygiene.pct) connection plugin in the main process when the

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Build the collection's documentation site (antsibull-docs, then Sphinx) and check it.
+
+    python scripts/docsite.py DEST     the site in DEST/html; fails on any Sphinx warning and
+                                       when a module, plugin, role or extra doc has no page
+
+Run from the repository root with .venv's tools (ansible.cfg resolves the collection from the
+checkout). Nothing is fetched: references to Ansible's own documentation resolve through a
+small local inventory of the labels antsibull-docs' pages use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zlib
+
+import yaml
+
+COLLECTION = "gpufleet.hygiene"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+# antsibull-docs runs ansible-doc and ansible from PATH; the checkout's ansible.cfg, wherever a tool
+# runs, resolves the collection.
+ENV = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+ANSIBLE_DOCS = "https://docs.ansible.com/projects/ansible/devel/"
+# The labels of Ansible's documentation that the generated pages refer to: (name, role, page).
+# A page that refers to another one fails the build, naming it; add it here. Environment variables
+# are all of ansible-core's (its configuration page has each one).
+ANSIBLE_LABELS = [
+    ("common_return_values", "std:label", "reference_appendices/common_return_values.html"),
+    ("ansible_configuration_settings", "std:label", "reference_appendices/config.html"),
+] + [("%s_plugins" % kind, "std:label", "plugins/%s.html" % kind) for kind in ("action", "callback", "connection", "inventory", "filter")]
+
+
+def ansible_envvars():
+    import ansible.config
+    with open(os.path.join(os.path.dirname(ansible.config.__file__), "base.yml")) as f:
+        base = yaml.safe_load(f)
+    names = {e["name"] for setting in base.values() if isinstance(setting, dict) for e in setting.get("env") or []}
+    return [(n, "std:envvar", "reference_appendices/config.html#envvar-" + n) for n in sorted(names)]
+
+
+def write_inventory(path):
+    """An objects.inv (Sphinx inventory version 2) for ANSIBLE_LABELS."""
+    lines = "".join("%s %s -1 %s %s\n" % (name, role, page, "-") for name, role, page in ANSIBLE_LABELS + ansible_envvars())
+    header = "# Sphinx inventory version 2\n# Project: Ansible\n# Version: devel\n# The remainder of this file is compressed using zlib.\n"
+    with open(path, "wb") as f:
+        f.write(header.encode() + zlib.compress(lines.encode()))
+
+
+def run(*argv, cwd=ROOT):
+    subprocess.run(argv, cwd=cwd, check=True, env=ENV)
+
+
+def expected_pages():
+    """A page per plugin and role, as antsibull-docs names them (what ansible-doc lists and, so that a
+    plugin whose documentation ansible-doc cannot read is not left out, every plugin file and every
+    role with an argument spec), and the extra docs."""
+    proc = subprocess.run([os.path.join(BIN, "ansible-doc"), "--metadata-dump", "--no-fail-on-errors", COLLECTION],
+                          cwd=ROOT, capture_output=True, text=True, check=True, env=ENV)
+    found = {(kind, fqcn.rsplit(".", 1)[1]) for kind, names in json.loads(proc.stdout)["all"].items() if kind != "keyword"
+             for fqcn in names}
+    for folder, kind in (("modules", "module"), ("connection", "connection"), ("inventory", "inventory"),
+                         ("callback", "callback"), ("lookup", "lookup"), ("test", "test")):
+        path = os.path.join(ROOT, "plugins", folder)
+        found |= {(kind, n[:-3]) for n in (os.listdir(path) if os.path.isdir(path) else [])
+                  if n.endswith(".py") and not n.startswith("_")}
+    found |= {("role", r) for r in os.listdir(os.path.join(ROOT, "roles"))
+              if os.path.exists(os.path.join(ROOT, "roles", r, "meta", "argument_specs.yml"))}
+    pages = {"%s_%s.html" % (name, kind) for kind, name in found}
+    with open(os.path.join(ROOT, "docs", "docsite", "extra-docs.yml")) as f:
+        for section in yaml.safe_load(f)["sections"]:
+            for entry in section["toctree"]:
+                pages.add("docsite/%s.html" % (entry["ref"] if isinstance(entry, dict) else entry))
+    return pages
+
+
+def main(dest):
+    dest = os.path.abspath(dest)
+    shutil.rmtree(dest, ignore_errors=True)
+    src = os.path.join(dest, "src")
+    os.makedirs(src)
+    run(os.path.join(BIN, "antsibull-docs"), "sphinx-init", "--use-current", "--squash-hierarchy", "--fail-on-error",
+        "--dest-dir", src, "--project", COLLECTION, "--copyright", "gpufleet.hygiene contributors",
+        "--title", "gpufleet.hygiene", COLLECTION)
+    # Sphinx reads conf.py as Python: offline, the only inventory is the local one.
+    inventory = os.path.join(src, "ansible_devel.inv")
+    write_inventory(inventory)
+    with open(os.path.join(src, "conf.py"), "a") as f:
+        f.write("\nintersphinx_mapping = {'ansible_devel': (%r, %r)}\n" % (ANSIBLE_DOCS, inventory))
+    rst = os.path.join(src, "rst")
+    os.chmod(rst, 0o755)  # antsibull-docs wants its output folder writable by itself alone
+    run(os.path.join(BIN, "antsibull-docs"), "--config-file", "antsibull-docs.cfg", "collection", "--cleanup", "everything",
+        "--fail-on-error", "--use-current", "--squash-hierarchy", "--dest-dir", "rst", COLLECTION, cwd=src)
+    html = os.path.join(dest, "html")
+    run(os.path.join(BIN, "sphinx-build"), "-b", "html", "-c", src, "-W", "--keep-going", "-q", rst, html)
+    built = {os.path.relpath(os.path.join(d, n), html) for d, _dirs, names in os.walk(html) for n in names if n.endswith(".html")}
+    missing = sorted(expected_pages() - built)
+    if missing:
+        sys.exit("the site has no page for: %s" % ", ".join(missing))
+    print("docs site: %d pages in %s" % (len(built), html))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])
