@@ -303,13 +303,9 @@ protected:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import GpuError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import (
-    DrainTimeout,
-    GpuState,
-    no_gpu_result,
-)
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import ProcError, Scope
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope
 
 
 def main():
@@ -356,19 +352,10 @@ def main():
     try:
         scope = Scope(**p["scope"]) if p["scope"] else None
         result = state.run(state=p["state"], wanted=p["gpus"], scope=scope, grace=p["grace_period"],
-                           timeout=p["timeout"], interval=p["poll_interval"], check_mode=module.check_mode)
-    except DrainTimeout as exc:
-        for note in state.notes:
-            module.warn(note)
-        module.fail_json(msg=str(exc), **exc.result)
-    except GpuError as exc:
-        fallback = None if p["require_gpu"] else no_gpu_result(exc)
-        if fallback is None:
-            module.fail_json(msg=str(exc), gpu_available=False, error_kind=exc.kind, rc=exc.rc)
-        module.warn("no usable GPU, passing because require_gpu=false: %s" % exc)
-        module.exit_json(**fallback)
-    except ProcError as exc:
-        module.fail_json(msg=str(exc))
+                           timeout=p["timeout"], interval=p["poll_interval"], check_mode=module.check_mode,
+                           require_gpu=p["require_gpu"])
+    except GpufleetError as exc:
+        fail(module, exc, state.notes)
     for note in state.notes:
         module.warn(note)
     module.exit_json(**result)

@@ -149,7 +149,8 @@ integrity:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError, inventory
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import inventory
 
 
 def main():
@@ -167,8 +168,8 @@ def main():
     try:
         p = module.params
         result = inventory(p["venv"], p["python"], p["baseline"], p["verify_files"], module.run_command)
-    except DistError as exc:
-        module.fail_json(msg=str(exc))
+    except GpufleetError as exc:
+        fail(module, exc)
     module.exit_json(**result)
 
 

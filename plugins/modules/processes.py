@@ -148,9 +148,9 @@ terminated:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import (
     STUCK_ADVICE,
-    ProcError,
     Scope,
     find_processes,
     stuck_text,
@@ -183,8 +183,8 @@ def main():
         if scope.empty():
             module.fail_json(msg="scope names no criterion: give cmdline, name, users or tmux_session")
         found = find_processes(scope, with_descendants=p["descendants"])
-    except ProcError as exc:
-        module.fail_json(msg=str(exc))
+    except GpufleetError as exc:
+        fail(module, exc)
     for note in scope.notes:
         module.warn(note)
     result = dict(changed=False, processes=found, count=len(found))

@@ -218,11 +218,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import (
     CACHE_NAMES,
-    CacheError,
     TorchCache,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._results import diff_only_in_diff_mode
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError
 
 
 def main():
@@ -247,13 +246,8 @@ def main():
             environment=p["environment"], force=p["force"], check_mode=module.check_mode,
             run=module.run_command)
         result = job.execute()
-    except CacheError as exc:
-        partial = diff_only_in_diff_mode(module, dict(exc.partial))
-        for warning in job.warnings if job else []:
-            module.warn(warning)
-        module.fail_json(msg=str(exc), **partial)
-    except DistError as exc:
-        module.fail_json(msg=str(exc))
+    except GpufleetError as exc:
+        fail(module, exc, job.warnings if job else ())
     for warning in job.warnings:
         module.warn(warning)
     module.exit_json(**diff_only_in_diff_mode(module, result))

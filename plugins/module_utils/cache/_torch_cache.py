@@ -30,16 +30,12 @@ import pwd
 import re
 import stat
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import (
     read_torch_version_py,
     torch_reference,
 )
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import (
-    environment_site_dirs,
-    iter_distributions,
-    venv_python,
-    venv_site_dirs,
-)
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
 
 CACHE_NAMES = ("inductor", "triton", "torch_extensions", "cuda")
 MARKER = ".gpufleet-hygiene-fingerprint.json"
@@ -60,12 +56,8 @@ _USER_UNSAFE = re.compile(r'[\\/:*?"<>|]')
 _PY_DIR = re.compile(r"python(\d+)\.(\d+)([a-z]*)$")
 
 
-class CacheError(Exception):
-    """Something the user must fix: the message says what. ``partial`` is returned with it."""
-
-    def __init__(self, msg, partial=None):
-        super().__init__(msg)
-        self.partial = partial or {}
+class CacheError(GpufleetError):
+    """Something about a cache the user must fix: the message says what."""
 
 
 # --------------------------------------------------------------------------- who and where
@@ -177,9 +169,10 @@ def _home_path(ident, name, rel, source):
     return Location(name, os.path.join(ident.home, rel), source)
 
 
-def python_tag(venv):
-    """``py311`` (``py313t`` for a free-threaded build) from the venv's lib/pythonX.Y dir."""
-    for site in venv_site_dirs(venv):
+def python_tag(site_dirs):
+    """``py311`` (``py313t`` for a free-threaded build) from a venv's own site-packages
+    (lib/pythonX.Y/site-packages)."""
+    for site in site_dirs:
         match = _PY_DIR.search(os.path.dirname(site))
         if match:
             return "py{}{}{}".format(*match.groups())
@@ -553,14 +546,13 @@ def _command(proc, pid):
 
 
 def venv_fingerprint(venv, run):
-    """``{torch, triton, cuda}`` of a venv, read from dist-info and torch/version.py.
+    """``{torch, triton, cuda}`` of a venv (a path or a Venv), read from dist-info and
+    torch/version.py.
 
     Nothing is imported: the versions come from the files on disk. A missing package is None;
     ``cuda`` is ``"cpu"`` for a CPU-only torch.
     """
-    python = venv_python(venv)
-    sites = environment_site_dirs(venv, python, run)
-    dists, _shadowed = iter_distributions(sites)
+    dists = Venv.of(venv, run).distributions
     by_key = {d.key: d for d in dists}
     torch = by_key.get("torch")
     triton = None
@@ -686,7 +678,8 @@ class TorchCache:
             if name not in self.names:
                 self.names.append(name)
         self.state = state
-        self.venv = venv
+        self.env = Venv.of(venv, run) if venv else None  # a path, or the Venv a readiness read shares
+        self.venv = self.env.path if self.env else None
         self.force = force
         self.check_mode = check_mode
         self.run = run
@@ -699,8 +692,8 @@ class TorchCache:
         if self.state == "fresh" and not self.venv:
             raise CacheError("state=fresh needs venv: the virtual environment whose torch, triton and "
                              "CUDA versions the caches must match")
-        current = venv_fingerprint(self.venv, self.run) if self.venv else None
-        pytag = python_tag(self.venv) if self.venv else None
+        current = venv_fingerprint(self.env, self.run) if self.env else None
+        pytag = python_tag(self.env.own_site_dirs) if self.env else None
         homes = protected_homes([self.ident.home])
         entries = []
         for name in self.names:

@@ -30,6 +30,8 @@ import signal
 import subprocess
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+
 PROC = "/proc"
 DEFAULT_DEVICE_PATTERNS = ("/dev/nvidia*",)
 
@@ -41,8 +43,8 @@ _VMID_RES = (
 _MINOR_RE = re.compile(r"nvidia(\d+)$")
 
 
-class ProcError(Exception):
-    pass
+class ProcError(GpufleetError):
+    """A scope that cannot be applied (a bad pattern, tmux missing): the message says what."""
 
 
 def _read(path, binary=False):
