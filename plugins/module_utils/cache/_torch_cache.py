@@ -31,6 +31,7 @@ import re
 import stat
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import open_files
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import (
     read_torch_version_py,
     torch_reference,
@@ -462,73 +463,34 @@ def describe_errors(name, root, errors):
 # --------------------------------------------------------------------------- holders
 
 
-def _strip_deleted(path):
-    return path.removesuffix(" (deleted)")
-
-
 def find_holders(roots, proc="/proc", skip_pids=None):
     """Processes with a file, a mapping or their working directory under one of ``roots``.
 
     Returns ``({root: [{pid, command, paths}]}, uninspected)``; ``uninspected`` counts
     processes whose /proc entries could not be read (not root, or gone meanwhile).
     """
-    skip = set(skip_pids or (os.getpid(),))
     found = {r: {} for r in roots}
     uninspected = 0
     try:
-        pids = [p for p in os.listdir(proc) if p.isdigit()]
+        for pid, paths, denied in open_files(proc, set(skip_pids or (os.getpid(),)), cwd=True, maps=True):
+            uninspected += denied
+            for path in paths:
+                for root in roots:
+                    if _within(path, root):
+                        held = found[root].setdefault(pid, [])
+                        if path not in held and len(held) < 5:
+                            held.append(path)
     except OSError:
         return {r: [] for r in roots}, 0
-
-    def hit(pid, path):
-        path = _strip_deleted(path)
-        for root in roots:
-            if _within(path, root):
-                paths = found[root].setdefault(pid, [])
-                if path not in paths and len(paths) < 5:
-                    paths.append(path)
-
-    for pid in pids:
-        if int(pid) in skip:
-            continue
-        base = os.path.join(proc, pid)
-        denied = False
-        try:
-            hit(pid, os.readlink(os.path.join(base, "cwd")))
-        except OSError as exc:
-            denied = denied or exc.errno in (errno.EACCES, errno.EPERM)
-        try:
-            fds = os.listdir(os.path.join(base, "fd"))
-        except OSError as exc:
-            fds = []
-            denied = denied or exc.errno in (errno.EACCES, errno.EPERM)
-        for fd in fds:
-            try:
-                hit(pid, os.readlink(os.path.join(base, "fd", fd)))
-            except OSError:
-                continue
-        try:
-            with open(os.path.join(base, "maps"), "rb") as f:
-                for line in f:
-                    fields = line.split(None, 5)
-                    if len(fields) == 6 and fields[5].startswith(b"/"):
-                        hit(pid, fields[5].rstrip(b"\n").decode("utf-8", "replace"))
-        except OSError as exc:
-            denied = denied or getattr(exc, "errno", None) in (errno.EACCES, errno.EPERM)
-        if denied:
-            uninspected += 1
     result = {}
     for root, by_pid in found.items():
-        result[root] = [
-            {"pid": int(pid), "command": _command(proc, pid), "paths": paths}
-            for pid, paths in sorted(by_pid.items(), key=lambda kv: int(kv[0]))
-        ]
+        result[root] = [{"pid": pid, "command": _command(proc, pid), "paths": paths} for pid, paths in sorted(by_pid.items())]
     return result, uninspected
 
 
 def _command(proc, pid):
     try:
-        with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+        with open("%s/%d/cmdline" % (proc, pid), "rb") as f:
             argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
         if argv:
             text = " ".join(" ".join(argv).split())
@@ -536,7 +498,7 @@ def _command(proc, pid):
     except OSError:
         pass
     try:
-        with open(os.path.join(proc, pid, "comm"), "rb") as f:
+        with open("%s/%d/comm" % (proc, pid), "rb") as f:
             return "[{}]".format(f.read().decode("utf-8", "replace").strip())
     except OSError:
         return "?"
