@@ -180,6 +180,28 @@ def python_tag(site_dirs):
     return None
 
 
+# Where the other caches live: (their own variable, a variable naming a base directory, the
+# path under that base, the path under the home directory), as Triton, torch and the driver say.
+_PLACES = {
+    "triton": ("TRITON_CACHE_DIR", "TRITON_HOME", ".triton/cache", ".triton/cache"),
+    "torch_extensions": ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME", "torch_extensions", ".cache/torch_extensions"),
+    "cuda": ("CUDA_CACHE_PATH", None, None, ".nv/ComputeCache"),
+}
+
+
+def _place(name, ident):
+    own, base_var, under_base, under_home = _PLACES[name]
+    env = ident.env
+    if own in env:
+        return _from_variable(name, own, env[own])
+    if base_var in env:
+        base = _from_variable(name, base_var, env[base_var])
+        if base.problem:
+            return base
+        return Location(name, os.path.join(base.path, under_base), f"default: ${base_var}/{under_base}")
+    return _home_path(ident, name, under_home, f"default: ~/{under_home}")
+
+
 def locate(name, ident, fingerprint=None, pytag=None):
     """The cache ``name`` as the job with ``ident`` would place it."""
     env = ident.env
@@ -191,35 +213,16 @@ def locate(name, ident, fingerprint=None, pytag=None):
         tmp, tmp_source, notes = ident.tmpdir()
         path = os.path.join(tmp, "torchinductor_" + _USER_UNSAFE.sub("_", ident.name))
         return Location(name, path, f"default: <tmp>/torchinductor_<user> (tmp from {tmp_source})", notes=notes)
-    if name == "triton":
-        if "TRITON_CACHE_DIR" in env:
-            return _from_variable(name, "TRITON_CACHE_DIR", env["TRITON_CACHE_DIR"])
-        if "TRITON_HOME" in env:
-            loc = _from_variable(name, "TRITON_HOME", env["TRITON_HOME"])
-            if loc.problem:
-                return loc
-            return Location(name, os.path.join(loc.path, ".triton", "cache"), "default: $TRITON_HOME/.triton/cache")
-        return _home_path(ident, name, ".triton/cache", "default: ~/.triton/cache")
-    if name == "torch_extensions":
-        if "TORCH_EXTENSIONS_DIR" in env:
-            return _from_variable(name, "TORCH_EXTENSIONS_DIR", env["TORCH_EXTENSIONS_DIR"])
-        if "XDG_CACHE_HOME" in env:
-            loc = _from_variable(name, "XDG_CACHE_HOME", env["XDG_CACHE_HOME"])
-            if loc.problem:
-                return loc
-            loc = Location(name, os.path.join(loc.path, "torch_extensions"), "default: $XDG_CACHE_HOME/torch_extensions")
-        else:
-            loc = _home_path(ident, name, ".cache/torch_extensions", "default: ~/.cache/torch_extensions")
-        if loc.path and fingerprint and fingerprint.get("torch") and pytag:
-            cuda = fingerprint.get("cuda")
-            cu = "cu" + cuda.replace(".", "") if cuda and cuda != "cpu" else "cpu"
-            loc.build_dir = os.path.join(loc.path, f"{pytag}_{cu}")
-        return loc
-    if name == "cuda":
-        if "CUDA_CACHE_PATH" in env:
-            return _from_variable(name, "CUDA_CACHE_PATH", env["CUDA_CACHE_PATH"])
-        return _home_path(ident, name, ".nv/ComputeCache", "default: ~/.nv/ComputeCache")
-    raise CacheError("unknown cache {!r}: choose from {}".format(name, ", ".join(CACHE_NAMES)))
+    if name not in _PLACES:
+        raise CacheError("unknown cache {!r}: choose from {}".format(name, ", ".join(CACHE_NAMES)))
+    loc = _place(name, ident)
+    # torch builds into py<ver>_cu<ver> under its default root only, never under the variable.
+    if (name == "torch_extensions" and loc.source.startswith("default") and loc.path and not loc.problem
+            and fingerprint and fingerprint.get("torch") and pytag):
+        cuda = fingerprint.get("cuda")
+        cu = "cu" + cuda.replace(".", "") if cuda and cuda != "cpu" else "cpu"
+        loc.build_dir = os.path.join(loc.path, f"{pytag}_{cu}")
+    return loc
 
 
 # --------------------------------------------------------------------------- safety

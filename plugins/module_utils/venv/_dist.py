@@ -486,33 +486,16 @@ class Venv(object):
             raise self._resolved
         return self._resolved
 
-    @property
-    def python(self):
-        return self._resolve()[0]
-
-    @property
-    def own_site_dirs(self):
-        """The venv's own site-packages (lib/pythonX.Y/site-packages), not those it sees."""
-        return self._resolve()[1]
-
-    @property
-    def site_dirs(self):
-        return self._resolve()[2]
-
     def _read(self):
         if self._found is None:
             self._found = iter_distributions(self.site_dirs)
         return self._found
 
-    @property
-    def distributions(self):
-        """The distributions of site_dirs, first on the path wins (iter_distributions)."""
-        return self._read()[0]
-
-    @property
-    def shadowed(self):
-        """Later copies of a project already found on the path."""
-        return self._read()[1]
+    python = property(lambda self: self._resolve()[0], doc="The venv's interpreter (bin/python).")
+    own_site_dirs = property(lambda self: self._resolve()[1], doc="Its own site-packages, not those it sees.")
+    site_dirs = property(lambda self: self._resolve()[2], doc="Every directory its packages come from.")
+    distributions = property(lambda self: self._read()[0], doc="The distributions there, first on the path wins.")
+    shadowed = property(lambda self: self._read()[1], doc="Later copies of a project found before.")
 
     def rescan(self):
         """The distributions read again, after an installer changed the venv."""
