@@ -131,11 +131,14 @@ integrity:
   type: dict
   contains:
     ok:
-      description: No file missing or modified.
+      description:
+        - No file is missing or differs from its RECORD hash; RV(integrity.packages) lists the
+          packages where one does.
       type: bool
     files_checked:
       description: Number of hashed files compared.
       type: int
+      sample: 1834
     packages:
       description: One entry per package with a problem (C(name), C(version), C(missing), C(modified)).
       type: list

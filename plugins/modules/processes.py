@@ -42,9 +42,7 @@ options:
     required: true
     suboptions:
       cmdline:
-        description:
-          - Python regular expressions searched in the command line (arguments joined by spaces).
-          - A pattern that matches the empty string (V(''), V(.*), V(train|)) would match every process and is refused.
+        description: As O(gpufleet.hygiene.gpu_state#module:scope.cmdline) of M(gpufleet.hygiene.gpu_state).
         type: list
         elements: str
       name:
@@ -56,9 +54,7 @@ options:
         type: list
         elements: str
       tmux_session:
-        description:
-          - The processes of this tmux session's panes and their descendants.
-          - A name with C(:), C(.) or a control character is refused; tmux reads C(=notes:0) as the session C(notes).
+        description: As O(gpufleet.hygiene.gpu_state#module:scope.tmux_session) of M(gpufleet.hygiene.gpu_state).
         type: str
       tmux_socket:
         description: The tmux server socket to ask (C(tmux -S)).

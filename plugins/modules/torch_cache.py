@@ -55,7 +55,8 @@ options:
     choices: [present, absent, fresh]
     default: present
   caches:
-    description: Which caches to handle.
+    description:
+      - Which caches to handle, each found as the description above says.
     type: list
     elements: str
     choices: [inductor, triton, torch_extensions, cuda]
@@ -179,11 +180,13 @@ caches:
         - V(none), V(clear), V(record) or V(clear_and_record); in check mode what would be done.
       type: str
     removed:
-      description: Files and symbolic links removed.
+      description: Files and symbolic links removed (0 unless RV(caches[].action) cleared it).
       type: int
+      sample: 912
     freed:
       description: Bytes of regular files removed.
       type: int
+      sample: 48213504
     build_dir:
       description: For torch_extensions, the C(py<ver>_cu<ver>) folder torch uses with O(venv).
       type: str
