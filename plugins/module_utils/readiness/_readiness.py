@@ -281,8 +281,8 @@ def read(p, run, which, check_mode=False):
     notes = {name: [] for name in READS}
     result = {"changed": False}
 
-    # The GPUs are read in a thread while this one scans /proc and the venv: nvidia-smi's time
-    # (tens to hundreds of ms on a real node) overlaps the reading of files.
+    # The GPUs are read in a thread while this one scans /proc and the venv: nvidia-smi waits on
+    # the driver, and that wait overlaps the reading of files.
     nvidia_smi = p["nvidia_smi"] or which("nvidia-smi")
     gpu = {}
     crashed = []
