@@ -221,11 +221,9 @@ installer:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._results import diff_only_in_diff_mode, warnings_to_module
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination, RemediationError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import CudaError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import PkgToolError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 
 
 def main():
@@ -245,22 +243,15 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    result = {"changed": False}
     try:
         job = Contamination(
             p["venv"], module.run_command, expected_cuda=p["expected_cuda"], protect=p["protect"],
             also_remove=p["also_remove"], find_links=p["find_links"], no_index=p["no_index"],
             installer=p["installer"], scan_binaries=p["scan_binaries"], lock_timeout=p["lock_timeout"],
             check_mode=module.check_mode)
-        result, dists, _clobbered, shared = job.scan()
-        result["changed"] = False
-        if p["remove"]:
-            result = job.remediate(result, dists, shared)
-    except RemediationError as exc:
-        partial = warnings_to_module(module, diff_only_in_diff_mode(module, exc.partial))
-        module.fail_json(msg=str(exc), **partial)
-    except (CudaError, DistError, PkgToolError) as exc:
-        module.fail_json(msg=str(exc), **warnings_to_module(module, result))
+        result = job.run(remove=p["remove"])
+    except GpufleetError as exc:
+        fail(module, exc)
     warnings_to_module(module, result)
     module.exit_json(**diff_only_in_diff_mode(module, result))
 

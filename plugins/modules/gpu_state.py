@@ -28,6 +28,7 @@ description:
     scope are reported in RV(out_of_scope) and never signalled.
 extends_documentation_fragment:
   - gpufleet.hygiene.attributes
+  - gpufleet.hygiene.gpu_read
 attributes:
   check_mode:
     support: full
@@ -90,10 +91,6 @@ options:
       tmux_socket:
         description: The tmux server socket to ask (C(tmux -S)); the module user's default server when unset.
         type: path
-  threshold_mib:
-    description: A GPU is idle when its memory used is at most this many MiB and no process holds it.
-    type: int
-    default: 64
   timeout:
     description: Seconds to wait for drain with O(state=drained) or O(state=idle).
     type: float
@@ -123,30 +120,6 @@ options:
     type: str
     choices: [auto, nvidia-smi, nvml]
     default: auto
-  nvidia_smi:
-    description: Path of nvidia-smi. Searched on C(PATH) (and the usual sbin directories) when unset.
-    type: path
-  command_timeout:
-    description:
-      - Seconds one nvidia-smi call may take before it is killed and the module fails (a GPU or
-        driver in trouble can make nvidia-smi hang).
-    type: float
-    default: 15
-  device_patterns:
-    description:
-      - Shell patterns of the device files whose open handles make a process a holder
-        (O(vantage=container)). A file whose name ends in C(nvidia<N>) belongs to the GPU with
-        device minor N (from C(/proc/driver/nvidia/gpus/*/information), else index N).
-    type: list
-    elements: str
-    default: ['/dev/nvidia*']
-  require_gpu:
-    description:
-      - When V(false), a host without a usable GPU (no nvidia-smi, no devices, the driver not
-        loaded, NVML missing) passes with RV(gpu_available=false) instead of failing, so one
-        preflight runs on CPU hosts too. A GPU fallen off the bus or a hanging nvidia-smi still fails.
-    type: bool
-    default: true
 notes:
   - Signals are sent through a pidfd where the kernel provides them, after checking that the PID
     still has the start time (field 22 of C(/proc/<pid>/stat)) it had when it was chosen, so a
@@ -303,13 +276,9 @@ protected:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import GpuError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import (
-    DrainTimeout,
-    GpuState,
-    no_gpu_result,
-)
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import ProcError, Scope
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope
 
 
 def main():
@@ -356,19 +325,10 @@ def main():
     try:
         scope = Scope(**p["scope"]) if p["scope"] else None
         result = state.run(state=p["state"], wanted=p["gpus"], scope=scope, grace=p["grace_period"],
-                           timeout=p["timeout"], interval=p["poll_interval"], check_mode=module.check_mode)
-    except DrainTimeout as exc:
-        for note in state.notes:
-            module.warn(note)
-        module.fail_json(msg=str(exc), **exc.result)
-    except GpuError as exc:
-        fallback = None if p["require_gpu"] else no_gpu_result(exc)
-        if fallback is None:
-            module.fail_json(msg=str(exc), gpu_available=False, error_kind=exc.kind, rc=exc.rc)
-        module.warn("no usable GPU, passing because require_gpu=false: %s" % exc)
-        module.exit_json(**fallback)
-    except ProcError as exc:
-        module.fail_json(msg=str(exc))
+                           timeout=p["timeout"], interval=p["poll_interval"], check_mode=module.check_mode,
+                           require_gpu=p["require_gpu"])
+    except GpufleetError as exc:
+        fail(module, exc, state.notes)
     for note in state.notes:
         module.warn(note)
     module.exit_json(**result)

@@ -94,7 +94,8 @@ waited_for:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._hostlock import LockError, acquire, read_lock, release
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._hostlock import acquire, read_lock, release
 
 
 def main():
@@ -125,8 +126,8 @@ def main():
         if note:
             module.warn(note)
         module.exit_json(changed=changed, owner=None)
-    except LockError as exc:
-        module.fail_json(msg=str(exc))
+    except GpufleetError as exc:
+        fail(module, exc)
 
 
 if __name__ == "__main__":

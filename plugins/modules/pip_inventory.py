@@ -131,11 +131,14 @@ integrity:
   type: dict
   contains:
     ok:
-      description: No file missing or modified.
+      description:
+        - No file is missing or differs from its RECORD hash; RV(integrity.packages) lists the
+          packages where one does.
       type: bool
     files_checked:
       description: Number of hashed files compared.
       type: int
+      sample: 1834
     packages:
       description: One entry per package with a problem (C(name), C(version), C(missing), C(modified)).
       type: list
@@ -149,7 +152,8 @@ integrity:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError, inventory
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import inventory
 
 
 def main():
@@ -167,8 +171,8 @@ def main():
     try:
         p = module.params
         result = inventory(p["venv"], p["python"], p["baseline"], p["verify_files"], module.run_command)
-    except DistError as exc:
-        module.fail_json(msg=str(exc))
+    except GpufleetError as exc:
+        fail(module, exc)
     module.exit_json(**result)
 
 

@@ -42,9 +42,7 @@ options:
     required: true
     suboptions:
       cmdline:
-        description:
-          - Python regular expressions searched in the command line (arguments joined by spaces).
-          - A pattern that matches the empty string (V(''), V(.*), V(train|)) would match every process and is refused.
+        description: As O(gpufleet.hygiene.gpu_state#module:scope.cmdline) of M(gpufleet.hygiene.gpu_state).
         type: list
         elements: str
       name:
@@ -56,9 +54,7 @@ options:
         type: list
         elements: str
       tmux_session:
-        description:
-          - The processes of this tmux session's panes and their descendants.
-          - A name with C(:), C(.) or a control character is refused; tmux reads C(=notes:0) as the session C(notes).
+        description: As O(gpufleet.hygiene.gpu_state#module:scope.tmux_session) of M(gpufleet.hygiene.gpu_state).
         type: str
       tmux_socket:
         description: The tmux server socket to ask (C(tmux -S)).
@@ -148,9 +144,9 @@ terminated:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import (
     STUCK_ADVICE,
-    ProcError,
     Scope,
     find_processes,
     stuck_text,
@@ -183,8 +179,8 @@ def main():
         if scope.empty():
             module.fail_json(msg="scope names no criterion: give cmdline, name, users or tmux_session")
         found = find_processes(scope, with_descendants=p["descendants"])
-    except ProcError as exc:
-        module.fail_json(msg=str(exc))
+    except GpufleetError as exc:
+        fail(module, exc)
     for note in scope.notes:
         module.warn(note)
     result = dict(changed=False, processes=found, count=len(found))

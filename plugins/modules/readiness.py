@@ -30,6 +30,7 @@ description:
 extends_documentation_fragment:
   - gpufleet.hygiene.attributes
   - gpufleet.hygiene.attributes.info_module
+  - gpufleet.hygiene.gpu_read
 options:
   job_patterns:
     description:
@@ -44,26 +45,6 @@ options:
     type: list
     elements: str
     default: []
-  require_gpu:
-    description: As M(gpufleet.hygiene.gpu_state) O(gpufleet.hygiene.gpu_state#module:require_gpu).
-    type: bool
-    default: true
-  threshold_mib:
-    description: As M(gpufleet.hygiene.gpu_state) O(gpufleet.hygiene.gpu_state#module:threshold_mib).
-    type: int
-    default: 64
-  nvidia_smi:
-    description: As M(gpufleet.hygiene.gpu_state) O(gpufleet.hygiene.gpu_state#module:nvidia_smi).
-    type: path
-  command_timeout:
-    description: As M(gpufleet.hygiene.gpu_state) O(gpufleet.hygiene.gpu_state#module:command_timeout).
-    type: float
-    default: 15
-  device_patterns:
-    description: As M(gpufleet.hygiene.gpu_state) O(gpufleet.hygiene.gpu_state#module:device_patterns).
-    type: list
-    elements: str
-    default: ['/dev/nvidia*']
   venv:
     description:
       - The training venv. When unset, the venv, its packages and its caches are not read
@@ -250,12 +231,16 @@ gpus:
   type: list
   elements: dict
 contaminants:
-  description: With O(brief=true) or O(record), RV(cuda_contamination)'s C(contaminants).
+  description:
+    - With O(brief=true) or O(record), RV(cuda_contamination)'s C(contaminants) - the packages built
+      for another CUDA major, each with its evidence.
   returned: when O(brief=true) or with O(record)
   type: list
   elements: dict
 caches:
-  description: With O(brief=true) or O(record), RV(torch_cache)'s C(caches).
+  description:
+    - With O(brief=true) or O(record), RV(torch_cache)'s C(caches) - each compile cache's path, size
+      and whether it was built for this venv.
   returned: when O(brief=true) or with O(record)
   type: list
   elements: dict

@@ -55,7 +55,8 @@ options:
     choices: [present, absent, fresh]
     default: present
   caches:
-    description: Which caches to handle.
+    description:
+      - Which caches to handle, each found as the description above says.
     type: list
     elements: str
     choices: [inductor, triton, torch_extensions, cuda]
@@ -179,11 +180,13 @@ caches:
         - V(none), V(clear), V(record) or V(clear_and_record); in check mode what would be done.
       type: str
     removed:
-      description: Files and symbolic links removed.
+      description: Files and symbolic links removed (0 unless RV(caches[].action) cleared it).
       type: int
+      sample: 912
     freed:
       description: Bytes of regular files removed.
       type: int
+      sample: 48213504
     build_dir:
       description: For torch_extensions, the C(py<ver>_cu<ver>) folder torch uses with O(venv).
       type: str
@@ -218,11 +221,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import (
     CACHE_NAMES,
-    CacheError,
     TorchCache,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._results import diff_only_in_diff_mode
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError
 
 
 def main():
@@ -247,13 +249,8 @@ def main():
             environment=p["environment"], force=p["force"], check_mode=module.check_mode,
             run=module.run_command)
         result = job.execute()
-    except CacheError as exc:
-        partial = diff_only_in_diff_mode(module, dict(exc.partial))
-        for warning in job.warnings if job else []:
-            module.warn(warning)
-        module.fail_json(msg=str(exc), **partial)
-    except DistError as exc:
-        module.fail_json(msg=str(exc))
+    except GpufleetError as exc:
+        fail(module, exc, job.warnings if job else ())
     for warning in job.warnings:
         module.warn(warning)
     module.exit_json(**diff_only_in_diff_mode(module, result))

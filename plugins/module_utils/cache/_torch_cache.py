@@ -30,16 +30,13 @@ import pwd
 import re
 import stat
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import open_files
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import (
     read_torch_version_py,
     torch_reference,
 )
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import (
-    environment_site_dirs,
-    iter_distributions,
-    venv_python,
-    venv_site_dirs,
-)
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
 
 CACHE_NAMES = ("inductor", "triton", "torch_extensions", "cuda")
 MARKER = ".gpufleet-hygiene-fingerprint.json"
@@ -60,12 +57,8 @@ _USER_UNSAFE = re.compile(r'[\\/:*?"<>|]')
 _PY_DIR = re.compile(r"python(\d+)\.(\d+)([a-z]*)$")
 
 
-class CacheError(Exception):
-    """Something the user must fix: the message says what. ``partial`` is returned with it."""
-
-    def __init__(self, msg, partial=None):
-        super().__init__(msg)
-        self.partial = partial or {}
+class CacheError(GpufleetError):
+    """Something about a cache the user must fix: the message says what."""
 
 
 # --------------------------------------------------------------------------- who and where
@@ -177,13 +170,36 @@ def _home_path(ident, name, rel, source):
     return Location(name, os.path.join(ident.home, rel), source)
 
 
-def python_tag(venv):
-    """``py311`` (``py313t`` for a free-threaded build) from the venv's lib/pythonX.Y dir."""
-    for site in venv_site_dirs(venv):
+def python_tag(site_dirs):
+    """``py311`` (``py313t`` for a free-threaded build) from a venv's own site-packages
+    (lib/pythonX.Y/site-packages)."""
+    for site in site_dirs:
         match = _PY_DIR.search(os.path.dirname(site))
         if match:
             return "py{}{}{}".format(*match.groups())
     return None
+
+
+# Where the other caches live: (their own variable, a variable naming a base directory, the
+# path under that base, the path under the home directory), as Triton, torch and the driver say.
+_PLACES = {
+    "triton": ("TRITON_CACHE_DIR", "TRITON_HOME", ".triton/cache", ".triton/cache"),
+    "torch_extensions": ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME", "torch_extensions", ".cache/torch_extensions"),
+    "cuda": ("CUDA_CACHE_PATH", None, None, ".nv/ComputeCache"),
+}
+
+
+def _place(name, ident):
+    own, base_var, under_base, under_home = _PLACES[name]
+    env = ident.env
+    if own in env:
+        return _from_variable(name, own, env[own])
+    if base_var in env:
+        base = _from_variable(name, base_var, env[base_var])
+        if base.problem:
+            return base
+        return Location(name, os.path.join(base.path, under_base), f"default: ${base_var}/{under_base}")
+    return _home_path(ident, name, under_home, f"default: ~/{under_home}")
 
 
 def locate(name, ident, fingerprint=None, pytag=None):
@@ -197,35 +213,16 @@ def locate(name, ident, fingerprint=None, pytag=None):
         tmp, tmp_source, notes = ident.tmpdir()
         path = os.path.join(tmp, "torchinductor_" + _USER_UNSAFE.sub("_", ident.name))
         return Location(name, path, f"default: <tmp>/torchinductor_<user> (tmp from {tmp_source})", notes=notes)
-    if name == "triton":
-        if "TRITON_CACHE_DIR" in env:
-            return _from_variable(name, "TRITON_CACHE_DIR", env["TRITON_CACHE_DIR"])
-        if "TRITON_HOME" in env:
-            loc = _from_variable(name, "TRITON_HOME", env["TRITON_HOME"])
-            if loc.problem:
-                return loc
-            return Location(name, os.path.join(loc.path, ".triton", "cache"), "default: $TRITON_HOME/.triton/cache")
-        return _home_path(ident, name, ".triton/cache", "default: ~/.triton/cache")
-    if name == "torch_extensions":
-        if "TORCH_EXTENSIONS_DIR" in env:
-            return _from_variable(name, "TORCH_EXTENSIONS_DIR", env["TORCH_EXTENSIONS_DIR"])
-        if "XDG_CACHE_HOME" in env:
-            loc = _from_variable(name, "XDG_CACHE_HOME", env["XDG_CACHE_HOME"])
-            if loc.problem:
-                return loc
-            loc = Location(name, os.path.join(loc.path, "torch_extensions"), "default: $XDG_CACHE_HOME/torch_extensions")
-        else:
-            loc = _home_path(ident, name, ".cache/torch_extensions", "default: ~/.cache/torch_extensions")
-        if loc.path and fingerprint and fingerprint.get("torch") and pytag:
-            cuda = fingerprint.get("cuda")
-            cu = "cu" + cuda.replace(".", "") if cuda and cuda != "cpu" else "cpu"
-            loc.build_dir = os.path.join(loc.path, f"{pytag}_{cu}")
-        return loc
-    if name == "cuda":
-        if "CUDA_CACHE_PATH" in env:
-            return _from_variable(name, "CUDA_CACHE_PATH", env["CUDA_CACHE_PATH"])
-        return _home_path(ident, name, ".nv/ComputeCache", "default: ~/.nv/ComputeCache")
-    raise CacheError("unknown cache {!r}: choose from {}".format(name, ", ".join(CACHE_NAMES)))
+    if name not in _PLACES:
+        raise CacheError("unknown cache {!r}: choose from {}".format(name, ", ".join(CACHE_NAMES)))
+    loc = _place(name, ident)
+    # torch builds into py<ver>_cu<ver> under its default root only, never under the variable.
+    if (name == "torch_extensions" and loc.source.startswith("default") and loc.path and not loc.problem
+            and fingerprint and fingerprint.get("torch") and pytag):
+        cuda = fingerprint.get("cuda")
+        cu = "cu" + cuda.replace(".", "") if cuda and cuda != "cpu" else "cpu"
+        loc.build_dir = os.path.join(loc.path, f"{pytag}_{cu}")
+    return loc
 
 
 # --------------------------------------------------------------------------- safety
@@ -469,73 +466,34 @@ def describe_errors(name, root, errors):
 # --------------------------------------------------------------------------- holders
 
 
-def _strip_deleted(path):
-    return path.removesuffix(" (deleted)")
-
-
 def find_holders(roots, proc="/proc", skip_pids=None):
     """Processes with a file, a mapping or their working directory under one of ``roots``.
 
     Returns ``({root: [{pid, command, paths}]}, uninspected)``; ``uninspected`` counts
     processes whose /proc entries could not be read (not root, or gone meanwhile).
     """
-    skip = set(skip_pids or (os.getpid(),))
     found = {r: {} for r in roots}
     uninspected = 0
     try:
-        pids = [p for p in os.listdir(proc) if p.isdigit()]
+        for pid, paths, denied in open_files(proc, set(skip_pids or (os.getpid(),)), cwd=True, maps=True):
+            uninspected += denied
+            for path in paths:
+                for root in roots:
+                    if _within(path, root):
+                        held = found[root].setdefault(pid, [])
+                        if path not in held and len(held) < 5:
+                            held.append(path)
     except OSError:
         return {r: [] for r in roots}, 0
-
-    def hit(pid, path):
-        path = _strip_deleted(path)
-        for root in roots:
-            if _within(path, root):
-                paths = found[root].setdefault(pid, [])
-                if path not in paths and len(paths) < 5:
-                    paths.append(path)
-
-    for pid in pids:
-        if int(pid) in skip:
-            continue
-        base = os.path.join(proc, pid)
-        denied = False
-        try:
-            hit(pid, os.readlink(os.path.join(base, "cwd")))
-        except OSError as exc:
-            denied = denied or exc.errno in (errno.EACCES, errno.EPERM)
-        try:
-            fds = os.listdir(os.path.join(base, "fd"))
-        except OSError as exc:
-            fds = []
-            denied = denied or exc.errno in (errno.EACCES, errno.EPERM)
-        for fd in fds:
-            try:
-                hit(pid, os.readlink(os.path.join(base, "fd", fd)))
-            except OSError:
-                continue
-        try:
-            with open(os.path.join(base, "maps"), "rb") as f:
-                for line in f:
-                    fields = line.split(None, 5)
-                    if len(fields) == 6 and fields[5].startswith(b"/"):
-                        hit(pid, fields[5].rstrip(b"\n").decode("utf-8", "replace"))
-        except OSError as exc:
-            denied = denied or getattr(exc, "errno", None) in (errno.EACCES, errno.EPERM)
-        if denied:
-            uninspected += 1
     result = {}
     for root, by_pid in found.items():
-        result[root] = [
-            {"pid": int(pid), "command": _command(proc, pid), "paths": paths}
-            for pid, paths in sorted(by_pid.items(), key=lambda kv: int(kv[0]))
-        ]
+        result[root] = [{"pid": pid, "command": _command(proc, pid), "paths": paths} for pid, paths in sorted(by_pid.items())]
     return result, uninspected
 
 
 def _command(proc, pid):
     try:
-        with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+        with open("%s/%d/cmdline" % (proc, pid), "rb") as f:
             argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
         if argv:
             text = " ".join(" ".join(argv).split())
@@ -543,7 +501,7 @@ def _command(proc, pid):
     except OSError:
         pass
     try:
-        with open(os.path.join(proc, pid, "comm"), "rb") as f:
+        with open("%s/%d/comm" % (proc, pid), "rb") as f:
             return "[{}]".format(f.read().decode("utf-8", "replace").strip())
     except OSError:
         return "?"
@@ -553,14 +511,13 @@ def _command(proc, pid):
 
 
 def venv_fingerprint(venv, run):
-    """``{torch, triton, cuda}`` of a venv, read from dist-info and torch/version.py.
+    """``{torch, triton, cuda}`` of a venv (a path or a Venv), read from dist-info and
+    torch/version.py.
 
     Nothing is imported: the versions come from the files on disk. A missing package is None;
     ``cuda`` is ``"cpu"`` for a CPU-only torch.
     """
-    python = venv_python(venv)
-    sites = environment_site_dirs(venv, python, run)
-    dists, _shadowed = iter_distributions(sites)
+    dists = Venv.of(venv, run).distributions
     by_key = {d.key: d for d in dists}
     torch = by_key.get("torch")
     triton = None
@@ -686,7 +643,8 @@ class TorchCache:
             if name not in self.names:
                 self.names.append(name)
         self.state = state
-        self.venv = venv
+        self.env = Venv.of(venv, run) if venv else None  # a path, or the Venv a readiness read shares
+        self.venv = self.env.path if self.env else None
         self.force = force
         self.check_mode = check_mode
         self.run = run
@@ -699,8 +657,8 @@ class TorchCache:
         if self.state == "fresh" and not self.venv:
             raise CacheError("state=fresh needs venv: the virtual environment whose torch, triton and "
                              "CUDA versions the caches must match")
-        current = venv_fingerprint(self.venv, self.run) if self.venv else None
-        pytag = python_tag(self.venv) if self.venv else None
+        current = venv_fingerprint(self.env, self.run) if self.env else None
+        pytag = python_tag(self.env.own_site_dirs) if self.env else None
         homes = protected_homes([self.ident.home])
         entries = []
         for name in self.names:

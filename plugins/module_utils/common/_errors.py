@@ -21,8 +21,17 @@ class GpufleetError(Exception):
         self.partial = dict(partial or {})
 
 
-def fail(module, exc):
-    """fail_json with the error's message and partial result (a module's one except clause)."""
+def fail(module, exc, warnings=()):
+    """fail_json with the error's message and partial result (a module's one except clause).
+
+    ``warnings`` (what the module noted before failing) and those the partial result carries go
+    to ``module.warn``; a ``diff`` in it is kept only in diff mode, as on success."""
     result = dict(exc.partial)
     result.pop("msg", None)
+    result.setdefault("changed", False)  # what Ansible reports of a result without it
+    for warning in list(warnings) + list(result.pop("warnings", None) or []):
+        module.warn(warning)
+    diff = result.pop("diff", None)
+    if module._diff and diff:
+        result["diff"] = diff
     module.fail_json(msg=exc.msg, **result)

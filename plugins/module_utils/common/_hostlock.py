@@ -20,9 +20,11 @@ import os
 import tempfile
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 
-class LockError(Exception):
-    pass
+
+class LockError(GpufleetError):
+    """The lock cannot be read, taken or given back: the message says what."""
 
 
 def read_lock(path):

@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+
 QUERY_GPU_FIELDS = ("index", "uuid", "name", "memory.used", "memory.total", "utilization.gpu")
 # process_name is free text (paths with spaces or commas): it must stay LAST.
 QUERY_APP_FIELDS = ("gpu_uuid", "pid", "used_memory", "process_name")
@@ -53,11 +55,14 @@ NO_GPU_KINDS = ("missing", "no_devices", "driver", "nvml")
 NO_PROCESSES = "no running processes found"
 
 
-class GpuError(Exception):
-    """A failure to read GPU state; ``kind`` says which (see EXIT_CODES, NO_GPU_KINDS)."""
+class GpuError(GpufleetError):
+    """A failure to read GPU state; ``kind`` says which (see EXIT_CODES, NO_GPU_KINDS). It is
+    returned with the failure as ``error_kind``, beside ``rc`` and ``gpu_available: false``."""
 
-    def __init__(self, msg, kind="failed", rc=None):
-        super(GpuError, self).__init__(msg)
+    def __init__(self, msg, kind="failed", rc=None, partial=None):
+        if partial is None:
+            partial = {"gpu_available": False, "error_kind": kind, "rc": rc}
+        super(GpuError, self).__init__(msg, partial)
         self.kind = kind
         self.rc = rc
 

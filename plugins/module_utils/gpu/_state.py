@@ -36,9 +36,11 @@ PROCESS_KEYS = ("pid", "name", "used_memory_mib", "vmid", "container_pid", "user
 
 
 class DrainTimeout(GpuError):
+    """The GPUs did not drain in time; ``result`` (the partial result) is the last reading."""
+
     def __init__(self, msg, result):
-        super(DrainTimeout, self).__init__(msg, kind="drain_timeout")
-        self.result = result
+        super(DrainTimeout, self).__init__(msg, kind="drain_timeout", partial=result)
+        self.result = self.partial  # one dict: what is added to it is returned with the failure
 
 
 def _process(pid, info, name=None, used=None):
@@ -234,7 +236,19 @@ class GpuState(object):
     # ------------------------------------------------------------------ the module's run
 
     def run(self, state="query", wanted=None, scope=None, grace=10.0, timeout=60.0, interval=0.25,
-            check_mode=False):
+            check_mode=False, require_gpu=True):
+        """The gpu_state module's result. With ``require_gpu=False`` a host without a usable GPU
+        (NO_GPU_KINDS) is a result saying so, with a note, instead of a GpuError."""
+        try:
+            return self._run(state, wanted, scope, grace, timeout, interval, check_mode)
+        except GpuError as exc:
+            fallback = None if require_gpu else no_gpu_result(exc)
+            if fallback is None:
+                raise
+            self._note("no usable GPU, passing because require_gpu=false: %s" % exc)
+            return fallback
+
+    def _run(self, state, wanted, scope, grace, timeout, interval, check_mode):
         snap = self.snapshot()
         selected = self.select(snap["gpus"], wanted)
         result = self._result(snap, selected)

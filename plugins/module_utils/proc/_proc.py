@@ -30,6 +30,8 @@ import signal
 import subprocess
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+
 PROC = "/proc"
 DEFAULT_DEVICE_PATTERNS = ("/dev/nvidia*",)
 
@@ -41,8 +43,8 @@ _VMID_RES = (
 _MINOR_RE = re.compile(r"nvidia(\d+)$")
 
 
-class ProcError(Exception):
-    pass
+class ProcError(GpufleetError):
+    """A scope that cannot be applied (a bad pattern, tmux missing): the message says what."""
 
 
 def _read(path, binary=False):
@@ -218,23 +220,14 @@ def find_processes(scope, proc=PROC, with_descendants=False):
 
 
 def _descendants_of(found, scope, protected, proc):
-    kids = children_map(proc)
-    seen = set(f["pid"] for f in found) | protected
     extra = []
-    for root in [f["pid"] for f in found]:
-        todo = list(kids.get(root, []))
-        while todo:
-            pid = todo.pop()
-            if pid in seen:
-                continue
-            seen.add(pid)
-            todo.extend(kids.get(pid, []))
-            info = describe(pid, proc)
-            if info is None:
-                continue
-            if scope.users and not (str(info.get("uid")) in scope.users or info.get("user") in scope.users):
-                continue
-            extra.append(dict(((k, info.get(k)) for k in _FOUND_KEYS), descendant_of=root))
+    for pid, root in walk_descendants([f["pid"] for f in found], proc, skip=protected):
+        info = describe(pid, proc)
+        if info is None:
+            continue
+        if scope.users and not (str(info.get("uid")) in scope.users or info.get("user") in scope.users):
+            continue
+        extra.append(dict(((k, info.get(k)) for k in _FOUND_KEYS), descendant_of=root))
     return sorted(extra, key=lambda f: f["pid"])
 
 
@@ -247,16 +240,25 @@ def children_map(proc=PROC):
     return kids
 
 
-def descendants(roots, proc=PROC):
+def walk_descendants(roots, proc=PROC, skip=()):
+    """``(pid, root)`` for every descendant of ``roots``: each under the first root whose tree
+    reaches it; a root, or a PID in ``skip``, is neither given nor walked below."""
     kids = children_map(proc)
-    found, todo = set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid in found:
-            continue
-        found.add(pid)
-        todo.extend(kids.get(pid, []))
-    return found
+    seen = set(roots) | set(skip)
+    for root in roots:
+        todo = list(kids.get(root, []))
+        while todo:
+            pid = todo.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            todo.extend(kids.get(pid, []))
+            yield pid, root
+
+
+def descendants(roots, proc=PROC):
+    """``roots`` and every descendant of theirs."""
+    return set(roots) | set(pid for pid, _root in walk_descendants(roots, proc))
 
 
 # --------------------------------------------------------------------------- container vantage
@@ -267,31 +269,51 @@ def device_minor(path):
     return int(m.group(1)) if m else None
 
 
+_DENIED = (errno.EACCES, errno.EPERM)
+
+
+def open_files(proc=PROC, exclude=(), cwd=False, maps=False):
+    """``(pid, paths, denied)`` for every process but those in ``exclude``: the files its
+    descriptors name, with ``cwd`` its working directory, with ``maps`` the files it has mapped
+    (" (deleted)" left off); ``denied`` when some of them could not be read (another user's
+    process, without privilege). Raises OSError when ``proc`` itself cannot be listed."""
+    for pid in all_pids(proc):
+        if pid in exclude:
+            continue
+        base = "%s/%d" % (proc, pid)
+        paths, denied = [], False
+        if cwd:
+            try:
+                paths.append(os.readlink(base + "/cwd"))
+            except OSError as exc:
+                denied = exc.errno in _DENIED
+        try:
+            fds = os.listdir(base + "/fd")
+        except OSError as exc:
+            fds = []
+            denied = denied or exc.errno in _DENIED
+        for fd in fds:
+            with contextlib.suppress(OSError):  # closed since the listing
+                paths.append(os.readlink("%s/fd/%s" % (base, fd)))
+        if maps:
+            try:
+                with open(base + "/maps", "rb") as f:
+                    for line in f:
+                        fields = line.split(None, 5)
+                        if len(fields) == 6 and fields[5].startswith(b"/"):
+                            paths.append(fields[5].rstrip(b"\n").decode("utf-8", "replace"))
+            except OSError as exc:
+                denied = denied or exc.errno in _DENIED
+        yield pid, [path.removesuffix(" (deleted)") for path in paths], denied
+
+
 def scan_device_holders(patterns=DEFAULT_DEVICE_PATTERNS, proc=PROC, exclude=()):
     """{pid: sorted device paths} for processes with an open fd on a matching path; and the
     number of processes whose fds could not be read (another user's, without privilege)."""
     holders, unreadable = {}, 0
-    for pid in all_pids(proc):
-        if pid in exclude:
-            continue
-        fd_dir = "%s/%d/fd" % (proc, pid)
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError as exc:
-            if exc.errno in (errno.EACCES, errno.EPERM):
-                unreadable += 1
-            continue
-        found = set()
-        for fd in fds:
-            try:
-                target = os.readlink(os.path.join(fd_dir, fd))
-            except OSError:
-                continue
-            target = target.removesuffix(" (deleted)")
-            for pat in patterns:
-                if fnmatch.fnmatchcase(target, pat):
-                    found.add(target)
-                    break
+    for pid, paths, denied in open_files(proc, exclude):
+        unreadable += denied
+        found = set(path for path in paths if any(fnmatch.fnmatchcase(path, pat) for pat in patterns))
         if found:
             holders[pid] = sorted(found)
     return holders, unreadable

@@ -17,14 +17,12 @@ from __future__ import annotations
 import re
 import threading
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import CACHE_NAMES, CacheError, TorchCache
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import GpuError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState, no_gpu_result
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import ProcError, Scope, find_processes
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination, RemediationError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import CudaError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError, inventory
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import PkgToolError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import CACHE_NAMES, TorchCache
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, find_processes
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv, inventory
 
 # The readiness module's options (node_readiness takes the same, per container).
 ARGUMENT_SPEC = dict(
@@ -79,8 +77,8 @@ def read_processes(p, warnings):
     try:
         scope = Scope(cmdline=p["job_patterns"], users=p["job_users"] or None)
         found = find_processes(scope)
-    except ProcError as exc:
-        return failed(str(exc))
+    except GpufleetError as exc:
+        return failed(exc.msg, **exc.partial)
     warnings.extend(scope.notes)
     return {"changed": False, "processes": found, "count": len(found)}
 
@@ -91,50 +89,43 @@ def read_gpus(p, nvidia_smi, check_mode, warnings):
                      device_patterns=p["device_patterns"],
                      threshold_mib=p["threshold_mib"])
     try:
-        result = state.run(state="query", wanted=[], check_mode=check_mode)
-    except GpuError as exc:
-        fallback = None if p["require_gpu"] else no_gpu_result(exc)
-        if fallback is None:
-            return failed(str(exc), gpu_available=False, error_kind=exc.kind, rc=exc.rc)
-        warnings.append("no usable GPU, passing because require_gpu=false: %s" % exc)
-        return fallback
-    except ProcError as exc:
-        return failed(str(exc))
+        result = state.run(state="query", wanted=[], check_mode=check_mode, require_gpu=p["require_gpu"])
+    except GpufleetError as exc:
+        return failed(exc.msg, **exc.partial)
     warnings.extend(state.notes)
     return result
 
 
-def read_venv(p, run, check_mode, warnings):
-    result = {"changed": False}
+# The venv's three readers share one Venv (env), resolved once for the read: its interpreter is
+# started at most once, its distributions read once.
+
+
+def read_venv(p, env, check_mode, warnings):
     try:
-        job = Contamination(p["venv"], run, expected_cuda=p["expected_cuda"], check_mode=check_mode)
-        result = job.scan()[0]
-    except (RemediationError, CudaError, DistError, PkgToolError) as exc:
-        return failed(str(exc), **result)
+        result = Contamination(env, env.run, expected_cuda=p["expected_cuda"], check_mode=check_mode).scan()[0]
+    except GpufleetError as exc:
+        return failed(exc.msg, **exc.partial)
     result["changed"] = False
     warnings.extend(result.pop("warnings", []))
-    result.pop("diff", None)
     return result
 
 
-def read_packages(p, run):
+def read_packages(p, env):
     try:
-        return inventory(p["venv"], None, p["baseline"], p["verify_files"], run)
-    except DistError as exc:
-        return failed(str(exc))
+        return inventory(env, None, p["baseline"], p["verify_files"], env.run)
+    except GpufleetError as exc:
+        return failed(exc.msg, **exc.partial)
 
 
-def read_caches(p, run, check_mode, warnings):
+def read_caches(p, env, check_mode, warnings):
     job = None
     try:
-        job = TorchCache(list(CACHE_NAMES), state="present", venv=p["venv"], user=p["cache_user"],
-                         environment=p["cache_environment"], check_mode=check_mode, run=run)
+        job = TorchCache(list(CACHE_NAMES), state="present", venv=env, user=p["cache_user"],
+                         environment=p["cache_environment"], check_mode=check_mode, run=env.run)
         result = job.execute()
-    except CacheError as exc:
+    except GpufleetError as exc:
         warnings.extend(job.warnings if job else [])
-        return failed(str(exc), **dict(exc.partial))
-    except DistError as exc:
-        return failed(str(exc))
+        return failed(exc.msg, **exc.partial)
     warnings.extend(job.warnings)
     result.pop("diff", None)
     return result
@@ -290,8 +281,8 @@ def read(p, run, which, check_mode=False):
     notes = {name: [] for name in READS}
     result = {"changed": False}
 
-    # The GPUs are read in a thread while this one scans /proc and the venv: nvidia-smi's time
-    # (tens to hundreds of ms on a real node) overlaps the reading of files.
+    # The GPUs are read in a thread while this one scans /proc and the venv: nvidia-smi waits on
+    # the driver, and that wait overlaps the reading of files.
     nvidia_smi = p["nvidia_smi"] or which("nvidia-smi")
     gpu = {}
     crashed = []
@@ -306,10 +297,11 @@ def read(p, run, which, check_mode=False):
     reader.start()
     result["processes"] = read_processes(p, notes["processes"])
     if p["venv"]:
-        result["cuda_contamination"] = read_venv(p, run, check_mode, notes["cuda_contamination"])
-        result["pip_inventory"] = (read_packages(p, run) if p["baseline"] or p["verify_files"]
+        env = Venv(p["venv"], run)
+        result["cuda_contamination"] = read_venv(p, env, check_mode, notes["cuda_contamination"])
+        result["pip_inventory"] = (read_packages(p, env) if p["baseline"] or p["verify_files"]
                                    else skipped("neither baseline nor verify_files"))
-        result["torch_cache"] = read_caches(p, run, check_mode, notes["torch_cache"]) if p["caches"] else skipped("caches=false")
+        result["torch_cache"] = read_caches(p, env, check_mode, notes["torch_cache"]) if p["caches"] else skipped("caches=false")
     else:
         for name in ("cuda_contamination", "pip_inventory", "torch_cache"):
             result[name] = skipped("no venv")

@@ -17,26 +17,17 @@ import shutil
 import tempfile
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import reference, scan
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import (
     DistError,
+    Venv,
     canonical_name,
-    environment_site_dirs,
     file_digest,
-    iter_distributions,
     valid_project_name,
     valid_version,
-    venv_python,
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import Installer, shell_join
-
-
-class RemediationError(Exception):
-    """A failure after something may have changed; carries the partial result."""
-
-    def __init__(self, msg, partial):
-        super(RemediationError, self).__init__(msg)
-        self.partial = partial
 
 
 class VenvLock(object):
@@ -81,12 +72,13 @@ def _pkg_lines(dists):
 
 
 class Contamination(object):
-    """The scan, and with ``remove`` the remediation, of one venv."""
+    """The scan, and with ``remove`` the remediation, of one venv (a path or a Venv)."""
 
     def __init__(self, venv, run, expected_cuda=None, protect=("torch",), also_remove=(),
                  find_links=None, no_index=False, installer="auto", scan_binaries=True,
                  lock_timeout=60, check_mode=False, path_env=None):
-        self.venv = venv
+        self.env = Venv.of(venv, run)
+        self.venv = self.env.path
         self.run_cmd = run
         self.expected_cuda = expected_cuda
         for option, names in (("also_remove", also_remove), ("protect", protect)):
@@ -112,20 +104,16 @@ class Contamination(object):
                 "drop it from also_remove or from protect" % ", ".join(clash))
         if find_links and not os.path.isdir(find_links):
             raise DistError("find_links %s is not a directory of wheels" % find_links)
-        self.python = venv_python(venv)
-        self.sites = environment_site_dirs(venv, self.python, self._run)
-        root = os.path.realpath(venv) + os.sep
+        self.python = self.env.python
+        self.sites = self.env.site_dirs
+        root = os.path.realpath(self.venv) + os.sep
         self.own_sites = set(os.path.realpath(s) for s in self.sites if os.path.realpath(s).startswith(root))
 
     def _run(self, argv):
         return self.run_cmd(argv)
 
-    def _inventory(self):
-        dists, _shadowed = iter_distributions(self.sites)
-        return dists
-
     def scan(self):
-        dists = self._inventory()
+        dists = self.env.distributions
         ref, warnings = reference(dists, self.expected_cuda)
         contaminants, unknown, clobbered, shared = scan(dists, ref["cuda_major"], self.scan_binaries)
         problems = []
@@ -142,6 +130,18 @@ class Contamination(object):
             "warnings": warnings,
         }
         return result, dists, clobbered, shared
+
+    def run(self, remove=False):
+        """The cuda_contamination module's result: the scan, and with ``remove`` the removal.
+        A failure once the scan is done carries the result so far (its ``partial``)."""
+        result, dists, _clobbered, shared = self.scan()
+        result["changed"] = False
+        if not remove:
+            return result
+        try:
+            return self.remediate(result, dists, shared)
+        except GpufleetError as exc:
+            raise GpufleetError(exc.msg, exc.partial or result) from exc
 
     # ------------------------------------------------------------------ removal
     def plan(self, dists, contaminants, shared):
@@ -245,7 +245,7 @@ class Contamination(object):
         finally:
             shutil.rmtree(stash, ignore_errors=True)
 
-        after = self._inventory()
+        after = self.env.rescan()
         present = set(d.key for d in after)
         removed = [d for d in remove if d.key not in present]
         failed = [d for d in remove if d.key in present]
@@ -259,7 +259,7 @@ class Contamination(object):
             rrc, rout, rerr = self._run(rargv)
             if rrc != 0:
                 restore_failed = (rargv, (rerr or rout or "").strip())
-        after = self._inventory()
+        after = self.env.rescan()
         result["diff"]["after"] = _pkg_lines(after)
         result["restored"] = [] if restore_failed else [{"name": n, "version": v} for n, v in pins]
         present = set(d.key for d in after)
@@ -296,5 +296,5 @@ class Contamination(object):
         if damaged and not restore_failed:
             errors.append("restored packages still differ from their RECORD: %s" % ", ".join(damaged))
         if errors:
-            raise RemediationError("; ".join(errors), result)
+            raise GpufleetError("; ".join(errors), result)
         return result

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import canonical_name, file_digest
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._elf import dt_needed
 
@@ -60,7 +61,7 @@ _TORCH_VERSION_RE = re.compile(r"^__version__\s*(?::[^=\n]*)?=\s*['\"]([^'\"]*)[
 LAYERS = {1: "version label", 2: "name", 3: "files", 4: "binaries", 5: "requirements"}
 
 
-class CudaError(Exception):
+class CudaError(GpufleetError):
     """Bad input, or no reference CUDA: the message says what to fix."""
 
 

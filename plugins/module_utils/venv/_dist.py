@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import os
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+
 # re, csv, hashlib, base64 and json are imported where used: a plain inventory needs none
 # of them, and on a target every millisecond of start-up is paid per host.
 
 
-class DistError(Exception):
+class DistError(GpufleetError):
     """Bad input that the user must fix (path, venv, baseline)."""
 
 
@@ -118,7 +120,7 @@ def parse_record(data, what="RECORD", problems=None, site_dir=None):
     prefix = site_dir.rstrip("/") + "/" if site_dir is not None else None
     lines = record_lines(text)
     # Without a quote character no field holds a comma, and splitting from the right is
-    # exact (and twice as fast as the csv module); otherwise let csv do the unquoting.
+    # exact and cheaper than the csv module; otherwise let csv do the unquoting.
     reader = (line.rsplit(",", 2) for line in lines) if '"' not in text else csv.reader(lines)
     try:
         for lineno, row in enumerate(reader, 1):
@@ -401,11 +403,11 @@ def pth_dirs(site):
     return found
 
 
-def environment_site_dirs(venv, python, run):
-    """Where packages of a venv come from: its site-packages and the directories their
-    ``.pth`` files add, then, when the venv was made with --system-site-packages, the base
-    interpreter's too (its sys.path, asked once)."""
-    own = venv_site_dirs(venv)
+def environment_site_dirs(venv, python, run, own=None):
+    """Where packages of a venv come from: its site-packages (``own``, found when not given)
+    and the directories their ``.pth`` files add, then, when the venv was made with
+    --system-site-packages, the base interpreter's too (its sys.path, asked once)."""
+    own = venv_site_dirs(venv) if own is None else own
     if not own:
         raise DistError("venv %s has no lib/python*/site-packages: it is not a virtual environment" % venv)
     sites = []
@@ -449,6 +451,56 @@ def iter_distributions(site_dirs):
             seen[dist.key] = dist
             dists.append(dist)
     return dists, shadowed
+
+
+class Venv(object):
+    """One virtual environment, resolved once and handed to every reader of it (contamination,
+    packages, caches): its interpreter, the directories its packages come from and the
+    distributions there, each found on first use and kept. The interpreter is started at most
+    once (only for --system-site-packages). A venv that cannot be resolved keeps its DistError
+    and raises it to each reader that asks, so each fails as it would alone.
+
+    ``run(argv)`` returns ``(rc, stdout, stderr)``.
+    """
+
+    def __init__(self, path, run):
+        self.path = path
+        self.run = run
+        self._resolved = None  # (python, own site dirs, site dirs), or the DistError
+        self._found = None  # (distributions, shadowed)
+
+    @classmethod
+    def of(cls, venv, run):
+        """``venv`` (a path or a Venv) as a Venv."""
+        return venv if isinstance(venv, cls) else cls(venv, run)
+
+    def _resolve(self):
+        if self._resolved is None:
+            try:
+                python = venv_python(self.path)
+                own = venv_site_dirs(self.path)
+                self._resolved = (python, own, environment_site_dirs(self.path, python, self.run, own))
+            except DistError as exc:
+                self._resolved = exc
+        if isinstance(self._resolved, DistError):
+            raise self._resolved
+        return self._resolved
+
+    def _read(self):
+        if self._found is None:
+            self._found = iter_distributions(self.site_dirs)
+        return self._found
+
+    python = property(lambda self: self._resolve()[0], doc="The venv's interpreter (bin/python).")
+    own_site_dirs = property(lambda self: self._resolve()[1], doc="Its own site-packages, not those it sees.")
+    site_dirs = property(lambda self: self._resolve()[2], doc="Every directory its packages come from.")
+    distributions = property(lambda self: self._read()[0], doc="The distributions there, first on the path wins.")
+    shadowed = property(lambda self: self._read()[1], doc="Later copies of a project found before.")
+
+    def rescan(self):
+        """The distributions read again, after an installer changed the venv."""
+        self._found = None
+        return self.distributions
 
 
 _REQ_LINE = r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)$"
@@ -522,13 +574,18 @@ def drift(dists, wanted):
 
 
 def inventory(venv, python, baseline, verify_files, run):
-    """The pip_inventory module's result: a venv's (or an interpreter's) packages read from
-    disk, compared with a baseline requirements file, their files checked against RECORD.
+    """The pip_inventory module's result: a venv's (a path or a Venv) or an interpreter's
+    packages read from disk, compared with a baseline requirements file, their files checked
+    against RECORD.
 
     ``run(argv)`` returns ``(rc, stdout, stderr)``; raises DistError.
     """
-    sites = environment_site_dirs(venv, venv_python(venv), run) if venv else interpreter_site_dirs(python, run)
-    dists, shadowed = iter_distributions(sites)
+    if venv:
+        env = Venv.of(venv, run)
+        sites, dists, shadowed = env.site_dirs, env.distributions, env.shadowed
+    else:
+        sites = interpreter_site_dirs(python, run)
+        dists, shadowed = iter_distributions(sites)
     result = {
         "changed": False,
         "packages": [d.as_dict() for d in dists],

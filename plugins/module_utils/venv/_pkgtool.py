@@ -14,9 +14,7 @@ from __future__ import annotations
 import os
 import shlex
 
-
-class PkgToolError(Exception):
-    pass
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 
 
 def find_uv(venv, path_env=None):
@@ -40,7 +38,7 @@ class Installer(object):
 
     def __init__(self, tool, python, uv=None):
         if tool not in ("uv", "pip"):
-            raise PkgToolError("unknown installer %r" % tool)
+            raise GpufleetError("unknown installer %r" % tool)
         self.tool = tool
         self.python = python
         self.uv = uv
@@ -51,10 +49,10 @@ class Installer(object):
         pip = has_pip(site_dirs)
         if preference == "uv" or (preference == "auto" and uv):
             if not uv:
-                raise PkgToolError("installer=uv but no uv was found in %s/bin or on PATH" % venv)
+                raise GpufleetError("installer=uv but no uv was found in %s/bin or on PATH" % venv)
             return cls("uv", python, uv)
         if not pip:
-            raise PkgToolError(
+            raise GpufleetError(
                 "neither uv nor pip is available for %s: install uv on the target, or pip into "
                 "the venv ('%s -m ensurepip')" % (venv, python))
         return cls("pip", python)

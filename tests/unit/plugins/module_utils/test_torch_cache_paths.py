@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cach
     venv_fingerprint,
     write_marker,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
 
 ME = pwd.getpwuid(os.getuid())
 
@@ -131,7 +132,7 @@ def test_empty_or_relative_variables_are_problems(var, value, expect):
 def test_python_tag_from_a_real_venv(tmp_path):
     venv = make_venv(str(tmp_path / "venv"))
     site = [d for d in os.listdir(os.path.join(venv, "lib")) if d.startswith("python")][0]
-    assert python_tag(venv) == "py" + site[len("python"):].replace(".", "")
+    assert python_tag(Venv(venv, run).own_site_dirs) == "py" + site[len("python"):].replace(".", "")
 
 
 # --------------------------------------------------------------------------- what may be cleared

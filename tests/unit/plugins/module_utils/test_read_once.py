@@ -1,0 +1,107 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""One readiness read resolves its venv once: a REAL venv made with include-system-site-packages
+(whose interpreter must be asked for sys.path), REAL wheels installed by uv, a REAL interpreter
+started through the run() the read is given, counted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from cachetree import install, make_venv, torch_wheels
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import venv_fingerprint
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
+
+OPTIONS = {"job_patterns": [], "job_users": [], "require_gpu": False, "threshold_mib": 64, "nvidia_smi": "/nonexistent/nvidia-smi",
+           "command_timeout": 5.0, "device_patterns": ["/nonexistent/nvidia*"], "venv": None, "expected_cuda": None,
+           "baseline": None, "verify_files": False, "caches": True, "cache_user": None, "cache_environment": None,
+           "allow_running_job": False}
+
+
+class Counted:
+    """run(argv) -> (rc, stdout, stderr), counting the starts of the venv's interpreter."""
+
+    def __init__(self, venv):
+        self.python = os.path.join(venv, "bin")
+        self.starts = 0
+
+    def __call__(self, argv):
+        if os.path.dirname(argv[0]) == self.python:
+            self.starts += 1
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def system_venv(tmp_path_factory):
+    """A venv that also imports the base interpreter's packages: its sys.path must be asked."""
+    root = tmp_path_factory.mktemp("readonce")
+    os.makedirs(str(root / "wheels"))
+    wheels = torch_wheels(str(root / "wheels"), torch="2.8.0+cu128", cuda="12.8", triton="3.4.0")
+    venv = make_venv(str(root / "venv"))
+    install(venv, wheels, "torch==2.8.0+cu128", "triton==3.4.0")
+    cfg = os.path.join(venv, "pyvenv.cfg")
+    with open(cfg) as f:
+        text = f.read().replace("include-system-site-packages = false", "include-system-site-packages = true")
+    with open(cfg, "w") as f:
+        f.write(text)
+    baseline = str(root / "requirements.txt")
+    with open(baseline, "w") as f:
+        f.write("torch==2.8.0+cu128\ntriton==3.4.0\n")
+    return {"venv": venv, "baseline": baseline, "caches": str(root / "caches")}
+
+
+@pytest.fixture
+def resolutions(monkeypatch):
+    """The venvs resolved (each resolution starts by finding the venv's interpreter)."""
+    count = []
+    real = _dist.venv_python
+
+    def counted(*args, **kw):
+        count.append(args[0])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_dist, "venv_python", counted)
+    return count
+
+
+def options(rig):
+    env = {"HOME": rig["caches"], "USER": "trainer", "TMPDIR": rig["caches"]}
+    return dict(OPTIONS, venv=rig["venv"], baseline=rig["baseline"], cache_environment=env)
+
+
+def test_one_read_resolves_the_venv_once_and_starts_its_interpreter_once(system_venv, resolutions):
+    os.makedirs(system_venv["caches"], exist_ok=True)
+    run = Counted(system_venv["venv"])
+    result = _readiness.read(options(system_venv), run, lambda name: None)
+    assert run.starts == 1 and resolutions == [system_venv["venv"]]
+    # Each of the three readers read that venv, its base interpreter's packages included.
+    inv = result["pip_inventory"]
+    assert "failed" not in inv and len(inv["site_dirs"]) > 1
+    assert {p["name"] for p in inv["packages"]} >= {"torch", "triton"}
+    assert inv["drift"]["missing"] == [] and inv["drift"]["changed"] == []
+    assert result["cuda_contamination"]["reference"]["cuda_version"] == "12.8"
+    assert result["torch_cache"]["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8"}
+    # What the readers see is what each sees alone, where each resolves the venv itself.
+    alone = Counted(system_venv["venv"])
+    assert _dist.inventory(system_venv["venv"], None, system_venv["baseline"], False, alone) == inv
+    assert Contamination(system_venv["venv"], alone).scan()[0]["reference"] == result["cuda_contamination"]["reference"]
+    assert venv_fingerprint(system_venv["venv"], alone) == result["torch_cache"]["fingerprint"]
+    assert alone.starts == 3 and len(resolutions) == 4
+
+
+def test_a_venv_that_cannot_be_resolved_fails_each_reader_alike_once(tmp_path, resolutions):
+    missing = str(tmp_path / "no-venv")
+    asked = dict(OPTIONS, venv=missing, baseline=str(tmp_path / "requirements.txt"),
+                 cache_environment={"HOME": str(tmp_path), "USER": "trainer"})
+    result = _readiness.read(asked, Counted(missing), lambda name: None)
+    msg = "venv %s does not exist" % missing
+    for name in ("cuda_contamination", "pip_inventory", "torch_cache"):
+        assert result[name]["failed"] is True and result[name]["msg"] == msg, name
+    assert resolutions == [missing]
