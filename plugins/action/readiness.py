@@ -5,7 +5,7 @@
 
 The readiness module's work is _readiness.read(). Sent as a module, every call pays, on the
 target, the AnsiballZ payload, ansible.module_utils.basic and the compilation of every shipped
-source (about three quarters of the call's CPU on a small container). This action instead
+source (most of the call's CPU on a small container; docs/benchmarks.md). This action instead
 starts the target's Python, over the task's own connection, with the small bootstrap of
 _bootstrap (the one node_readiness starts in each container) and sends it, over stdin, the
 module_utils the reads need with the controller's bytecode; the bootstrap imports them from
@@ -36,12 +36,9 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import (
-    ARGUMENT_SPEC,
-    BRIEF_OPTION,
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, BRIEF_OPTION, RECORD_OPTION, bad_option
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import (
     RECORD_KEYS,
-    RECORD_OPTION,
-    bad_option,
     brief,
     brief_of_failure,
     nothing_read,
@@ -67,8 +64,8 @@ def _source(name):
 
 
 def modules_part():
-    """The modules part of the bootstrap's stdin: (index entries, bytes). Compiling them costs a
-    worker about 50 ms of CPU, so each ansible-playbook run compiles them once, into its local
+    """The modules part of the bootstrap's stdin: (index entries, bytes). Compiling them is
+    costly, so each ansible-playbook run compiles them once, into its local
     temporary directory (shared by its workers, removed at its end), keyed by the sources and the
     Python; the workers that start together wait on a lock for the first one's result instead of
     all compiling at once."""
@@ -206,12 +203,13 @@ class ActionModule(ActionBase):
         entries, blob = modules_part()
         data = _bootstrap.payload(entries, blob, params, self._task.check_mode, expand=PATH_OPTIONS, brief=short)
         env = self._compute_environment_string()  # the task's environment, as a module would have it
-        cmd = (env + " " if env else "") + " ".join(shlex.quote(a) for a in (python, "-I", "-B", "-c", _bootstrap.LAUNCHER))
+        cmd = (env + " " if env else "") + " ".join(shlex.quote(a) for a in _bootstrap.launcher_argv(python))
         res = self._low_level_execute_command(cmd, in_data=data)
         where = self._task.delegate_to or host or "the target"
-        reading = _bootstrap.outcome(where, res["rc"], res.get("stdout", ""),
-                                  lambda: _bootstrap.explain_exit(where, python, res["rc"], res.get("stdout", ""), res.get("stderr", "")),
-                                  short=short)
+        reading = _bootstrap.outcome(
+            where, res["rc"], res.get("stdout", ""),
+            lambda: _bootstrap.explain_exit(where, python, res["rc"], res.get("stdout", ""), res.get("stderr", "")),
+            short=short)
         if short and reading.get("failed") and "checks" not in reading:
             reading = dict(brief(reading, params), rc=reading.get("rc"))
         # As a module reports it (shown at -v and beyond): the options as validated here.

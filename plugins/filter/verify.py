@@ -1,21 +1,29 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The verify role's record and verdict of a readiness reading (docs: verify_record.yml, verify_verdict.yml).
+"""The verify role's filters: the record and verdict of a readiness reading, and its node entry
+point's plan and readings (docs: verify_record.yml, verify_verdict.yml, verify_node_job.yml,
+verify_node_readings.yml).
 
-Python rather than Jinja in the role's vars: every task of the role runs once per container
-host, and ansible-core compiles each template again in each forked worker, so a large
-expression in a role variable costs every host its compilation (measured in docs/benchmarks.md).
+Python rather than Jinja in the role: every task of the role runs once per container host, and
+ansible-core compiles each template again in each forked worker, so a large expression costs
+every host its compilation (docs/benchmarks.md). The record itself is built by
+module_utils.readiness._record, the one builder the readiness action and module use too.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import brief_of_failure, record
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _record
+
+# The connection that means "a container behind its Proxmox VE node".
+PCT_CONNECTIONS = ("gpufleet.hygiene.pct",)
 
 
 def verify_record(reading, host, node=None, vmid=None, args=None):
@@ -26,11 +34,7 @@ def verify_record(reading, host, node=None, vmid=None, args=None):
         raise AnsibleFilterError("verify_record: host (the inventory name) is required")
     if args is not None and not isinstance(args, Mapping):
         raise AnsibleFilterError("verify_record: args must be the readiness options (a dict), got %s" % type(args).__name__)
-    # A reading whose checks and GPUs are there is a brief one (readiness or node_readiness with
-    # brief=true); anything else is a call that failed before reading (no Python in the container,
-    # the node unreachable, bad options): every check these options would have made fails with its message.
-    short = reading if "checks" in reading and "gpus" in reading else brief_of_failure({"msg": reading.get("msg")}, args)
-    return record(short, host, node, vmid)
+    return _record.of_reading(reading, host, node, vmid, args)
 
 
 def _flag(name, value):
@@ -67,6 +71,56 @@ def verify_verdict(record, fail=False, show=False):
     return dict(flags, ready=ready, lines=lines, problems=problems, line="%s - %s" % (record.get("host"), line))
 
 
+def verify_node_job(args, host, node=None, vmid=None, connection="", node_user="root", node_host="", node_port=22,
+                    interpreter="", discovered="", node_python="/usr/bin/python3", container_python="/usr/bin/python3",
+                    method=None, pct_path=None, lxc_path=None):
+    """How the node entry point reads one host: its node (user|address|port, or the host itself
+    when it is not reached through pct), the group of that node's hosts, the Python the node's
+    reader runs, the record's label and the host's entry of node_readiness's containers."""
+    if not isinstance(args, Mapping):
+        raise AnsibleFilterError("verify_node_job: expects the readiness options (a dict), got %s" % type(args).__name__)
+    via_pct = connection in PCT_CONNECTIONS
+    key = "|".join(str(part) for part in (node_user, node_host, node_port)) if via_pct else "self|%s" % host
+    entry = {"host": host, "args": dict(args)}
+    if via_pct:
+        if vmid is None or vmid == "":
+            raise AnsibleFilterError("verify_node_job: %s is reached through its node but has no ansible_pct_vmid" % host)
+        # A container's Python is named by path: the node's reader starts it directly, nothing discovers it there.
+        entry.update(vmid=vmid, python=interpreter if re.match(r"/[^ ]*$", interpreter or "") else container_python)
+        entry.update((name, value) for name, value in (("method", method), ("pct_path", pct_path), ("lxc_path", lxc_path)) if value)
+    return {"node": key, "group": "gpufleet_node_" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:16],
+            "python": node_python if via_pct else (interpreter or discovered or "auto_silent"),
+            "label": {"host": host, "node": node, "vmid": vmid}, "entry": entry}
+
+
+def verify_node_readings(play_hosts):
+    """{host: reading} for every host of the node entry point (the hostvars of the play's hosts,
+    with verify__node_job and, for each node's reader, verify__node_read). A host its reader
+    brought back no reading of gets the reader's failure, naming the node and the reader (the
+    last reader of that node when several batches had one)."""
+    readings, readers, jobs = {}, {}, {}
+    for hv in play_hosts:
+        job = hv.get("verify__node_job")
+        if not job:
+            continue
+        name = hv.get("inventory_hostname")
+        jobs[name] = job
+        read = hv.get("verify__node_read")
+        if isinstance(read, Mapping) and not read.get("skipped"):
+            readers[job["group"]] = (name, read)
+            readings.update(read.get("containers") or {})
+    out = {}
+    for name, job in jobs.items():
+        if name in readings:
+            out[name] = readings[name]
+            continue
+        reader, read = readers.get(job["group"], ("", {}))
+        out[name] = {"failed": True, "msg": "reading through node %s failed%s: %s" % (
+            job["node"].split("|")[1], " (by %s)" % reader if reader else "", read.get("msg") or "no result")}
+    return out
+
+
 class FilterModule(object):
     def filters(self):
-        return {"verify_record": verify_record, "verify_verdict": verify_verdict}
+        return {"verify_record": verify_record, "verify_verdict": verify_verdict,
+                "verify_node_job": verify_node_job, "verify_node_readings": verify_node_readings}

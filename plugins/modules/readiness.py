@@ -284,10 +284,9 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readin
     BRIEF_OPTION,
     RECORD_OPTION,
     bad_option,
-    brief,
     read,
-    record,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import brief, record
 
 
 def main():

@@ -582,7 +582,7 @@ def contention(fleet):
         res["before"] = snapshot(fleet, HOSTS)
         b = Background(fleet, "playbooks/remediate.yml", "--limit", "train-200", "-e", "gpufleet_lock_timeout=180", *QUICK)
         c = Background(fleet, "playbooks/remediate.yml", "--limit", "train-200", "-e", "gpufleet_lock_timeout=1", *QUICK)
-        b.wait_for(r"^TASK \[Take the host's lock\]")
+        b.wait_for(r"^TASK \[gpufleet\.hygiene\.repair : Take the host's lock\]")
         res["rc_c"], res["out_c"] = c.finish()
         res["jobs_after_c"] = jobs(fleet, "train-200")
         res["rc"], res["out"] = playbook(fleet, "playbooks/remediate.yml", "-e", "gpufleet_run_id=faults-run-a", *QUICK)

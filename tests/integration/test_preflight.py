@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """preflight.yml over the session's simulated fleet: any host pattern, --limit, one line per
-container in the fleet summary, and a verdict task only for the containers that are not ready."""
+container in the fleet summary, and a verdict task only for the containers that are not ready;
+hygiene.yml's report over a host pattern, found the same way."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import re
 from conftest import INVENTORY, REPO
 
 PREFLIGHT = os.path.join(REPO, "playbooks", "preflight.yml")
+HYGIENE = os.path.join(REPO, "playbooks", "hygiene.yml")
 
 
 def running(fleet):
@@ -73,7 +75,24 @@ def test_a_container_whose_read_was_refused_has_its_line_in_the_summary(fleet, a
     said, section = summary(res.stdout)
     assert said == {bad: "NOT READY", good: "ready"}, section
     flat = section.replace("\n        ", " ").replace("''", "'")  # the YAML callback's wrapping and quoting
-    assert "%s - NOT READY, its read failed: gpufleet.hygiene.readiness: argument 'require_gpu'" % bad in flat, section
+    assert "%s - NOT READY, not read: gpufleet.hygiene.readiness: argument 'require_gpu'" % bad in flat, section
     assert "1 of 2 ready; not ready: %s" % bad in section, section
     # Failed at the read, so not in the verdict's play; the other passed with its read alone.
     assert recap(res.stdout) == {bad: (0, 1), good: (1, 0), "localhost": (1, 0)}, res.stdout[-3000:]
+
+
+def test_hygiene_reports_the_hosts_of_a_host_pattern(fleet, ansible_cli, tmp_path):
+    """gpufleet_hosts is any host pattern (an intersection here, which is no group name): the
+    report has every host the pattern selects and no other."""
+    bad, good = running(fleet)[:2]
+    report = tmp_path / "report"
+    res = ansible_cli("ansible-playbook", "-i", INVENTORY, "-i", expect_cuda(tmp_path, good), HYGIENE,
+                      "-e", "gpufleet_hosts=%s:%s:&pve_containers" % (bad, good), "-e", "gpufleet_hygiene_remediate=false",
+                      "-e", "gpufleet_report_dir=%s" % report)
+    assert res.returncode == 0, res.stdout[-3000:]
+    with open(report / "report.json") as f:
+        hosts = {h["host"]: h for h in json.load(f)["hosts"]}
+    assert set(hosts) == {bad, good}, hosts.keys()
+    assert hosts[good]["ready"] and not hosts[bad]["ready"] and not hosts[bad]["remediated"]
+    assert hosts[good]["node"] and hosts[good]["vmid"] is not None  # pve_node and ansible_pct_vmid, recorded
+    assert "1 of 2 ready" in res.stdout, res.stdout[-3000:]

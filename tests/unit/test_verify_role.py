@@ -34,9 +34,14 @@ def test_the_read_records_the_host_node_and_vmid_that_the_node_entry_point_recor
     read_task = next(t for t in load("tasks", "read.yml") if "gpufleet.hygiene.readiness" in t)
     assert read_task["register"] == "verify_result"
     whose = read_task["gpufleet.hygiene.readiness"]["record"]
-    label = next(t for t in load("tasks", "node.yml") if "verify__node_job" in t.get("ansible.builtin.set_fact", {}))
-    label = label["ansible.builtin.set_fact"]["verify__node_job"]["label"]
-    assert whose == label
+    # The inventory's names: the node is pve_node, the container's id ansible_pct_vmid.
+    assert whose == {"host": "{{ inventory_hostname }}", "node": "{{ pve_node | default(none) }}",
+                     "vmid": "{{ ansible_pct_vmid | default(none) }}"}
+    job = next(t for t in load("tasks", "node.yml") if "verify__node_job" in t.get("ansible.builtin.set_fact", {}))
+    job = " ".join(job["ansible.builtin.set_fact"]["verify__node_job"].split())
+    # The node entry point's filter takes the same three, in that order, as its label.
+    label = ", ".join(whose[k].strip("{} ") for k in ("host", "node", "vmid"))
+    assert "gpufleet.hygiene.verify_node_job( %s," % label in job, job
 
 
 def playbook_reads_without_validation():

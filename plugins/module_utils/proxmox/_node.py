@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, bad_option, brief, read
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, bad_option, read
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import brief
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.transport import _bootstrap
 
 

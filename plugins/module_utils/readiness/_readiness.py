@@ -45,11 +45,8 @@ ARGUMENT_SPEC = dict(
 
 # The readiness module's own options on top of those (node_readiness has its own, for all its containers).
 BRIEF_OPTION = dict(type="bool", default=False)
-# Whose reading it is: the result is then the verify role's record of it (record() below).
+# Whose reading it is: the result is then the verify role's record of it (_record.record()).
 RECORD_OPTION = dict(type="dict", options=dict(host=dict(type="str", required=True), node=dict(type="raw"), vmid=dict(type="raw")))
-
-# What a record keeps of a brief reading (docs/reports.md), besides host, node, vmid, remediated and error.
-RECORD_KEYS = ("ready", "running_job", "checks", "gpus", "contaminants", "caches")
 
 READS = ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache")
 
@@ -228,51 +225,6 @@ def judge(result, allow_running_job):
     if not result["torch_cache"].get("skipped"):
         checks.append(check_caches(result["torch_cache"]))
     return checks
-
-
-def failed_checks(p, msg):
-    """The checks a reading with options p would have made, each failed with msg: the reading
-    itself failed (the container stopped, no Python there, bad options)."""
-    names = ["gpu_idle"]
-    if p.get("venv"):
-        names.append("venv_clean")
-        if p.get("baseline") or p.get("verify_files"):
-            names.append("packages")
-        if p.get("caches", True):
-            names.append("caches_fresh")
-    return [{"name": name, "severity": "fail", "ok": False, "error": True, "summary": msg} for name in names]
-
-
-def nothing_read(checks=()):
-    """The record's keys (RECORD_KEYS) of a host of which nothing was read: not ready, these checks."""
-    return {"ready": False, "running_job": False, "checks": list(checks), "gpus": [], "contaminants": [], "caches": []}
-
-
-def brief(result, p):
-    """What the verify role records of a reading (the keys of its verify_result), from a result of
-    read() or a failure {failed, msg}; p are the options the reading was asked with."""
-    if result.get("failed"):
-        msg = result.get("msg") or "readiness failed"
-        return dict(nothing_read(failed_checks(p, msg)), failed=True, msg=msg, warnings=result.get("warnings", []))
-    return {"ready": result["ready"], "running_job": result["running_job"], "checks": result["checks"],
-            "gpus": result["gpu_state"].get("gpus", []), "contaminants": result["cuda_contamination"].get("contaminants", []),
-            "caches": result["torch_cache"].get("caches", []), "warnings": result.get("warnings", [])}
-
-
-def brief_of_failure(result, args):
-    """brief() of a call that failed before reading ({msg, ...}), asked with the options args as
-    given (not validated: the module's defaults fill in what they leave out)."""
-    options = {name: spec.get("default") for name, spec in ARGUMENT_SPEC.items()}
-    options.update(args or {})
-    return brief(dict(result, failed=True), options)
-
-
-def record(short, host, node=None, vmid=None, error=None):
-    """The verify role's record (its verify_result, the reports' per-host record) of a brief()
-    reading of the host ``host``; an empty node or VMID is recorded as null."""
-    out = {"host": host, "node": None if node == "" else node, "vmid": None if vmid == "" else vmid, "remediated": False, "error": error}
-    out.update((key, short[key]) for key in RECORD_KEYS)
-    return out
 
 
 def read(p, run, which, check_mode=False):

@@ -33,6 +33,7 @@ import sys
 PACKAGE = "ansible_collections.gpufleet.hygiene.plugins.module_utils"
 ENTRY = PACKAGE + ".transport._bootstrap"
 READER = PACKAGE + ".readiness._readiness"
+RECORD = PACKAGE + ".readiness._record"
 RESULT_MARK = "GPUFLEET-READINESS "
 # Where the readiness module would look for nvidia-smi (AnsibleModule.get_bin_path: PATH, then these).
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
@@ -91,7 +92,7 @@ _IMPORT = re.compile(r"^\s*from ansible_collections\.gpufleet\.hygiene\.plugins\
 # ----------------------------------------------------------------------------- on the sender
 
 
-def module_sources(get_source, roots=(READER, ENTRY)):
+def module_sources(get_source, roots=(READER, RECORD, ENTRY)):
     """{module name: source} of roots and every module_util they import, found by reading
     their import lines (get_source(name) returns a module's source)."""
     sources, todo = {}, list(roots)
@@ -134,7 +135,7 @@ def module_blobs(sources):
 def payload(entries, blob, args, check_mode, expand=(), brief=False):
     """The launcher's stdin: BOOTSTRAP as one JSON line, one JSON header line, then the modules.
     expand: the options of type path that the target expands (~, $VAR) itself, as AnsibleModule
-    would there; brief: return _readiness.brief() of the reading."""
+    would there; brief: return _record.brief() of the reading."""
     import importlib.util
 
     head = {"magic": importlib.util.MAGIC_NUMBER.hex(), "modules": entries, "entry": ENTRY,
@@ -231,7 +232,7 @@ def container_main(head):
         reader = __import__(READER, fromlist=["read"])
         result = reader.read(args, _run, _which, head["check_mode"])
         if head.get("brief"):
-            result = reader.brief(result, args)
+            result = __import__(RECORD, fromlist=["brief"]).brief(result, args)
     except Exception as exc:  # noqa: BLE001 - reported to the sender as this target's failure, with the traceback
         import traceback  # only now: importing it costs every target a few ms
 

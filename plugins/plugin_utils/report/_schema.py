@@ -13,11 +13,9 @@ import json
 import re
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import HOST_KEYS
 
 SEVERITIES = ("fail", "warn")
-# The record's keys. The readiness record builder will own this list; until it does, this is the
-# report's one copy of it.
-HOST_KEYS = ("host", "node", "vmid", "ready", "running_job", "remediated", "checks", "gpus", "contaminants", "caches", "error")
 # The keys every registered task result has, which a record registered from a task (readiness
 # with record, as the verify role registers it) carries along: accepted and left out, not warned about.
 RESULT_KEYS = ("changed", "failed", "failed_when_result", "failed_when_suppressed_exception", "msg", "rc", "unreachable",

@@ -19,7 +19,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..",
 init_plugin_loader([os.path.join(REPO, ".ansible", "collections")])
 _filters = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.verify")
 _fleet_report = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema")
-_readiness = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness")
+_record = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record")
 verify_record, verify_verdict = _filters.verify_record, _filters.verify_verdict
 
 GPU = {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-1", "memory_used_mib": 21098, "memory_total_mib": 143771,
@@ -85,8 +85,8 @@ def test_the_verdict_one_line_per_check_and_one_summary():
 
 def test_a_container_that_could_not_be_reached_is_one_line_saying_why():
     # As the readiness action records it: nothing read, error set to the connection's message.
-    unreachable = _readiness.record(_readiness.nothing_read(), "train-104", "pve1", 104,
-                                    error="container 104 on node root@10.0.0.1:22 is not running (stopped)")
+    unreachable = _record.record(_record.nothing_read(), "train-104", "pve1", 104,
+                                 error="container 104 on node root@10.0.0.1:22 is not running (stopped)")
     verdict = verify_verdict(unreachable)
     assert verdict["problems"] == "" and verdict["ready"] is False
     assert verdict["line"] == "train-104 - NOT READY, not read: container 104 on node root@10.0.0.1:22 is not running (stopped)"

@@ -1,0 +1,45 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The repair role's decision for one host's record (docs: repair_plan.yml): whether to repair it
+and which steps it needs, in Python so that the role's tasks test a fact, not a template."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
+
+# The checks that purging the venv and the compile caches can make pass.
+PURGED = ("venv_clean", "caches_fresh", "packages")
+
+
+def repair_plan(record, allow_running_job=False):
+    """{repair, left, purge, failed, gpu_errors} of a verify_result: a host is repaired unless it
+    is ready, its GPUs cannot be read (a node fault no step repairs, and a repair could not be
+    checked), or a job runs on it and running jobs are allowed (never touched then)."""
+    if not isinstance(record, Mapping) or "checks" not in record:
+        raise AnsibleFilterError("repair_plan: expects a verify_result (with its checks)")
+    try:
+        allow = boolean(allow_running_job, strict=True)
+    except TypeError:
+        raise AnsibleFilterError("repair_plan: allow_running_job must be true or false, got %r" % (allow_running_job,)) from None
+    checks = record["checks"]
+    failed = [c["name"] for c in checks if not c["ok"]]
+    gpu_errors = [c["summary"] for c in checks if c["name"] == "gpu_idle" and c.get("error")]
+    if record.get("ready"):
+        left = "ready"
+    elif gpu_errors:
+        left = "with GPUs that cannot be read"
+    elif allow and record.get("running_job"):
+        left = "running a job"
+    else:
+        left = None
+    return {"repair": left is None, "left": left, "purge": any(name in PURGED for name in failed),
+            "failed": failed, "gpu_errors": gpu_errors}
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"repair_plan": repair_plan}

@@ -1,0 +1,154 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The record's one builder (module_utils.readiness._record) and the filters built on it: the
+playbooks' fleet_records and fleet_summary, the node entry point's verify_node_job and
+verify_node_readings, and the repair role's repair_plan."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible.plugins.loader import init_plugin_loader
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+init_plugin_loader([os.path.join(REPO, ".ansible", "collections")])
+_verify = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.verify")
+_fleet = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.fleet")
+_repair = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.repair")
+_record = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record")
+_readiness = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness")
+_report = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema")
+
+CHECK_OK = {"name": "venv_clean", "severity": "fail", "ok": True, "error": False, "summary": "12 packages consistent with CUDA 12.8"}
+GPU_HELD = {"name": "gpu_idle", "severity": "fail", "ok": False, "error": False, "summary": "GPU 0: 900 MiB used"}
+BRIEF = {"ready": False, "running_job": False, "checks": [GPU_HELD, CHECK_OK], "gpus": [], "contaminants": [], "caches": []}
+
+
+def registered(host, node="pve1", vmid=100, **extra):
+    """verify_result as the readiness action registers it: the record plus Ansible's keys."""
+    return dict(_record.record(dict(BRIEF, **extra), host, node, vmid), changed=False, failed=False, invocation={})
+
+
+def test_one_record_shape_everywhere():
+    assert set(_record.HOST_KEYS) == set(_record.RECORD_KEYS) | {"host", "node", "vmid", "remediated", "error"}
+    for rec in (_record.record(BRIEF, "a"), _record.unread("b", "pve1", 7, "gone"), _record.of_host("c", registered("c")),
+                _record.of_reading({"failed": True, "msg": "no python"}, "d", args={"venv": "/v"})):
+        assert tuple(rec) == _record.HOST_KEYS or set(rec) == set(_record.HOST_KEYS), rec
+    # The module, the action and the bootstrap still find the builder where they import it.
+    assert _readiness.brief is _record.brief and _readiness.record is _record.record
+
+
+def test_a_failed_reading_fails_the_checks_its_options_would_have_made_with_the_defaults_of_the_rest():
+    short = _record.brief_of_failure({"msg": "container 100 is not running"}, {"venv": "/v", "verify_files": True})
+    assert [c["name"] for c in short["checks"]] == ["gpu_idle", "venv_clean", "packages", "caches_fresh"]
+    assert short["failed"] and short["msg"] == "container 100 is not running"
+    assert [c["name"] for c in _record.brief_of_failure({"msg": "x"}, None)["checks"]] == ["gpu_idle"]
+
+
+class HostVars(dict):
+    """A host's hostvars as a filter sees them (a read-only mapping)."""
+
+
+def test_fleet_records_keeps_the_hosts_read_and_records_a_refused_read_as_not_read():
+    hosts = [
+        HostVars(inventory_hostname="train-100", pve_node="pve1", ansible_pct_vmid=100, verify_result=registered("train-100")),
+        HostVars(inventory_hostname="train-101", pve_node="pve1", ansible_pct_vmid=101),  # --limit left it out
+        HostVars(inventory_hostname="train-102", pve_node="pve1", ansible_pct_vmid=102,
+                 verify_result={"failed": True, "msg": "gpufleet.hygiene.readiness: argument 'require_gpu' is of type str"}),
+        HostVars(inventory_hostname="train-103", verify_result=dict(_record.unread("train-103", "pve2", 103, "unreachable: no route"),
+                                                                    unreachable=True)),
+    ]
+    records = _fleet.fleet_records(hosts)
+    assert [r["host"] for r in records] == ["train-100", "train-102", "train-103"]
+    assert all(set(r) == set(_record.HOST_KEYS) for r in records)  # Ansible's keys left out
+    assert records[0] == _record.record(BRIEF, "train-100", "pve1", 100)
+    assert records[1] == _record.unread("train-102", "pve1", 102, "gpufleet.hygiene.readiness: argument 'require_gpu' is of type str")
+    assert records[2]["error"] == "unreachable: no route" and records[2]["checks"] == []
+    # What fleet_report takes without a warning.
+    assert _report.normalize_hosts(records)[1] == []
+    lines = _fleet.fleet_summary(records)
+    assert lines == ["train-100 - NOT READY: [gpu_idle] GPU 0: 900 MiB used",
+                     "train-102 - NOT READY, not read: gpufleet.hygiene.readiness: argument 'require_gpu' is of type str",
+                     "train-103 - NOT READY, not read: unreachable: no route",
+                     "0 of 3 ready; not ready: train-100, train-102, train-103"]
+    ready = _record.record(dict(BRIEF, ready=True, checks=[CHECK_OK]), "train-104")
+    assert _fleet.fleet_summary([ready])[-1] == "1 of 1 ready; not ready: none"
+    with pytest.raises(AnsibleFilterError, match="each host's variables"):
+        _fleet.fleet_records(["train-100"])
+    with pytest.raises(AnsibleFilterError, match="a list of records"):
+        _fleet.fleet_summary("train-100")
+
+
+ARGS = {"venv": "/opt/venv", "require_gpu": True}
+
+
+def test_node_job_through_pct_names_the_node_and_the_containers_python():
+    job = _verify.verify_node_job(ARGS, "train-100", "pve1", 100, connection="gpufleet.hygiene.pct", node_user="root",
+                                  node_host="10.0.0.1", node_port=22, interpreter="/opt/py/bin/python3", method="lxc-attach")
+    assert job["node"] == "root|10.0.0.1|22" and job["group"].startswith("gpufleet_node_") and len(job["group"]) == 30
+    assert job["python"] == "/usr/bin/python3"  # the node's, not the container's
+    assert job["label"] == {"host": "train-100", "node": "pve1", "vmid": 100}
+    assert job["entry"] == {"host": "train-100", "args": ARGS, "vmid": 100, "python": "/opt/py/bin/python3", "method": "lxc-attach"}
+    # Same node, same group; an interpreter that is not a path gives the containers' default.
+    other = _verify.verify_node_job(ARGS, "train-101", "pve1", 101, connection="gpufleet.hygiene.pct", node_user="root",
+                                    node_host="10.0.0.1", node_port="22", interpreter="auto_silent", container_python="/usr/bin/python3.11")
+    assert other["group"] == job["group"] and other["entry"]["python"] == "/usr/bin/python3.11"
+    with pytest.raises(AnsibleFilterError, match="no ansible_pct_vmid"):
+        _verify.verify_node_job(ARGS, "train-102", connection="gpufleet.hygiene.pct")
+
+
+def test_node_job_of_a_plain_host_is_its_own_node():
+    job = _verify.verify_node_job(ARGS, "gpu-box", connection="ssh", discovered="/usr/bin/python3.12")
+    assert job["node"] == "self|gpu-box" and job["python"] == "/usr/bin/python3.12"
+    assert job["entry"] == {"host": "gpu-box", "args": ARGS} and job["label"] == {"host": "gpu-box", "node": None, "vmid": None}
+    assert _verify.verify_node_job(ARGS, "gpu-box")["python"] == "auto_silent"
+
+
+def test_node_readings_give_each_host_its_reading_or_its_readers_failure():
+    def job(host, vmid, addr):
+        return _verify.verify_node_job(ARGS, host, "n", vmid, connection="gpufleet.hygiene.pct", node_host=addr)
+    reading = dict(BRIEF, warnings=[])
+    hosts = [
+        HostVars(inventory_hostname="a1", verify__node_job=job("a1", 1, "10.0.0.1"), verify__node_read={"containers": {"a1": reading, "a2": reading}}),
+        HostVars(inventory_hostname="a2", verify__node_job=job("a2", 2, "10.0.0.1"), verify__node_read={"skipped": True}),
+        HostVars(inventory_hostname="b1", verify__node_job=job("b1", 3, "10.0.0.2"), verify__node_read={"unreachable": True, "msg": "ssh: no route"}),
+        HostVars(inventory_hostname="b2", verify__node_job=job("b2", 4, "10.0.0.2"), verify__node_read={"skipped": True}),
+        HostVars(inventory_hostname="localhost"),
+    ]
+    out = _verify.verify_node_readings(hosts)
+    assert out["a1"] == reading and out["a2"] == reading and set(out) == {"a1", "a2", "b1", "b2"}
+    assert out["b2"] == {"failed": True, "msg": "reading through node 10.0.0.2 failed (by b1): ssh: no route"}
+    # Recorded as every check these options would have made, failed with that message.
+    rec = _verify.verify_record(out["b2"], "b2", "n", 4, ARGS)
+    assert [c["summary"] for c in rec["checks"]] == [out["b2"]["msg"]] * 3
+    lonely = _verify.verify_node_readings([HostVars(inventory_hostname="c1", verify__node_job=job("c1", 5, "10.0.0.3"))])
+    assert lonely["c1"]["msg"] == "reading through node 10.0.0.3 failed: no result"
+
+
+@pytest.mark.parametrize("record, allow, repair, left", [
+    (dict(BRIEF), False, True, None),
+    (dict(BRIEF, running_job=True), False, True, None),          # remediate stops a job that holds the GPUs
+    (dict(BRIEF, running_job=True), True, False, "running a job"),  # hygiene never touches one
+    (dict(BRIEF, ready=True, checks=[CHECK_OK]), True, False, "ready"),
+    (dict(BRIEF, checks=[dict(GPU_HELD, error=True, summary="nvidia-smi did not answer")]), False, False,
+     "with GPUs that cannot be read"),
+])
+def test_repair_plan_follows_the_policy(record, allow, repair, left):
+    plan = _repair.repair_plan(record, allow)
+    assert (plan["repair"], plan["left"]) == (repair, left)
+
+
+def test_repair_plan_purges_only_for_a_check_purging_fixes():
+    assert _repair.repair_plan(BRIEF)["purge"] is False and _repair.repair_plan(BRIEF)["failed"] == ["gpu_idle"]
+    dirty = dict(BRIEF, checks=[GPU_HELD, dict(CHECK_OK, ok=False)])
+    assert _repair.repair_plan(dirty)["purge"] is True
+    broken = dict(BRIEF, checks=[dict(GPU_HELD, error=True, summary="GPU is lost")])
+    assert _repair.repair_plan(broken)["gpu_errors"] == ["GPU is lost"]
+    with pytest.raises(AnsibleFilterError, match="allow_running_job must be true or false"):
+        _repair.repair_plan(BRIEF, "perhaps")
+    with pytest.raises(AnsibleFilterError, match="verify_result"):
+        _repair.repair_plan({"ready": False})

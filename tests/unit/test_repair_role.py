@@ -1,0 +1,72 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The repair role holds the one repair sequence; remediate.yml and hygiene.yml call it and differ
+only in policy (the role's variables they set)."""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ROLE = os.path.join(REPO, "roles", "repair")
+
+
+def load(*parts):
+    with open(os.path.join(*parts)) as f:
+        return yaml.safe_load(f)
+
+
+def first_play(name):
+    return load(REPO, "playbooks", name)[0]
+
+
+def test_every_variable_is_typed_described_and_defaulted():
+    options = load(ROLE, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    defaults = load(ROLE, "defaults", "main.yml")
+    assert set(options) == set(defaults) and all(name.startswith("repair_") for name in options)
+    for name, spec in options.items():
+        assert spec.get("type") and spec.get("description"), name
+        assert spec.get("default") == defaults[name], name
+
+
+def test_the_sequence_is_written_once():
+    assert not os.path.exists(os.path.join(REPO, "playbooks", "tasks", "remediate_repair.yml"))
+    for name in ("remediate.yml", "hygiene.yml"):
+        with open(os.path.join(REPO, "playbooks", name)) as f:
+            text = f.read()
+        # The steps are the role's: no playbook takes a lock or calls kill, purge or relaunch itself.
+        for step in ("host_lock", "gpufleet.hygiene.kill", "gpufleet.hygiene.purge", "gpufleet.hygiene.relaunch"):
+            assert step not in text, (name, step)
+        [repair] = [t for t in first_play(name)["tasks"] if "ansible.builtin.include_role" in t]
+        assert repair["ansible.builtin.include_role"] == {"name": "gpufleet.hygiene.repair"}
+        assert "not verify_result.ready" in repair["when"]
+    main = load(ROLE, "tasks", "main.yml")
+    assert all(set(t) <= {"name", "ansible.builtin.include_tasks", "when"} for t in main)  # a dispatcher
+
+
+def test_remediate_and_hygiene_differ_only_in_policy():
+    options = set(load(ROLE, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"])
+    remediate, hygiene = first_play("remediate.yml"), first_play("hygiene.yml")
+    policy = {"repair_allow_running_job", "repair_relaunch", "repair_unreadable_gpus", "repair_fail_unrepaired", "repair_run_name"}
+    assert set(remediate["vars"]) == set(hygiene["vars"]) == policy and policy <= options
+    # Hygiene never touches a running job, fails no host for a fault it only reports, relaunches nothing.
+    assert hygiene["vars"]["repair_allow_running_job"] is True and hygiene["vars"]["repair_relaunch"] is False
+    assert hygiene["vars"]["repair_unreadable_gpus"] == "report" and hygiene["vars"]["repair_fail_unrepaired"] is False
+    # Remediate stops a job holding the GPUs unless asked not to, and relaunches the inventory's job.
+    assert remediate["vars"]["repair_unreadable_gpus"] == "fail" and remediate["vars"]["repair_fail_unrepaired"] is True
+    assert "gpufleet_allow_running_job" in remediate["vars"]["repair_allow_running_job"]
+    assert "gpufleet_job.command" in remediate["vars"]["repair_relaunch"]
+    # The read is made with the policy's own value.
+    for play in (remediate, hygiene):
+        read = play["tasks"][0]
+        assert read["vars"] == {"verify_allow_running_job": "{{ repair_allow_running_job }}"}
+
+
+def test_the_lock_is_given_back_whatever_happens():
+    [block] = load(ROLE, "tasks", "repair.yml")
+    assert block["block"][0]["gpufleet.hygiene.host_lock"]["owner"] == "{{ repair_lock_owner }}"
+    [release] = block["always"]
+    assert release["gpufleet.hygiene.host_lock"]["state"] == "absent" and release["when"] == "repair__lock.owner is defined"
