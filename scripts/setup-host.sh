@@ -4,7 +4,7 @@
 # sudo (become tests), and the headless browser for the report test.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-bash "$here/install-debs.sh" gcc python3-venv git tmux lxc openssh-server openssh-client sudo chromium fonts-dejavu-core
+bash "$here/install-debs.sh" gcc python3-venv git tmux lxc openssh-server openssh-client sudo chromium fonts-dejavu-core systemd
 # sshd's privilege-separation directory (absent where no system sshd ever ran).
 if [ "$(id -u)" -eq 0 ]; then
   install -d -m 0755 /run/sshd

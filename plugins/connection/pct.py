@@ -16,6 +16,9 @@ description:
     the socket) while the others wait for it, so a cold start costs one SSH handshake per node.
   - Files are streamed over stdin (C(put_file)) and stdout (C(fetch_file)), never held in memory.
   - Every argument that reaches the node's shell is quoted; the vmid must be an integer.
+  - Commands start in the container under C(env -i) with C(PATH), C(HOME=/root) and
+    C(LANG=C.UTF-8) only, so they meet the same environment on Proxmox VE 8 (whose C(pct exec)
+    passes the node's login environment on) and 9 (which clears it), with either O(method).
   - Privilege escalation (C(become)) happens inside the container. Commands start there as
     root, so C(become_method=su) needs no password; C(sudo) with a password works without a
     TTY (it reads the password from stdin).

@@ -18,7 +18,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import INVENTORY, PORT, REPO
+from conftest import INVENTORY, PORT, REPO, STATE
 
 PLAYBOOK = os.path.join(REPO, "tests", "integration", "targets", "connection_pct", "test_connection.yml")
 LARGE = 32 * 1024 * 1024
@@ -75,6 +75,39 @@ def test_connection_playbook(ansible_cli, local_dir, method, pipelining, become_
         assert module_puts
     assert ("pct exec 100 --" in res.stdout) == (method == "pct")
     assert ("lxc-attach -n 100 -P" in res.stdout) == (method == "lxc-attach")
+
+
+def command_env(res, host):
+    """{name: value} from an ad hoc `ansible HOST -m command -a /usr/bin/env` run."""
+    assert res.returncode == 0, res.stdout
+    out = res.stdout.split("%s | CHANGED | rc=0 >>\n" % host, 1)[1]
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+@pytest.mark.parametrize("method", ["pct", "lxc-attach"])
+def test_same_environment_on_pve_8_and_9(ansible_cli, node_ssh, method):
+    """PVE 8's pct exec passes the node's login environment to the container, PVE 9's clears it
+    (the stand-in follows pve2's pve/version): a task meets the same few variables on both."""
+    version = os.path.join(STATE, "nodes", "pve2", "pve", "version")
+    seen = {}
+    try:
+        for pve in ("8", "9"):
+            with open(version, "w") as f:
+                f.write(pve + "\n")
+            # The stand-in really behaves as that version: the node session's SSH_CONNECTION reaches
+            # a bare `pct exec` on 8 only.
+            raw = node_ssh("pve2", "pct exec 200 -- /usr/bin/env").stdout.decode()
+            assert ("SSH_CONNECTION=" in raw) == (pve == "8"), raw
+            res = ansible_cli("ansible", "-i", INVENTORY, "train-200", "-m", "ansible.builtin.command", "-a", "/usr/bin/env",
+                              "-e", "ansible_pct_method=%s" % method)
+            seen[pve] = command_env(res, "train-200")
+    finally:
+        os.unlink(version)
+    assert seen["8"] == seen["9"]
+    env = seen["9"]
+    assert env["PATH"] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    assert env["HOME"] == "/root"
+    assert not [k for k in env if k.startswith(("SSH_", "GPUFLEET_SIM_"))], env
 
 
 def test_one_master_per_node(ansible_cli, tmp_path):

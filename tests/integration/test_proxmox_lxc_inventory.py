@@ -10,7 +10,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import DISCOVERY, PORT, REPO, VENV_BIN
+from conftest import DISCOVERY, PORT, REPO, STATE, VENV_BIN
 
 
 def inventory(_ansible_cli, path, *extra):
@@ -64,6 +64,25 @@ def test_discovers_the_fleet(ansible_cli):
     assert hv["train-201"]["pve_gpus"] == ["/dev/nvidia1"]          # devN: style
     assert hv["train-101"]["pve_status"] == "stopped" and hv["train-101"]["pve_node"] == "pve1"
     assert hv["pve3"]["ansible_host"] == "127.0.1.3" and hv["pve3"]["ansible_port"] == PORT
+
+
+def test_a_container_without_a_hostname(ansible_cli, node_ssh, tmp_path):
+    """pct lists a container without a hostname as CT<vmid>: it is named <node>-<vmid>, no hostname."""
+    conf = os.path.join(STATE, "nodes", "pve1", "pve", "lxc", "101.conf")
+    with open(conf) as f:
+        original = f.read()
+    try:
+        with open(conf, "w") as f:
+            f.write("".join(line for line in original.splitlines(keepends=True) if not line.startswith("hostname:")))
+        listed = node_ssh("pve1", "pct list").stdout.decode().splitlines()
+        assert "%-10s %-10s %-12s %-20s" % (101, "stopped", "", "CT101") in listed
+        inv, _warnings = inventory(ansible_cli, config(tmp_path, "nohostname"))
+    finally:
+        with open(conf, "w") as f:
+            f.write(original)
+    assert sorted(inv["pve_node_pve1"]["hosts"]) == ["pve1-101", "train-100"]
+    hv = inv["_meta"]["hostvars"]["pve1-101"]
+    assert (hv["pve_name"], hv["ansible_pct_vmid"], hv["pve_status"]) == ("", 101, "stopped")
 
 
 def test_unreachable_node_is_a_warning(ansible_cli, tmp_path):

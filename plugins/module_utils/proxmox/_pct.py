@@ -51,15 +51,32 @@ def bad_vmid(subject, value, source=None):
 # ----------------------------------------------------------------------------- argv
 
 
+# What a command in a container starts with, whatever the node passes on: PVE 8's ``pct exec``
+# (and lxc-attach by default) hand the node's login environment to the container, PVE 9's clears
+# it. PATH: where the readers find nvidia-smi, tmux and the venvs' tools; HOME: pct enters as
+# root and Ansible expands ``~``; LANG: the readers and their tools speak UTF-8 (Python coerces
+# the C locale to it anyway, the others do not).
+EXEC_ENV = (
+    ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+    ("HOME", "/root"),
+    ("LANG", "C.UTF-8"),
+)
+# An absolute path: under a cleared environment there is no PATH to find it by.
+ENV_TOOL = "/usr/bin/env"
+
+
 def exec_argv(vmid, argv, method="pct", pct_path="pct", lxc_path=None):
     """The node's argv that runs argv inside container vmid: ``pct exec`` or, with
-    method="lxc-attach", what pct runs underneath (``lxc-attach -n``, ``-P lxc_path`` when set)."""
+    method="lxc-attach", what pct runs underneath (``lxc-attach -n``, ``-P lxc_path`` when set).
+    argv starts under ``env -i`` with EXEC_ENV only, so that it meets the same environment on
+    PVE 8 and 9 and through either method."""
+    inner = [ENV_TOOL, "-i"] + ["%s=%s" % pair for pair in EXEC_ENV] + list(argv)
     if method == "lxc-attach":
         head = ["lxc-attach", "-n", str(vmid)]
         if lxc_path:
             head += ["-P", lxc_path]
-        return head + ["--"] + list(argv)
-    return [pct_path, "exec", str(vmid), "--"] + list(argv)
+        return head + ["--"] + inner
+    return [pct_path, "exec", str(vmid), "--"] + inner
 
 
 def enter_tool(method, pct_path="pct"):
@@ -111,7 +128,9 @@ def split_configs(text):
 
 def parse_list(text):
     """Rows of ``pct list`` ({vmid, status, lock, name}). The header, blank lines and what is no row
-    are skipped: an empty node prints no header at all, Lock and Name may be blank."""
+    are skipped: an empty node prints no header at all, Lock may be blank. A container without a
+    hostname is listed as ``CT<vmid>`` (pve-container's vmstatus); its name here is "", as for a
+    blank Name."""
     rows = []
     for line in text.splitlines():
         fields = line.split()
@@ -123,6 +142,8 @@ def parse_list(text):
             row["name"] = fields[2]
         elif len(fields) >= 4:
             row["lock"], row["name"] = fields[2], fields[3]
+        if row["name"] == "CT%d" % row["vmid"]:
+            row["name"] = ""
         rows.append(row)
     return rows
 

@@ -102,6 +102,11 @@ def patch_popen(monkeypatch, rec):
     monkeypatch.setattr(module, "subprocess", fake)
 
 
+# Every command starts in the container under env -i with these only (PVE 8 and 9 alike).
+ENV = ["/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"]
+ENV_LINE = " ".join(ENV)
+
+
 def expected_ssh(remote, cp, extra=()):
     return [
         "ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ControlMaster=auto",
@@ -189,7 +194,7 @@ def test_exec_argv_exact(popen, tmp_path):
     assert (rc, out, err) == (0, b"ok\n", b"")
     cp = rec.argv[rec.argv.index("-o", 9) + 1].split("=", 1)[1]
     assert os.path.dirname(cp) == str(tmp_path)
-    assert rec.argv == expected_ssh("pct exec 101 -- /bin/sh -c 'echo hi'", cp)
+    assert rec.argv == expected_ssh("pct exec 101 -- %s /bin/sh -c 'echo hi'" % ENV_LINE, cp)
     assert rec.calls[-1][1]["stdin"] == subprocess.PIPE
 
 
@@ -200,9 +205,9 @@ def test_exec_quotes_hostile_commands(popen, tmp_path, cmd):
     conn._connect()
     conn.exec_command(cmd)
     remote = rec.argv[-1]
-    assert shlex.split(remote) == ["pct", "exec", "101", "--", "/bin/sh", "-c", cmd]
+    assert shlex.split(remote) == ["pct", "exec", "101", "--", *ENV, "/bin/sh", "-c", cmd]
     # what the node's shell really makes of it: exactly one argv, nothing executed
-    assert node_shell_argv(remote, tmp_path) == ["exec", "101", "--", "/bin/sh", "-c", cmd]
+    assert node_shell_argv(remote, tmp_path) == ["exec", "101", "--", *ENV, "/bin/sh", "-c", cmd]
     assert not os.path.exists("/tmp/pwned")
 
 
@@ -215,7 +220,7 @@ def test_put_file_streams_stdin_with_quoted_path(popen, tmp_path, path):
     conn._connect()
     conn.put_file(str(src), path)
     argv, kwargs = rec.calls[-1]
-    assert node_shell_argv(argv[-1], tmp_path) == ["exec", "101", "--", "/bin/sh", "-c", "cat > %s" % shlex.quote(path)]
+    assert node_shell_argv(argv[-1], tmp_path) == ["exec", "101", "--", *ENV, "/bin/sh", "-c", "cat > %s" % shlex.quote(path)]
     # the target shell sees exactly the path, as one word
     assert shlex.split(shlex.split(argv[-1])[-1]) == ["cat", ">", path]
     # streamed: ssh's stdin is the open file itself, not a pipe fed from memory
@@ -238,7 +243,7 @@ def test_fetch_file_writes_stdout_to_file(popen, tmp_path, path):
     conn._connect()
     conn.fetch_file(path, str(dest))
     argv, kwargs = rec.calls[-1]
-    assert node_shell_argv(argv[-1], tmp_path) == ["exec", "101", "--", "cat", "--", path]
+    assert node_shell_argv(argv[-1], tmp_path) == ["exec", "101", "--", *ENV, "cat", "--", path]
     assert kwargs["stdout"] is not subprocess.PIPE
     assert dest.read_bytes() == b"\x00\x01binary\xff"
 
@@ -330,7 +335,7 @@ def test_lxc_attach_method(popen, tmp_path):
                      ansible_pct_control_path_dir=str(tmp_path))
     conn._connect()
     conn.exec_command("echo $HOME")
-    assert shlex.split(rec.argv[-1]) == ["lxc-attach", "-n", "101", "-P", "/var/lib/my lxc", "--", "/bin/sh", "-c", "echo $HOME"]
+    assert shlex.split(rec.argv[-1]) == ["lxc-attach", "-n", "101", "-P", "/var/lib/my lxc", "--", *ENV, "/bin/sh", "-c", "echo $HOME"]
 
 
 @pytest.mark.parametrize("rc, stderr, match", [

@@ -37,3 +37,25 @@ def test_a_skipped_node_says_why_in_the_layer_s_words():
     assert why(ConnectionRefusedError(111, "Connection refused")) == "unreachable"
     assert why(_plugin.AnsibleError("`pct list` failed (rc=2): usage")) == "pct failed"
     assert why(ValueError("odd")) == "failed"
+
+
+def test_a_container_pct_lists_as_ct_vmid_has_no_hostname():
+    """Real pct lists a container without a hostname as CT<vmid>: it is named as one with a blank
+    name (<node>-<vmid>), and its pve_name is empty."""
+    from ansible.inventory.data import InventoryData
+    from ansible.plugins.loader import inventory_loader
+
+    listing = "%-10s %-10s %-12s %-20s\n" * 3 % ("VMID", "Status", "Lock", "Name", 300, "running", "", "CT300",
+                                                 301, "running", "", "train-301")
+    rows = _plugin._pct.parse_list(listing)
+    for row in rows:
+        row["config"] = {"hostname": row["name"]} if row["name"] else {}
+    plugin = inventory_loader.get("gpufleet.hygiene.proxmox_lxc")
+    plugin.inventory = InventoryData()
+    plugin.set_options(direct={"plugin": "gpufleet.hygiene.proxmox_lxc", "nodes": ["pve3"]})
+    plugin._populate({"nodes": {"pve3": {"node": {"name": "pve3", "host": "10.0.0.3", "port": 22, "user": "root"},
+                                          "containers": rows}}, "failed": []})
+    hosts = {name: host.get_vars() for name, host in plugin.inventory.hosts.items()}
+    assert sorted(hosts) == ["pve3", "pve3-300", "train-301"]
+    assert hosts["pve3-300"]["pve_name"] == "" and hosts["pve3-300"]["ansible_pct_vmid"] == 300
+    assert hosts["train-301"]["pve_name"] == "train-301"

@@ -35,14 +35,31 @@ def test_bad_vmid_wording():
 # ----------------------------------------------------------------------------- argv
 
 
+ENV = ["/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"]
+
+
 def test_exec_argv_pct_and_lxc_attach():
-    assert _pct.exec_argv(101, ["/bin/sh", "-c", "id"]) == ["pct", "exec", "101", "--", "/bin/sh", "-c", "id"]
-    assert _pct.exec_argv(101, ["true"], pct_path="/usr/sbin/pct") == ["/usr/sbin/pct", "exec", "101", "--", "true"]
-    assert _pct.exec_argv(101, ["true"], method="lxc-attach") == ["lxc-attach", "-n", "101", "--", "true"]
+    assert _pct.exec_argv(101, ["/bin/sh", "-c", "id"]) == ["pct", "exec", "101", "--", *ENV, "/bin/sh", "-c", "id"]
+    assert _pct.exec_argv(101, ["true"], pct_path="/usr/sbin/pct") == ["/usr/sbin/pct", "exec", "101", "--", *ENV, "true"]
+    assert _pct.exec_argv(101, ["true"], method="lxc-attach") == ["lxc-attach", "-n", "101", "--", *ENV, "true"]
     assert _pct.exec_argv(101, ["true"], method="lxc-attach", lxc_path="/var/lib/lxc x") == [
-        "lxc-attach", "-n", "101", "-P", "/var/lib/lxc x", "--", "true"]
+        "lxc-attach", "-n", "101", "-P", "/var/lib/lxc x", "--", *ENV, "true"]
     # lxc_path is lxc-attach's alone.
-    assert _pct.exec_argv(101, ["true"], lxc_path="/x") == ["pct", "exec", "101", "--", "true"]
+    assert _pct.exec_argv(101, ["true"], lxc_path="/x") == ["pct", "exec", "101", "--", *ENV, "true"]
+
+
+def test_exec_argv_gives_the_command_exactly_its_environment(monkeypatch):
+    """What the command in the container meets, run here: EXEC_ENV and nothing of the caller's,
+    as with PVE 8's pct exec (which passes the node's environment on) and PVE 9's (which clears it)."""
+    monkeypatch.setenv("LEAKED_FROM_NODE", "yes")
+    argv = _pct.exec_argv(101, [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"])
+    inner = argv[argv.index("--") + 1:]
+    env = json.loads(subprocess.run(inner, stdout=subprocess.PIPE, check=True).stdout)
+    env.pop("LC_CTYPE", None)  # Python's own locale coercion may add it
+    assert env == dict(_pct.EXEC_ENV)
+    # Also when the caller's environment is empty (PVE 9): the env tool is found without PATH.
+    assert subprocess.run(inner, env={}, stdout=subprocess.PIPE, check=True).stdout == subprocess.run(
+        inner, stdout=subprocess.PIPE, check=True).stdout
 
 
 def test_list_config_status_argv():
@@ -95,6 +112,18 @@ def test_pct_list_rows_with_blank_lock_and_name():
 def test_pct_list_verbatim_from_the_design():
     text = "VMID       Status     Lock         Name\n100        running                 pihole\n200        stopped    backup       db\n"
     assert [(r["vmid"], r["lock"], r["name"]) for r in _pct.parse_list(text)] == [(100, "", "pihole"), (200, "backup", "db")]
+
+
+def test_pct_list_ct_vmid_is_no_hostname():
+    """Real pct lists a container without a hostname as CT<vmid> (pve-container's vmstatus); only
+    its own vmid's CT<n> is that placeholder."""
+    text = ("%-10s %-10s %-12s %-20s\n" * 4) % ("VMID", "Status", "Lock", "Name", 300, "running", "", "CT300",
+                                                301, "stopped", "backup", "CT301", 302, "running", "", "CT300")
+    assert _pct.parse_list(text) == [
+        {"vmid": 300, "status": "running", "lock": "", "name": ""},
+        {"vmid": 301, "status": "stopped", "lock": "backup", "name": ""},
+        {"vmid": 302, "status": "running", "lock": "", "name": "CT300"},
+    ]
 
 
 def test_pct_list_empty_node_has_no_header():
@@ -251,4 +280,4 @@ def test_node_enters_each_container_as_the_connection_does(tmp_path):
     host, result = _node.read_one(job, 10)
     # The printer gives no reading: its failure names the container and what it printed.
     assert host == "ct" and result["failed"] is True and result["rc"] == 0
-    assert json.loads(result["msg"].split(": ", 1)[1]) == ["exec", "101", "--", "/usr/bin/python3", "-I"]
+    assert json.loads(result["msg"].split(": ", 1)[1]) == ["exec", "101", "--", *ENV, "/usr/bin/python3", "-I"]
