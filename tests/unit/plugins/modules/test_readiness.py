@@ -402,7 +402,7 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
     # The same when the module was sent (its transport failed) or the options were refused.
     for name in ("no-python-module-brief", "bad-type-brief"):
         reading = got[name]
-        assert [c["name"] for c in reading["checks"]] == ["gpu_idle", "venv_clean", "caches_fresh"], (name, reading)
+        assert [c["name"] for c in reading["checks"]] == ["gpu_idle", "job_live", "venv_clean", "caches_fresh"], (name, reading)
         assert reading["msg"] and all(c["summary"] == reading["msg"] and c["error"] and not c["ok"] for c in reading["checks"])
         assert reading["ready"] is False and reading["gpus"] == []
     assert "threshold_mib" in got["bad-type-brief"]["msg"]
@@ -410,7 +410,7 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
     rec = got["no-python-record"]
     assert rec["failed"] is False and rec["failed_when_result"] is False  # failed_when: false, as in the verify role
     assert rec["msg"].startswith("no Python at /nonexistent/python3") and rec["ready"] is False
-    assert [c["name"] for c in rec["checks"]] == ["gpu_idle", "venv_clean", "caches_fresh"]
+    assert [c["name"] for c in rec["checks"]] == ["gpu_idle", "job_live", "venv_clean", "caches_fresh"]
     assert all(c["summary"] == rec["msg"] and not c["ok"] for c in rec["checks"])
     assert (rec["host"], rec["node"], rec["vmid"], rec["error"]) == ("train-100", None, None, None)
     # An interpreter still to be discovered: the module is sent, which discovers it (whether the
