@@ -10,7 +10,10 @@
 #
 #   1. preflight  must fail on exactly the three bad containers, each for its own check
 #   2. remediate  kill, purge, verify, relaunch where needed; must succeed everywhere,
-#                 changing every broken container and no healthy one
+#                 changing every broken container and no healthy one. The stale run had
+#                 appended its slow readings (64% of the baseline) to the job's log, as the
+#                 seed's did: the relaunched job's log starts with them, and the throughput
+#                 gate passes the healthy relaunch on what it wrote itself
 #   3. preflight  again (the relaunched job's own GPU use allowed): must pass everywhere
 #   4. hygiene    writes the report (JSON, JUnit, Prometheus, HTML); every host ready
 #
@@ -163,6 +166,27 @@ expect preflight-1 fail-bad
 
 playbook remediate playbooks/remediate.yml
 expect remediate repair-bad
+
+# The stale holder's job log: the stale run's slow readings first, then the relaunched run's.
+python3 - "$GPUFLEET_SIM_STATE" <<'EOF'
+import json, os, re, sys
+
+state = sys.argv[1]
+fleet = json.load(open(os.path.join(state, "fleet.json")))
+for node in fleet["nodes"]:
+    for ct in node["containers"]:
+        if ct.get("incident") != "stale_holder":
+            continue
+        log = os.path.join(state, "nodes", node["name"], "lxc", str(ct["vmid"]), "rootfs", "var", "log", "gpufleet-train.log")
+        rates = [float(r) for r in re.findall(r"([\d.]+) tokens/s", open(log).read())]
+        stale = next((i for i, r in enumerate(rates) if r != 12800), len(rates))
+        fresh = rates[stale:]
+        if stale < 5 or len(fresh) < 5 or set(fresh) != {20000.0}:
+            sys.exit("main-job: EXPECTATION FAILED: %s's job log should hold the stale run's slow readings, then "
+                     "only the relaunched run's 20000 tokens/s; it holds %s" % (ct["name"], rates))
+        print("main-job: %s: the job log starts with the stale run's %d slow readings (12800 tokens/s, 64%% of "
+              "the baseline); the gate passed the relaunch on its own %d readings (20000 tokens/s)" % (ct["name"], stale, len(fresh)))
+EOF
 
 playbook preflight-2 playbooks/preflight.yml -e gpufleet_allow_running_job=true
 expect preflight-2 all-ok

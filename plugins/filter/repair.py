@@ -15,16 +15,22 @@ from ansible.module_utils.parsing.convert_bool import boolean
 PURGED = ("venv_clean", "caches_fresh", "packages")
 
 
-def repair_plan(record, allow_running_job=False):
-    """{repair, left, purge, failed, gpu_errors} of a verify_result: a host is repaired unless it
-    is ready, its GPUs cannot be read (a node fault no step repairs, and a repair could not be
-    checked), or a job runs on it and running jobs are allowed (never touched then)."""
+def repair_plan(record, allow_running_job=False, repair_stalled=False):
+    """{repair, left, purge, failed, gpu_errors, stalled, leftovers} of a verify_result: a host is
+    repaired unless it is ready, its GPUs cannot be read (a node fault no step repairs, and a repair
+    could not be checked), or a job runs on it and running jobs are allowed (never touched then) -
+    unless that job is stalled (job_live) and repair_stalled is true. ``leftovers`` are the GPU
+    holders whose job is gone that the repair stops (none when the host is left as it is)."""
     if not isinstance(record, Mapping) or "checks" not in record:
         raise AnsibleFilterError("repair_plan: expects a verify_result (with its checks)")
-    try:
-        allow = boolean(allow_running_job, strict=True)
-    except TypeError:
-        raise AnsibleFilterError("repair_plan: allow_running_job must be true or false, got %r" % (allow_running_job,)) from None
+    flags = {}
+    for name, value in (("allow_running_job", allow_running_job), ("repair_stalled", repair_stalled)):
+        try:
+            flags[name] = boolean(value, strict=True)
+        except TypeError:
+            raise AnsibleFilterError("repair_plan: %s must be true or false, got %r" % (name, value)) from None
+    live = next((c for c in record["checks"] if c.get("name") == "job_live"), {})
+    stalled = live.get("state") == "stalled"
     checks = record["checks"]
     failed = [c["name"] for c in checks if not c["ok"]]
     gpu_errors = [c["summary"] for c in checks if c["name"] == "gpu_idle" and c.get("error")]
@@ -32,12 +38,13 @@ def repair_plan(record, allow_running_job=False):
         left = "ready"
     elif gpu_errors:
         left = "with GPUs that cannot be read"
-    elif allow and record.get("running_job"):
-        left = "running a job"
+    elif flags["allow_running_job"] and record.get("running_job") and not (stalled and flags["repair_stalled"]):
+        left = "running a stalled job" if stalled else "running a job"
     else:
         left = None
     return {"repair": left is None, "left": left, "purge": any(name in PURGED for name in failed),
-            "failed": failed, "gpu_errors": gpu_errors}
+            "failed": failed, "gpu_errors": gpu_errors, "stalled": stalled,
+            "leftovers": list(live.get("leftovers") or []) if left is None else []}
 
 
 class FilterModule(object):

@@ -79,6 +79,21 @@ options:
         check, e.g. right after the job was relaunched. When V(false), any holder fails it.
     type: bool
     default: false
+  job_log:
+    description:
+      - The job's log (what the job appends its output to, C(gpufleet_job.log)). A job whose processes
+        match O(job_patterns) but whose log has not grown for O(stall_after) seconds is stalled (the
+        C(job_live) check fails).
+      - Without it, a job is stalled when every GPU it holds shows 0% utilisation.
+    type: path
+    version_added: 0.3.0
+  stall_after:
+    description:
+      - Seconds without the log growing after which a job counts as stalled. Raise it for a job that
+        logs less often, or whose compile phase is longer.
+    type: int
+    default: 900
+    version_added: 0.3.0
   brief:
     description:
       - Return only what the verify role records - RV(ready), RV(running_job), RV(checks), RV(gpus),
@@ -197,7 +212,8 @@ torch_cache:
 checks:
   description:
     - The verdicts, in this order - C(gpu_idle) (every GPU idle, or with O(allow_running_job) held only
-      by the job), C(venv_clean) (no package built for another CUDA major than torch), C(packages) (no
+      by the job), C(job_live) (with O(job_patterns) - the job, if one runs, makes progress, and no GPU
+      holder outlived its job; docs/checks.md), C(venv_clean) (no package built for another CUDA major than torch), C(packages) (no
       drift from O(baseline), files as in RECORD), C(caches_fresh) (no compile cache built for other
       versions). A check whose read was skipped is left out; a read that failed fails its check with
       the read's message.
@@ -206,7 +222,7 @@ checks:
   elements: dict
   contains:
     name:
-      description: V(gpu_idle), V(venv_clean), V(packages) or V(caches_fresh).
+      description: V(gpu_idle), V(job_live), V(venv_clean), V(packages) or V(caches_fresh).
       type: str
     severity:
       description: V(fail).
@@ -222,9 +238,29 @@ checks:
     summary:
       description: One line saying what was found.
       type: str
+    state:
+      description: For V(job_live), the job's state - V(none) (no process matches), V(running) or V(stalled).
+      type: str
+    leftovers:
+      description:
+        - For V(job_live), the GPU holders left by a job that is gone - neither a job process nor a
+          descendant of one, their parent the container's init - each C(pid), C(start_time), C(cmdline).
+      type: list
+      elements: dict
   sample:
     - {name: gpu_idle, severity: fail, ok: false, error: false, summary: "GPU 0: 40960 MiB used, held by pid 1731 python3"}
     - {name: venv_clean, severity: fail, ok: true, error: false, summary: 14 packages consistent with CUDA 12.8}
+liveness:
+  description:
+    - Whether the job makes progress - C(state) (V(none), V(running), V(stalled)), C(pids), C(log)
+      (C(path), C(exists), C(size), C(mtime), C(age_s)), C(reason) (why it is stalled), C(stall_after) -
+      and C(leftovers), the GPU holders whose job is gone (C(pid), C(start_time), C(name), C(cmdline),
+      C(gpu), C(used_memory_mib)). Skipped without O(job_patterns).
+  returned: unless O(brief=true) or O(record)
+  type: dict
+  version_added: 0.3.0
+  sample: {state: running, pids: [1731], log: {path: /var/log/train.log, exists: true, size: 48213, mtime: 1764600000.0, age_s: 0.4},
+           reason: null, stall_after: 900, leftovers: []}
 gpus:
   description: With O(brief=true) or O(record), RV(gpu_state)'s C(gpus).
   returned: when O(brief=true) or with O(record)

@@ -17,6 +17,10 @@ description:
     O(baseline). This is the gate that catches a run that starts but runs slow, like the 20K to
     12.8K tok/s drop of a venv holding wheels of two CUDA majors.
   - Only the end of the log is read (O(max_bytes)), so a large log costs little.
+  - A job's log is usually appended to by every run. With O(since) (where the log stood when the
+    run was launched) only what the launched run wrote is judged, and readings an earlier run left
+    in the log (a slow contaminated run, or a fast one before a slow relaunch) count for
+    nothing. The relaunch role records it before each launch.
 extends_documentation_fragment:
   - gpufleet.hygiene.attributes
   - gpufleet.hygiene.attributes.INFO_MODULE
@@ -39,7 +43,9 @@ options:
     type: int
     default: 5
   skip:
-    description: Readings to skip at the start of the log (warm-up, compilation).
+    description:
+      - Readings to skip at the start of the log (warm-up, compilation); with O(since), the first
+        readings of the launched run.
     type: int
     default: 0
   wait:
@@ -60,9 +66,33 @@ options:
     description: How much of the end of the log is read.
     type: int
     default: 1048576
+  since:
+    description:
+      - Where the log stood when the run was launched; only what was written after it is read.
+      - A log whose inode is no longer O(since.inode) (rotated) or that is now shorter than
+        O(since.offset) (truncated) is read from its start, all of it being the new run's.
+      - Omitted, the end of the log is read whoever wrote it (a job already running when the
+        gate was set).
+    type: dict
+    suboptions:
+      inode:
+        description: The log's inode at launch (the C(inode) of M(ansible.builtin.stat)); omitted when the log did not exist.
+        type: int
+      offset:
+        description: The log's size in bytes at launch (the C(size) of M(ansible.builtin.stat)); 0 when it did not exist.
+        type: int
+        required: true
 """
 
 EXAMPLES = r"""
+- name: Where the log stands before the launch
+  ansible.builtin.stat:
+    path: /root/train/train.log
+    get_checksum: false
+  register: log_at_launch
+
+# ... launch the job, its output appended to /root/train/train.log ...
+
 - name: The relaunched run must reach 90% of the recorded 20K tok/s
   gpufleet.hygiene.throughput:
     log: /root/train/train.log
@@ -71,6 +101,9 @@ EXAMPLES = r"""
     wait: 600
     baseline: 20000
     min_fraction: 0.9
+    since: >-
+      {{ {'inode': log_at_launch.stat.inode, 'offset': log_at_launch.stat.size}
+         if log_at_launch.stat.exists else {'offset': 0} }}
 """
 
 RETURN = r"""
@@ -97,6 +130,21 @@ waited:
   description: Seconds spent waiting for readings.
   returned: always
   type: float
+read_from:
+  description: Where in the log reading began.
+  returned: with O(since), once the log exists
+  type: dict
+  contains:
+    offset:
+      description: The byte offset reading began at (0 for a rotated or truncated log).
+      type: int
+    inode:
+      description: The log's inode now.
+      type: int
+    from:
+      description: V(launch) (O(since.offset) of the same file), V(rotated) or V(truncated) (from its start).
+      type: str
+  sample: {"offset": 48213, "inode": 1835021, "from": "launch"}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -117,6 +165,7 @@ def main():
             baseline=dict(type="float"),
             min_fraction=dict(type="float", default=0.9),
             max_bytes=dict(type="int", default=1048576),
+            since=dict(type="dict", options=dict(inode=dict(type="int"), offset=dict(type="int", required=True))),
         ),
         supports_check_mode=True,
     )

@@ -90,6 +90,8 @@ def test_main_job_succeeds(main_job):
     assert res.returncode == 0, res.stdout[-6000:]
     assert "as expected (fail-bad): failed exactly" in res.stdout
     assert "every expectation met" in res.stdout
+    # The gate judged the relaunch on its own readings, the stale run's slow ones still in its log.
+    assert "the job log starts with the stale run's" in res.stdout
     bad = sorted(ct["name"] for _n, ct in containers(main_job) if ct["incident"] != "healthy")
     assert len(bad) == 3
     assert "failed exactly %s" % ", ".join(bad) in res.stdout
@@ -130,6 +132,13 @@ def test_relaunched_job_logs_throughput(main_job):
         log = sh(node, ct, "cat /var/log/gpufleet-train.log")
         assert "20000 tokens/s" in log, log[-500:]
         assert int(smi(node, ct, "gpu=memory.used")[0][0]) == 40960
+    [(node, ct)] = by_role(main_job, "stale_holder")
+    log = sh(node, ct, "cat /var/log/gpufleet-train.log")
+    # As in the seed: the relaunched run appended to a log that starts with the stale run's slow
+    # readings, and after them come only the relaunched run's (a compile phase, then its rate).
+    stale, fresh = log.split("compile start\n")[1], log.split("compile start\n")[2]
+    assert "12800 tokens/s" in stale and "20000 tokens/s" not in stale, log[:1000]
+    assert "20000 tokens/s" in fresh and "12800 tokens/s" not in fresh, log[-1000:]
 
 
 def test_stale_cache_cleared(main_job):

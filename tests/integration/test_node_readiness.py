@@ -66,6 +66,11 @@ def test_a_stopped_container_is_unreachable_in_preflight_with_how_to_start_it(fl
         assert "unreachable=0" in line and "changed=0" in line, line
 
 
+def failed_checks(ct):
+    """The checks a failed read of this container fails: job_live where it has a job (GPUs)."""
+    return "gpu_idle, job_live, venv_clean, caches_fresh" if ct["gpus"] else "gpu_idle, venv_clean, caches_fresh"
+
+
 def test_the_node_entry_point_fails_a_stopped_container_by_name(fleet, ansible_cli, tmp_path):
     """With tasks_from: node the container is read from its node: stopped, it fails by name with
     pct's reason in its checks (not unreachable), and the node's other containers are read."""
@@ -74,8 +79,8 @@ def test_the_node_entry_point_fails_a_stopped_container_by_name(fleet, ansible_c
     names = [c["name"] for c in node["containers"]]
     res = ansible_cli("ansible-playbook", "-i", INVENTORY, NODE_PREFLIGHT, "--limit", ",".join(names))
     assert res.returncode == 2, res.stdout
-    assert ("%s is not ready: [gpu_idle, venv_clean, caches_fresh] container %d is not running (stopped); start it (pct start %d) and run again"
-            % (stopped["name"], stopped["vmid"], stopped["vmid"])) in res.stdout.replace("\n        ", " ")
+    assert ("%s is not ready: [%s] container %d is not running (stopped); start it (pct start %d) and run again"
+            % (stopped["name"], failed_checks(stopped), stopped["vmid"], stopped["vmid"])) in res.stdout.replace("\n        ", " ")
     recap = res.stdout.split("PLAY RECAP", 1)[1]
     for host in names:  # each read; whether the running ones are ready is their own business
         line = next(x for x in recap.splitlines() if x.startswith(host + " "))
@@ -97,7 +102,8 @@ def test_through_the_node_entry_point_a_node_that_cannot_be_reached_fails_each_o
     for host in names:
         if host != reader:
             assert "failed=1" in recap[host], recap[host]
-            assert ("%s is not ready: [gpu_idle, venv_clean, caches_fresh] reading through node %s failed (by %s): " % (host, node["address"], reader)
+            ct = next(c for c in node["containers"] if c["name"] == host)
+            assert ("%s is not ready: [%s] reading through node %s failed (by %s): " % (host, failed_checks(ct), node["address"], reader)
                     in res.stdout.replace("\n        ", " ")), res.stdout[-3000:]
 
 

@@ -14,7 +14,10 @@ memory as used while this process lives and holds the handle.
 
 It prints "ready <pid>" once the claim is written. With --log-throughput RATE it then prints
 "step N loss X RATE tokens/s" every --log-every seconds, as a training loop logs its speed:
-RATE is the number given, not a measurement (a STAND-IN; it computes nothing). On SIGTERM it exits after --term-delay
+RATE is the number given, not a measurement (a STAND-IN; it computes nothing). With
+--compile-seconds S it first prints "compile start", sleeps S seconds (as torch.compile
+takes a while before the first step) and prints "compiled in S s"; its first --warmup-steps
+readings are a quarter of RATE (a run still warming up). On SIGTERM it exits after --term-delay
 seconds (a checkpoint being written), or ignores SIGTERM with --ignore-sigterm (only SIGKILL
 stops it). Extra arguments (--tag ...) only mark its command line for scope tests.
 """
@@ -48,6 +51,9 @@ def main():
     ap.add_argument("--log-throughput", type=float, default=0.0, metavar="RATE",
                     help="print 'step N loss X RATE tokens/s' lines (a stand-in figure, nothing is measured)")
     ap.add_argument("--log-every", type=float, default=1.0, metavar="S", help="seconds between those lines")
+    ap.add_argument("--compile-seconds", type=float, default=0.0, metavar="S",
+                    help="a compile phase before the first reading (nothing is compiled)")
+    ap.add_argument("--warmup-steps", type=int, default=0, metavar="N", help="the first N readings are RATE/4")
     args = ap.parse_args()
     if not args.state:
         ap.error("--state or GPU_STANDIN_STATE is required")
@@ -73,12 +79,19 @@ def main():
     os.replace(tmp, os.path.join(cdir, "%d.json" % pid))
     sys.stdout.write("ready %d\n" % pid)
     sys.stdout.flush()
+    if args.compile_seconds > 0:
+        sys.stdout.write("compile start\n")
+        sys.stdout.flush()
+        time.sleep(args.compile_seconds)
+        sys.stdout.write("compiled in %g s\n" % args.compile_seconds)
+        sys.stdout.flush()
     step = 0
     while True:
         if args.log_throughput > 0:
             time.sleep(args.log_every)
             step += 1
-            sys.stdout.write("step %d loss %.4f %g tokens/s\n" % (step, 2.0 / (1 + 0.01 * step), args.log_throughput))
+            rate = args.log_throughput / 4 if step <= args.warmup_steps else args.log_throughput
+            sys.stdout.write("step %d loss %.4f %g tokens/s\n" % (step, 2.0 / (1 + 0.01 * step), rate))
             sys.stdout.flush()
         else:
             time.sleep(3600)

@@ -5,9 +5,12 @@
 
 """The training job's throughput gate: readings from the end of its log, their median, a floor.
 
-The gate judges only what the launched run wrote: it reads the end of the log, skips the
-warm-up readings and takes the median of the last ones, so one slow step passes and a run
-that is slow throughout (a venv mixing two CUDA majors) fails.
+The gate judges only what the launched run wrote: given where the log stood at launch (its
+inode and size, ``since``) it reads from there, so readings an earlier run left in the log
+count for nothing; a log rotated (another inode) or truncated (shorter than that offset)
+since the launch is read from its start. It skips the new run's warm-up readings and takes
+the median of the last ones, so one slow step passes and a run that is slow throughout (a
+venv mixing two CUDA majors) fails.
 
 Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
 """
@@ -15,6 +18,7 @@ Private to gpufleet.hygiene (leading underscore): not a public API. Standard lib
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
 import time
@@ -27,13 +31,30 @@ DEFAULT_PATTERN = r"(?<![\d.])(?P<value>\d+(?:\.\d+)?)\s*(?:(?P<unit>[kKM])\s*)?
 _UNITS = {None: 1.0, "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6}
 
 
-def read_tail(path, max_bytes):
-    """The last max_bytes of the file, decoded, and whether its start was cut off."""
+def read_tail(path, max_bytes, since=None):
+    """The last max_bytes of the file from where it stood at launch, decoded, and whether the
+    start of that part was cut off.
+
+    ``since`` is {inode, offset}: the log's inode and size when the run was launched (inode None
+    or absent: the file is the same one). With it the third value says where reading began:
+    {offset, inode, from} with from "launch", "rotated" (another inode: read from the start) or
+    "truncated" (now shorter than offset: read from the start); without it, None.
+    """
     with open(path, "rb") as f:
-        f.seek(0, 2)
-        size = f.tell()
-        f.seek(max(0, size - max_bytes))
-        return f.read().decode("utf-8", "replace"), size > max_bytes
+        st = os.fstat(f.fileno())
+        size, start = st.st_size, 0
+        where = None
+        if since is not None:
+            offset, inode = int(since.get("offset") or 0), since.get("inode")
+            reason = "launch"
+            if inode is not None and int(inode) != st.st_ino:
+                reason, offset = "rotated", 0
+            elif size < offset:
+                reason, offset = "truncated", 0
+            start = offset
+            where = {"offset": offset, "inode": st.st_ino, "from": reason}
+        f.seek(max(start, size - max_bytes))
+        return f.read().decode("utf-8", "replace"), size - start > max_bytes, where
 
 
 def readings(text, regex):
@@ -55,22 +76,25 @@ class Gate:
     """The options of the throughput module, checked; run() waits for the readings and judges them."""
 
     def __init__(self, log, pattern=DEFAULT_PATTERN, samples=5, skip=0, wait=0, min_value=None, baseline=None,
-                 min_fraction=0.9, max_bytes=1048576):
+                 min_fraction=0.9, max_bytes=1048576, since=None):
         try:
             self.regex = re.compile(pattern)
         except re.error as exc:
             raise GpufleetError("pattern %r is not a valid regular expression: %s" % (pattern, exc)) from exc
         if samples < 1 or skip < 0 or wait < 0:
             raise GpufleetError("samples must be at least 1, skip and wait at least 0")
+        if since is not None and (int(since.get("offset") or 0) < 0 or (since.get("inode") or 0) < 0):
+            raise GpufleetError("since.offset and since.inode must be at least 0")
         if baseline is not None and (baseline <= 0 or not 0 < min_fraction <= 1):
             raise GpufleetError("baseline must be positive and min_fraction in (0, 1]")
         self.log, self.samples, self.skip, self.wait, self.max_bytes = log, samples, skip, wait, max_bytes
-        self.baseline, self.min_fraction = baseline, min_fraction
+        self.baseline, self.min_fraction, self.since = baseline, min_fraction, since
+        self.read_from = None
         self.floor = max(min_value or 0.0, (baseline or 0.0) * min_fraction)
 
     def _read(self):
         try:
-            text, cut = read_tail(self.log, self.max_bytes)
+            text, cut, self.read_from = read_tail(self.log, self.max_bytes, self.since)
         except FileNotFoundError:
             return []
         except OSError as exc:
@@ -90,14 +114,15 @@ class Gate:
                 break
             sleep(1.0)
         waited = round(clock() - start, 2)
+        extra = {"read_from": self.read_from} if self.since is not None else {}
         window = [v for v in values[self.skip:] if v is not None][-self.samples:]
         if len(window) < self.samples:
             raise GpufleetError(
                 "%s holds %d throughput readings after skipping %d, %d needed, after waiting %ss: is the job "
                 "running and logging, and does pattern match its lines?" % (self.log, len(window), self.skip, self.samples, waited),
-                partial=dict(readings=window, floor=self.floor, passed=False, waited=waited))
+                partial=dict(readings=window, floor=self.floor, passed=False, waited=waited, **extra))
         median = statistics.median(window)
-        result = dict(readings=window, median=median, floor=self.floor, passed=median >= self.floor, waited=waited)
+        result = dict(readings=window, median=median, floor=self.floor, passed=median >= self.floor, waited=waited, **extra)
         if not result["passed"]:
             raise GpufleetError(
                 "throughput %.0f tok/s (median of %d) is below the floor of %.0f tok/s%s" % (

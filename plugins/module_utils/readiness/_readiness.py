@@ -20,6 +20,7 @@ import threading
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import CACHE_NAMES, TorchCache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import DEFAULT_STALL_AFTER, liveness
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, find_processes
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv, inventory
@@ -41,6 +42,8 @@ ARGUMENT_SPEC = dict(
     cache_user=dict(type="str"),
     cache_environment=dict(type="dict"),
     allow_running_job=dict(type="bool", default=False),
+    job_log=dict(type="path"),
+    stall_after=dict(type="int", default=DEFAULT_STALL_AFTER),
 )
 
 # The readiness module's own options on top of those (node_readiness has its own, for all its containers).
@@ -55,6 +58,8 @@ def bad_option(p):
     """What is wrong with validated options, or None."""
     if p["command_timeout"] <= 0:
         return "command_timeout must be more than 0 (got %s)" % p["command_timeout"]
+    if p["stall_after"] < 1:
+        return "stall_after must be at least 1 second (got %s)" % p["stall_after"]
     return None
 
 
@@ -91,6 +96,13 @@ def read_gpus(p, nvidia_smi, check_mode, warnings):
         return failed(exc.msg, **exc.partial)
     warnings.extend(state.notes)
     return result
+
+
+def read_liveness(p, result):
+    """Whether the job makes progress, and GPU holders left behind by a job that is gone (job/_liveness)."""
+    if result["processes"].get("skipped") or result["processes"].get("failed") or "gpus" not in result["gpu_state"]:
+        return skipped("no job_patterns, or the processes or the GPUs could not be read")
+    return liveness(result["processes"], result["gpu_state"]["gpus"], p["job_log"], p["stall_after"])
 
 
 # The venv's three readers share one Venv (env), resolved once for the read: its interpreter is
@@ -214,10 +226,40 @@ def check_caches(caches):
     return {"name": "caches_fresh", "severity": "fail", "ok": not error and not stale, "error": error, "summary": summary}
 
 
+def _pids(items):
+    return ", ".join(str(i["pid"]) if isinstance(i, dict) else str(i) for i in items)
+
+
+def check_job(live, job):
+    """job_live: the job makes progress (or none runs) and no GPU holder outlived its job. Besides
+    the summary it carries ``state`` (none, running, stalled) and ``leftovers`` for the repair."""
+    error = bool(job.get("failed")) or bool(live.get("skipped"))
+    leftovers = live.get("leftovers", [])
+    state = live.get("state", "unknown")
+    parts = []
+    if error:
+        parts.append(job.get("msg") or "the job's liveness could not be read: %s" % live.get("skip_reason"))
+    elif state == "stalled":
+        parts.append("job (pid %s) stalled: %s" % (_pids(live["pids"]), live["reason"]))
+    elif state == "running":
+        age = (live.get("log") or {}).get("age_s")
+        parts.append("job running (pid %s)%s" % (_pids(live["pids"]), ", its log grew %ss ago" % age if age is not None else ""))
+    else:
+        parts.append("no job running")
+    if leftovers:
+        parts.append("%d GPU holder(s) left by a job that is gone (parent is init): %s" % (len(leftovers), ", ".join(
+            "pid %s %s (GPU %s, %s MiB)" % (h["pid"], h["name"], h["gpu"], h["used_memory_mib"]) for h in leftovers[:5])))
+    ok = not error and state != "stalled" and not leftovers
+    return {"name": "job_live", "severity": "fail", "ok": ok, "error": error, "summary": "; ".join(parts),
+            "state": state, "leftovers": [{"pid": h["pid"], "start_time": h["start_time"], "cmdline": h["cmdline"]} for h in leftovers]}
+
+
 def judge(result, allow_running_job):
-    """The verify role's checks of one reading: [gpu_idle, venv_clean, packages, caches_fresh],
-    a check whose read was skipped left out."""
+    """The verify role's checks of one reading: [gpu_idle, job_live, venv_clean, packages,
+    caches_fresh], a check whose read was skipped left out (job_live without job_patterns)."""
     checks = [check_gpu(result["gpu_state"], result["processes"], allow_running_job)]
+    if not result["processes"].get("skipped"):
+        checks.append(check_job(result.get("liveness", {}), result["processes"]))
     if not result["cuda_contamination"].get("skipped"):
         checks.append(check_venv(result["cuda_contamination"]))
     if not result["pip_inventory"].get("skipped"):
@@ -261,6 +303,7 @@ def read(p, run, which, check_mode=False):
     if crashed:
         raise crashed[0]
     result["gpu_state"] = gpu
+    result["liveness"] = read_liveness(p, result)
     result["checks"] = judge(result, p["allow_running_job"])
     result["ready"] = all(c["ok"] for c in result["checks"])
     result["running_job"] = bool(result["processes"].get("processes"))

@@ -30,7 +30,7 @@ def failed_checks(p, msg):
     """The checks a reading with options p would have made, each failed with msg: the reading
     itself failed (the container stopped, no Python there, bad options). Options left out take
     the readiness module's defaults (no venv, no baseline, verify_files false, caches true)."""
-    names = ["gpu_idle"]
+    names = ["gpu_idle"] + (["job_live"] if p.get("job_patterns") else [])
     if p.get("venv"):
         names.append("venv_clean")
         if p.get("baseline") or p.get("verify_files"):

@@ -150,3 +150,31 @@ def test_repair_plan_purges_only_for_a_check_purging_fixes():
         _repair.repair_plan(BRIEF, "perhaps")
     with pytest.raises(AnsibleFilterError, match="verify_result"):
         _repair.repair_plan({"ready": False})
+
+
+STALLED = {"name": "job_live", "severity": "fail", "ok": False, "error": False, "state": "stalled", "leftovers": [],
+           "summary": "job (pid 7) stalled: its log /var/log/train.log has not grown for 1200s (stall_after 900s)"}
+LEFTOVER = {"pid": 9, "start_time": 123, "cmdline": "python3 -c from multiprocessing.spawn import spawn_main"}
+
+
+@pytest.mark.parametrize("allow, stalled, repair, left", [
+    (True, False, False, "running a stalled job"),  # hygiene reports a stalled job, leaves it unless asked
+    (True, True, True, None),                        # gpufleet_repair_stalled: true
+    (False, False, True, None),                      # remediate's default stops any job holding the GPUs
+])
+def test_repair_plan_repairs_a_stalled_job_only_when_asked(allow, stalled, repair, left):
+    record = dict(BRIEF, running_job=True, checks=[GPU_HELD, STALLED])
+    plan = _repair.repair_plan(record, allow, stalled)
+    assert (plan["repair"], plan["left"], plan["stalled"]) == (repair, left, True)
+    with pytest.raises(AnsibleFilterError, match="repair_stalled must be true or false"):
+        _repair.repair_plan(record, allow, "sometimes")
+
+
+def test_repair_plan_stops_leftovers_and_never_a_healthy_running_job():
+    left_by_job = dict(STALLED, state="none", leftovers=[LEFTOVER], summary="1 GPU holder(s) left by a job that is gone")
+    plan = _repair.repair_plan(dict(BRIEF, checks=[GPU_HELD, left_by_job]), True, False)
+    assert plan["repair"] is True and plan["leftovers"] == [LEFTOVER] and plan["stalled"] is False
+    # A healthy running job beside them is never touched where running jobs are allowed: nothing is stopped.
+    beside = dict(left_by_job, state="running")
+    plan = _repair.repair_plan(dict(BRIEF, running_job=True, checks=[GPU_HELD, beside]), True, True)
+    assert (plan["repair"], plan["left"], plan["leftovers"]) == (False, "running a job", [])

@@ -144,10 +144,26 @@ def test_gate_on_a_cut_log_counts_the_warm_up_as_out_of_view(tmp_path):
     log = tmp_path / "train.log"
     log.write_text(LOG)
     tail = "".join(LOG.splitlines(keepends=True)[-3:])
-    assert read_tail(str(log), len(tail)) == (tail, True)
-    assert read_tail(str(log), 1 << 20) == (LOG, False)
+    assert read_tail(str(log), len(tail)) == (tail, True, None)
+    assert read_tail(str(log), 1 << 20) == (LOG, False, None)
     result = Gate(str(log), samples=3, skip=2, max_bytes=len(tail)).run()
     assert result["readings"] == [19900.0, 20400.0, 20000.0]  # skip 2 counted against what was cut
+
+
+def test_throughput_since_reads_only_what_was_written_after_it(run_module, tmp_path):
+    """The module's since option: the old run's slow lines before the offset are not judged."""
+    log = tmp_path / "train.log"
+    log.write_text("".join("step %d 12.8K tok/s\n" % i for i in range(8)))
+    since = {"inode": os.stat(log).st_ino, "offset": os.path.getsize(log)}
+    with open(log, "a") as f:
+        f.write(LOG)
+    result = run_module(throughput.main, {"log": str(log), "skip": 1, "samples": 5, "baseline": 20000, "since": since})
+    assert result["passed"] is True and result["readings"] == [19800.0, 20100.0, 19900.0, 20400.0, 20000.0]
+    assert result["read_from"] == dict(since, **{"from": "launch"})
+    tail = len("".join(LOG.splitlines(keepends=True)[-3:]))
+    cut = Gate(str(log), samples=3, skip=2, max_bytes=tail, since=since).run()
+    assert cut["readings"] == [19900.0, 20400.0, 20000.0]  # a cut view of the new run's part: warm-up out of view
+    assert "read_from" not in run_module(throughput.main, {"log": str(log), "samples": 5})
 
 
 def test_gate_waits_on_its_clock_and_fails_with_the_partial_result(tmp_path):

@@ -9,9 +9,11 @@ node_readiness returns, per container, the same as readiness, through a STAND-IN
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -57,7 +59,7 @@ def rig(tmp_path, seed_wheels):
     try:
         # This rig's stand-ins only (other tests on the machine run the same program).
         job = [re.escape(gpu_standin.TRAINER) + " --state " + re.escape(str(state)) + " "]
-        yield {"job": job, "venv": venv, "smi": smi, "devices": [os.path.join(state, "dev", "nvidia*")], "trainers": trainers,
+        yield {"job": job, "state": str(state), "venv": venv, "smi": smi, "devices": [os.path.join(state, "dev", "nvidia*")], "trainers": trainers,
                "env": env, "baseline": str(tmp_path / "baseline.txt")}
     finally:
         trainers.cleanup()
@@ -95,7 +97,11 @@ def test_one_call_reads_what_the_five_modules_read(run_module, rig):
     assert {d["name"] for d in drift["extra"]} and res["pip_inventory"]["integrity"]["ok"] is False  # the wheels clobbered files
 
     checks = {c["name"]: c for c in res["checks"]}
-    assert list(checks) == ["gpu_idle", "venv_clean", "packages", "caches_fresh"]
+    assert list(checks) == ["gpu_idle", "job_live", "venv_clean", "packages", "caches_fresh"]
+    # No job log given: the job counts as running while its GPU shows utilisation (the stand-in's 90%).
+    assert checks["job_live"]["ok"] is True and checks["job_live"]["state"] == "running"
+    assert checks["job_live"]["summary"] == "job running (pid %d)" % job.pid and checks["job_live"]["leftovers"] == []
+    assert res["liveness"]["state"] == "running" and res["liveness"]["pids"] == [job.pid]
     assert checks["gpu_idle"]["ok"] is False
     assert checks["gpu_idle"]["summary"].startswith("GPU 1: 40960 MiB used, held by pid %d " % job.pid)
     assert checks["venv_clean"]["ok"] is False
@@ -112,11 +118,13 @@ def test_one_call_reads_what_the_five_modules_read(run_module, rig):
 def test_the_jobs_own_gpu_use_passes_only_when_allowed(run_module, rig):
     job = rig["trainers"].start(gpu=0, mib=1024)
     res = run_module(readiness.main, args_of(rig, venv=None))
-    [gpu] = res["checks"]
+    [gpu, live] = res["checks"]
     assert gpu["ok"] is False and "held by pid %d" % job.pid in gpu["summary"]
+    assert live["name"] == "job_live" and live["ok"] is True
     res = run_module(readiness.main, args_of(rig, venv=None, allow_running_job=True))
-    assert res["checks"] == [{"name": "gpu_idle", "severity": "fail", "ok": True, "error": False,
-                              "summary": "held by the running job (pid %d)" % job.pid}]
+    assert res["checks"][0] == {"name": "gpu_idle", "severity": "fail", "ok": True, "error": False,
+                                "summary": "held by the running job (pid %d)" % job.pid}
+    assert [c["name"] for c in res["checks"]] == ["gpu_idle", "job_live"]
     assert res["ready"] is True and res["running_job"] is True
     # A holder that is not the job still fails, allowed or not.
     res = run_module(readiness.main, args_of(rig, venv=None, allow_running_job=True, job_patterns=["^no-such-job$"]))
@@ -389,12 +397,12 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
     assert got["bad-timeout"]["msg"] == "command_timeout must be more than 0 (got 0.0)"
     assert got["no-python"]["msg"].startswith("no Python at /nonexistent/python3 in localhost (exit status 127)"), got["no-python"]["msg"]
     # brief: the call's failure becomes every check it would have made, failed with its message.
-    assert [c["name"] for c in got["no-python-brief"]["checks"]] == ["gpu_idle", "venv_clean", "caches_fresh"]
+    assert [c["name"] for c in got["no-python-brief"]["checks"]] == ["gpu_idle", "job_live", "venv_clean", "caches_fresh"]
     assert all(c["summary"] == got["no-python-brief"]["msg"] and not c["ok"] for c in got["no-python-brief"]["checks"])
     # The same when the module was sent (its transport failed) or the options were refused.
     for name in ("no-python-module-brief", "bad-type-brief"):
         reading = got[name]
-        assert [c["name"] for c in reading["checks"]] == ["gpu_idle", "venv_clean", "caches_fresh"], (name, reading)
+        assert [c["name"] for c in reading["checks"]] == ["gpu_idle", "job_live", "venv_clean", "caches_fresh"], (name, reading)
         assert reading["msg"] and all(c["summary"] == reading["msg"] and c["error"] and not c["ok"] for c in reading["checks"])
         assert reading["ready"] is False and reading["gpus"] == []
     assert "threshold_mib" in got["bad-type-brief"]["msg"]
@@ -402,7 +410,7 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
     rec = got["no-python-record"]
     assert rec["failed"] is False and rec["failed_when_result"] is False  # failed_when: false, as in the verify role
     assert rec["msg"].startswith("no Python at /nonexistent/python3") and rec["ready"] is False
-    assert [c["name"] for c in rec["checks"]] == ["gpu_idle", "venv_clean", "caches_fresh"]
+    assert [c["name"] for c in rec["checks"]] == ["gpu_idle", "job_live", "venv_clean", "caches_fresh"]
     assert all(c["summary"] == rec["msg"] and not c["ok"] for c in rec["checks"])
     assert (rec["host"], rec["node"], rec["vmid"], rec["error"]) == ("train-100", None, None, None)
     # An interpreter still to be discovered: the module is sent, which discovers it (whether the
@@ -477,3 +485,83 @@ def test_a_delegated_call_starts_the_delegates_python(tmp_path):
     assert out.count(LAUNCHED) == 1
     reading = json.loads((tmp_path / "out.json").read_text())
     assert reading["checks"][0]["name"] == "gpu_idle" and "msg" not in reading
+
+
+def _ppid(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_job_that_stops_writing_its_log_is_stalled(run_module, rig, tmp_path):
+    """A real job writing its log, then hung (SIGSTOP): it still matches the patterns, its log no
+    longer grows. Running first, stalled once stall_after has passed; the GPU check alone would
+    have let it pass as the running job."""
+    log = tmp_path / "train.log"
+    with open(log, "ab") as out:
+        job = subprocess.Popen([sys.executable, gpu_standin.TRAINER, "--state", rig["state"], "--gpu", "0", "--mib", "2048",
+                                "--log-throughput", "20000", "--log-every", "0.1"],
+                               stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while log.read_text().count("tokens/s") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        args = args_of(rig, venv=None, allow_running_job=True, job_log=str(log), stall_after=2)
+        res = run_module(readiness.main, args)
+        live = res["checks"][1]
+        assert live["name"] == "job_live" and live["ok"] is True and live["state"] == "running", live
+        assert live["summary"].startswith("job running (pid %d), its log grew " % job.pid)
+        os.kill(job.pid, signal.SIGSTOP)  # hung: alive, matching, holding its GPU, writing nothing
+        size = log.stat().st_size
+        time.sleep(3)
+        assert log.stat().st_size == size
+        res = run_module(readiness.main, args)
+        live = res["checks"][1]
+        assert live["ok"] is False and live["state"] == "stalled" and res["ready"] is False
+        assert re.match(r"job \(pid %d\) stalled: its log %s has not grown for \d+s \(stall_after 2s\)$" % (job.pid, re.escape(str(log))),
+                        live["summary"]), live["summary"]
+        assert res["checks"][0]["ok"] is True  # gpu_idle: held by the (stalled) job, allowed
+        assert res["running_job"] is True and res["liveness"]["log"]["age_s"] > 2
+    finally:
+        job.kill()
+        job.wait(timeout=10)
+
+
+def test_a_worker_whose_job_was_killed_is_a_leftover_and_is_stopped(run_module, rig):
+    """A job starts a GPU worker (whose command line matches none of the job's patterns), then the
+    job is killed: the worker, reparented to init, is a leftover; the repair's scope stops it."""
+    state = rig["state"]
+    code = ("import subprocess, sys, time\np = subprocess.Popen(sys.argv[1:])\nprint(p.pid, flush=True)\ntime.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code, sys.executable, gpu_standin.TRAINER, "--gpu", "0", "--mib", "4096",
+                               "--state", state, "--tag", "worker"], stdout=subprocess.PIPE, text=True)
+    worker = int(parent.stdout.readline())
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(os.path.join(state, "claims", "%d.json" % worker)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # While its parent lives, the worker is not left over (its parent is no job either: not a leftover, a foreign holder).
+        res = run_module(readiness.main, args_of(rig, venv=None, allow_running_job=True))
+        assert res["checks"][1]["ok"] is True and res["liveness"]["leftovers"] == []
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _ppid(worker) != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _ppid(worker) == 1, "no reparenting to init on this machine (a subreaper?)"
+        res = run_module(readiness.main, args_of(rig, venv=None, allow_running_job=True))
+        live = res["checks"][1]
+        assert live["ok"] is False and live["state"] == "none" and res["ready"] is False
+        assert [h["pid"] for h in live["leftovers"]] == [worker] and "--tag worker" in live["leftovers"][0]["cmdline"]
+        assert "1 GPU holder(s) left by a job that is gone (parent is init): pid %d " % worker in live["summary"]
+        # What the repair role asks of processes: the leftover by its whole command line.
+        scope = {"cmdline": ["^" + re.escape(h["cmdline"]) + "$" for h in live["leftovers"]]}
+        done = run_module(processes.main, {"scope": scope, "state": "absent", "grace_period": 5})
+        assert [t["pid"] for t in done["terminated"]] == [worker]
+        deadline = time.monotonic() + 10
+        while os.path.exists("/proc/%d" % worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists("/proc/%d" % worker)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)

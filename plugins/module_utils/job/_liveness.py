@@ -1,0 +1,78 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Is the training job alive? A job is running only while it makes progress.
+
+- **stalled**: processes match the job's patterns, but its log has not grown for
+  ``stall_after`` seconds (when the log is known), or, with no log to go by, every GPU the job
+  holds shows no utilisation (nvidia-smi's utilization.gpu, itself an average over the
+  driver's last sample period). A log is the better witness: a job hung in a collective can
+  keep its GPUs busy spinning.
+- **leftovers**: GPU holders that are neither a job process nor a descendant of one, whose
+  parent is the container's init (PID 1): workers whose job is gone, reparented to init.
+
+Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import PROC, ancestors, read_stat
+
+DEFAULT_STALL_AFTER = 900
+
+
+def _leftovers(job_pids, gpus, proc):
+    out, seen = [], set()
+    for gpu in gpus:
+        for h in gpu.get("processes", []):
+            pid = h.get("pid")
+            if pid is None or pid in seen or pid in job_pids:
+                continue
+            seen.add(pid)
+            if ancestors(pid, proc) & job_pids:
+                continue  # a worker of the running job
+            st = read_stat(pid, proc)
+            if st is None or st[2] != 1:
+                continue  # gone, or another parent than init: not left behind by a job
+            out.append({"pid": pid, "start_time": st[3], "name": h.get("name") or st[0], "cmdline": h.get("cmdline") or "",
+                        "gpu": gpu.get("index"), "used_memory_mib": h.get("used_memory_mib")})
+    return out
+
+
+def _log(path):
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return {"path": path, "exists": False, "error": exc.strerror or str(exc)}
+    return {"path": path, "exists": True, "size": st.st_size, "mtime": st.st_mtime}
+
+
+def liveness(job, gpus, log=None, stall_after=DEFAULT_STALL_AFTER, proc=PROC, now=None):
+    """{state, pids, log, reason, leftovers} of a container: state "none" (no job process),
+    "running" or "stalled"; job is the processes read ({processes: [...]}), gpus gpu_state's GPUs."""
+    pids = set(p["pid"] for p in job.get("processes", []))
+    now = time.time() if now is None else now
+    result = {"state": "none", "pids": sorted(pids), "log": _log(log) if log else None, "reason": None,
+              "stall_after": stall_after, "leftovers": _leftovers(pids, gpus, proc)}
+    if not pids:
+        return result
+    result["state"] = "running"
+    if log:
+        info = result["log"]
+        if info["exists"]:
+            info["age_s"] = round(max(0.0, now - info["mtime"]), 1)
+            if info["age_s"] > stall_after:
+                result["state"] = "stalled"
+                result["reason"] = "its log %s has not grown for %ds (stall_after %ds)" % (log, info["age_s"], stall_after)
+        return result
+    held = [g for g in gpus if any(h.get("pid") in pids or ancestors(h["pid"], proc) & pids for h in g.get("processes", []))]
+    utils = [g.get("utilization_pct") for g in held]
+    if held and all(u is not None and u == 0 for u in utils):
+        result["state"] = "stalled"
+        result["reason"] = "the GPUs it holds (%s) show 0%% utilisation" % ", ".join(str(g.get("index")) for g in held)
+    return result
