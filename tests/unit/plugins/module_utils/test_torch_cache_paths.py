@@ -167,8 +167,9 @@ def test_home_itself_and_its_parents_are_refused(tmp_path):
     assert "is the home directory" in check_root(ME.pw_dir, protected_homes())[1]
 
 
-def test_dotdot_through_a_symlink_resolves_as_the_kernel_does(tmp_path):
-    """'link/..' is the parent of the link's target, not the link's own folder."""
+def test_dotdot_through_a_symlink_is_refused_not_resolved_lexically(tmp_path):
+    """'link/..' is the parent of the link's target, not the link's own folder: a lexical check
+    would allow scratch/, the kernel would reach home/. Neither: the link is refused and named."""
     home = tmp_path / "home"
     (home / "project").mkdir(parents=True)
     scratch = tmp_path / "scratch"
@@ -177,8 +178,8 @@ def test_dotdot_through_a_symlink_resolves_as_the_kernel_does(tmp_path):
     path = str(scratch / "link") + "/.."
     assert os.path.normpath(path) == str(scratch)  # what a lexical check would wrongly allow
     real, problem = check_root(path, protected_homes([str(home)]))
-    assert real == str(home)
-    assert "is the home directory" in problem
+    assert real == str(scratch / "link")
+    assert problem.startswith("is reached through the symbolic link %s (to %s)" % (scratch / "link", home / "project"))
 
 
 @pytest.mark.parametrize("suffix", ["", "/", "/.", "//./"])
@@ -187,7 +188,7 @@ def test_root_that_is_a_symlink_is_refused_however_spelt(tmp_path, suffix):
     target.mkdir()
     os.symlink(str(target), str(tmp_path / "cache"))
     real, problem = check_root(str(tmp_path / "cache") + suffix, ())
-    assert real == str(target)
+    assert real == str(tmp_path / "cache")
     assert "is a symbolic link to %s" % target in problem
 
 
@@ -202,13 +203,19 @@ def test_root_that_is_a_file_is_refused(tmp_path):
     assert check_root(str(tmp_path / "cache"), ())[1] == "is not a directory"
 
 
-def test_a_symlinked_parent_is_followed_to_the_real_root(tmp_path):
-    """~/.cache -> /data/cache is common: the root below it is real and may be cleared."""
-    data = tmp_path / "data" / "cache"
-    (data / "torch_extensions").mkdir(parents=True)
-    os.symlink(str(data), str(tmp_path / "dotcache"))
-    real, problem = check_root(str(tmp_path / "dotcache/torch_extensions"), ())
-    assert (real, problem) == (str(data / "torch_extensions"), None)
+def test_a_symlink_earlier_in_the_path_is_refused_and_named(tmp_path):
+    """TRITON_CACHE_DIR=~/datalink/cache: clearing would reach inside the link's target, and a
+    link can be swapped to point anywhere; the link is named, its target is left alone."""
+    data = tmp_path / "data"
+    (data / "cache" / "torch_extensions").mkdir(parents=True)
+    (data / "cache" / "torch_extensions" / "keep").write_text("x")
+    os.symlink(str(data), str(tmp_path / "datalink"))
+    for path in (tmp_path / "datalink/cache", tmp_path / "datalink/cache/torch_extensions", tmp_path / "datalink/cache/missing"):
+        real, problem = check_root(str(path), (), kind="triton")
+        assert real == str(tmp_path / "datalink")
+        assert problem.startswith("is reached through the symbolic link %s (to %s): " % (tmp_path / "datalink", data))
+        assert "point the variable at the real directory" in problem
+    assert (data / "cache" / "torch_extensions" / "keep").read_text() == "x"
 
 
 # --------------------------------------------------------------------------- fingerprint

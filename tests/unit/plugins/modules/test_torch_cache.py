@@ -27,7 +27,7 @@ def job(tmp_path):
     home.mkdir()
     env = {
         "HOME": str(home), "USER": "trainer",
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torchinductor_trainer"),
         "TRITON_CACHE_DIR": str(tmp_path / "triton"),
         "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"),
         "CUDA_CACHE_PATH": str(tmp_path / "nv"),
