@@ -412,7 +412,7 @@ def cache_problem(kind, real, d, homes=()):
     why = content_problem(kind, d) if d is not None else None
     if why is None:
         return None
-    where = f"is not a {kind} cache location ({LAYOUTS[kind]})"
+    where = "is not {} {} cache location ({})".format("an" if kind == "inductor" else "a", kind, LAYOUTS[kind])
     for home in sorted(homes):
         if _within(real, home):
             where = f"is inside the home directory {home} and " + where
