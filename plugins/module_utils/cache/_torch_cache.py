@@ -315,8 +315,9 @@ LAYOUTS = {
     "torch_extensions": "~/.cache/torch_extensions",
     "cuda": "~/.nv/ComputeCache",
 }
-INDUCTOR_DIRS = frozenset(("fxgraph", "aotautograd", "triton", "locks", "cache", "kernel", "precompile",
-                           "dynamo", "pgo", "autotune", "cutlass"))
+INDUCTOR_DIRS = frozenset(("fxgraph", "aotautograd", "triton", "locks", "cache", "kernel", "kernels", "precompile",
+                           "precompiled_headers", "dynamo", "pgo", "autotune", "cutlass", "cuda", "cudagraphs",
+                           "aot_inductor", "cpp_wrapper", "static_cuda_launcher"))
 _INDUCTOR_CODE_DIR = re.compile(r"[a-z0-9_]{2}\Z")  # codecache: <root>/<2 chars of the hash>/
 # Keys in base32 (upper case) or hex; a device index where Inductor keeps Triton's kernels.
 _TRITON_KEY = re.compile(r"(?:[A-Z0-9]{6,}|[0-9a-f]{16,}|[0-9]{1,3})\Z")

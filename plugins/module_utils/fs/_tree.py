@@ -270,7 +270,11 @@ def measure(top, skip=()):
     size = entries = 0
     problems = []
     seen = set()
-    for st in _entries(top, skip, problems, measuring=True):
+
+    def trouble(path, why, exc):
+        problems.append("{}: {}".format(path, exc.strerror if exc is not None else _WHY[why].format(verb="measured")))
+
+    for _d, _name, st in _below(top, skip, trouble):
         if stat.S_ISDIR(st.st_mode):
             continue
         entries += 1
@@ -284,50 +288,56 @@ def measure(top, skip=()):
     return size, entries, problems
 
 
-def _entries(top, skip, problems, measuring):
-    """Yield the lstat of every entry under ``top``, depth first, entering the
-    subdirectories on ``top``'s file system only."""
-    stack = [(top, list(reversed([n for n in top.names() if n not in skip])), 0)]
+_WHY = {"mount": "another file system is mounted here; not {verb}", "deep": "deeper than %d levels; not {verb}" % MAX_DEPTH}
+
+
+def _below(top, skip, trouble):
+    """Yield ``(dir, name, lstat)`` for every entry under the Dir ``top`` (its names in ``skip``
+    aside), a directory after everything in it, so that a clear can remove it then. A
+    subdirectory on another file system, deeper than MAX_DEPTH or that cannot be opened is not
+    entered nor yielded: ``trouble(path, "mount" | "deep" | "error", OSError or None)`` says so."""
+    stack = [(top, [n for n in top.names() if n not in skip], None, None)]
     try:
         while stack:
-            d, pending, depth = stack[-1]
+            d, pending, name_in_parent, st_in_parent = stack[-1]
             if not pending:
                 stack.pop()
                 if d is not top:
                     d.close()
+                    yield stack[-1][0], name_in_parent, st_in_parent
                 continue
             name = pending.pop()
+            path = _join(d.path, name)
             try:
                 st = d.lstat(name)
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                problems.append(f"{_join(d.path, name)}: {exc.strerror}")
+                trouble(path, "error", exc)
                 continue
-            yield st
             if not stat.S_ISDIR(st.st_mode):
+                yield d, name, st
                 continue
-            path = _join(d.path, name)
             if st.st_dev != top.dev:
-                problems.append(f"{path}: another file system is mounted here; not " + ("measured" if measuring else "entered"))
+                trouble(path, "mount", None)
                 continue
-            if depth + 1 >= MAX_DEPTH:
-                problems.append(f"{path}: deeper than {MAX_DEPTH} levels; not entered")
+            if len(stack) >= MAX_DEPTH:
+                trouble(path, "deep", None)
                 continue
             try:
                 child = d.child(name, st)
             except OSError as exc:
-                problems.append(f"{path}: {exc.strerror}")
+                trouble(path, "error", exc)
                 continue
             try:
                 names = child.names()
             except OSError as exc:
                 child.close()
-                problems.append(f"{path}: {exc.strerror}")
+                trouble(path, "error", exc)
                 continue
-            stack.append((child, list(reversed(names)), depth + 1))
+            stack.append((child, names, name, st))
     finally:
-        for d, _pending, _depth in stack:
+        for d, _pending, _name, _st in stack:
             if d is not top:
                 d.close()
 
@@ -370,59 +380,26 @@ def clear(top, first=()):
             pass
         except OSError as exc:
             res.errors.append((_join(top.path, name), exc))
-    # Each frame: (dir, names left, its name in the parent frame's dir).
-    stack = [(top, top.names(), None)]
-    try:
-        while stack:
-            d, pending, name_in_parent = stack[-1]
-            if not pending:
-                stack.pop()
-                if d is not top:
-                    d.close()
-                    _rmdir(stack[-1][0], name_in_parent, res)
-                continue
-            name = pending.pop()
-            path = _join(d.path, name)
-            try:
-                st = d.lstat(name)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                res.errors.append((path, exc))
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                try:
-                    os.unlink(name, dir_fd=d.fd)  # a symbolic link goes, its target stays
-                    res.removed += 1
-                    if stat.S_ISREG(st.st_mode):
-                        res.freed += st.st_size
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    res.errors.append((path, exc))
-                continue
-            if st.st_dev != top.dev:
-                res.kept.append(f"{path} (another file system is mounted here)")
-                continue
-            if len(stack) >= MAX_DEPTH:
-                res.errors.append((path, OSError(errno.ELOOP, f"deeper than {MAX_DEPTH} levels")))
-                continue
-            try:
-                child = d.child(name, st)
-            except OSError as exc:
-                res.errors.append((path, exc))
-                continue
-            try:
-                names = child.names()
-            except OSError as exc:
-                child.close()
-                res.errors.append((path, exc))
-                continue
-            stack.append((child, names, name))
-    finally:
-        for d, _pending, _name in stack:
-            if d is not top:
-                d.close()
+
+    def trouble(path, why, exc):
+        if why == "mount":
+            res.kept.append(f"{path} (another file system is mounted here)")
+        else:
+            res.errors.append((path, exc if exc is not None else OSError(errno.ELOOP, _WHY[why].format(verb="cleared"))))
+
+    for d, name, st in _below(top, (), trouble):
+        if stat.S_ISDIR(st.st_mode):
+            _rmdir(d, name, res)
+            continue
+        try:
+            os.unlink(name, dir_fd=d.fd)  # a symbolic link goes, its target stays
+            res.removed += 1
+            if stat.S_ISREG(st.st_mode):
+                res.freed += st.st_size
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            res.errors.append((_join(d.path, name), exc))
     return res
 
 
