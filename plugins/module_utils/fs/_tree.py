@@ -107,30 +107,43 @@ def _parts(path):
     return [c for c in path.split("/") if c and c != "."]
 
 
+def _openat2_call():
+    """``call(dirfd, rel) -> (fd, errno)`` through libc's syscall(), made once; None without it."""
+    if "call" not in OPENAT2:
+        import ctypes  # only here: targets without openat2 never pay for it
+
+        class OpenHow(ctypes.Structure):
+            _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+        try:
+            syscall = ctypes.CDLL(None, use_errno=True).syscall
+        except (OSError, AttributeError):
+            syscall = None
+        how = OpenHow(DIR_FLAGS, 0, _RESOLVE_NO_SYMLINKS | _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS)
+
+        def call(dirfd, rel):
+            fd = syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dirfd), ctypes.c_char_p(rel),
+                         ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+            return fd, ctypes.get_errno()
+
+        if syscall is not None:
+            syscall.restype = ctypes.c_long
+        OPENAT2["call"] = call if syscall is not None else None
+    return OPENAT2["call"]
+
+
 def _openat2(path):
     """A descriptor of ``path`` resolved beneath / with no symbolic link, or None when openat2
     cannot say (not available, or it failed: the walk then finds and names the reason)."""
     if OPENAT2["usable"] is False:
         return None
-    import ctypes  # only here: targets without openat2 never pay for it
-
-    class OpenHow(ctypes.Structure):
-        _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        syscall = libc.syscall
-    except (OSError, AttributeError):
+    call = _openat2_call()
+    if call is None:
         OPENAT2["usable"] = False
         return None
-    syscall.restype = ctypes.c_long
-    how = OpenHow(DIR_FLAGS, 0, _RESOLVE_NO_SYMLINKS | _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS)
-    rel = path.lstrip("/") or "."
     root = os.open("/", DIR_FLAGS)
     try:
-        fd = syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(root), ctypes.c_char_p(os.fsencode(rel)),
-                     ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
-        err = ctypes.get_errno()
+        fd, err = call(root, os.fsencode(path.lstrip("/") or "."))
     finally:
         os.close(root)
     if fd >= 0:
