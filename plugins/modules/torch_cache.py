@@ -94,12 +94,18 @@ options:
     type: bool
     default: false
 notes:
-  - 'Safety: symbolic links are resolved first; a cache root that is itself a symbolic link
-    is refused; C(/), a top-level directory, a system directory, any home directory (or a
-    directory holding one) and a directory holding O(venv) are refused.'
-  - 'Clearing works on directory file descriptors opened without following symbolic links: a
-    symbolic link inside the cache is removed, never followed, so the file it points to
-    survives; another file system mounted inside the cache is left alone.'
+  - 'Safety: a cache root is opened from C(/) one directory at a time without following symbolic
+    links; a link anywhere in its path is refused and named (a link can be swapped to point
+    anywhere). C(/), a top-level directory, a system directory (or one holding it), any home
+    directory (or a directory holding one), O(venv) and any virtual environment (or anything
+    inside one) are refused.'
+  - 'Only caches are cleared: a root that is not where its kind puts its cache (C(~/.triton/cache),
+    C(~/.cache/torch_extensions), C(~/.nv/ComputeCache), C(<tmp>/torchinductor_<user>)) must hold
+    what that kind''s cache holds (see docs/torch_cache.md), else it is refused, saying which rule
+    refused it.'
+  - 'Clearing works on directory handles opened without following symbolic links, and removes
+    relative to them: a symbolic link inside the cache is removed, never followed, so the file it
+    points to survives; another file system mounted inside the cache is left alone.'
   - Running processes are found by reading C(/proc/*/fd), C(/proc/*/maps) and C(/proc/*/cwd).
     Run with C(become) to see every process.
 seealso:
@@ -144,7 +150,7 @@ caches:
       description: V(inductor), V(triton), V(torch_extensions) or V(cuda).
       type: str
     path:
-      description: The cache root, symbolic links resolved.
+      description: The cache root, C(.) and C(..) resolved (a path through a symbolic link is refused).
       type: str
     configured:
       description: The cache root as the job computes it, before resolving.

@@ -10,7 +10,9 @@ kernels, a locks folder); sizes and names are real on disk, contents are tiny.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
 import subprocess
 import sys
 
@@ -114,3 +116,75 @@ def holder(path, how="open"):
         proc.kill()
         proc.wait(timeout=10)
         proc.stdout.close()
+
+
+class Swapper:
+    """A real process of ``uid`` exchanging (renameat2 RENAME_EXCHANGE) each pair of paths under
+    ``cwd`` in a loop until stopped. Forked, then setuid: the user's own Python may be unreadable."""
+
+    def __init__(self, cwd, pairs, uid, gid):
+        ready_r, ready_w = os.pipe()
+        out_r, out_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the test
+            try:
+                os.close(ready_r)
+                os.close(out_r)
+                os.setgroups([])
+                os.setgid(gid)
+                os.setuid(uid)
+                os.chdir(cwd)
+                _swap_loop([(a.encode(), b.encode()) for a, b in pairs], ready_w, out_w)
+            finally:
+                os._exit(1)
+        os.close(ready_w)
+        os.close(out_w)
+        self.pid, self._out = pid, out_r
+        ready = os.read(ready_r, 16)
+        os.close(ready_r)
+        if ready != b"ready":
+            os.waitpid(pid, 0)
+            raise RuntimeError("swapper did not start")
+        self.swaps = self.failed = None
+
+    def stop(self):
+        """Stop the loop; ``(swaps, failed)`` exchanges."""
+        if self.swaps is None:
+            os.kill(self.pid, signal.SIGTERM)
+            data = b""
+            while True:
+                chunk = os.read(self._out, 64)
+                if not chunk:
+                    break
+                data += chunk
+            os.close(self._out)
+            os.waitpid(self.pid, 0)
+            self.swaps, self.failed = (int(x) for x in data.split())
+        return self.swaps, self.failed
+
+
+def _swap_loop(pairs, ready_w, out_w):
+    libc = ctypes.CDLL(None, use_errno=True)
+    counts = [0, 0]
+
+    def stop(*_):
+        os.write(out_w, b"%d %d" % tuple(counts))
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    at_fdcwd, rename_exchange = -100, 2
+    os.write(ready_w, b"ready")
+    os.close(ready_w)
+    while True:
+        for a, b in pairs:
+            counts[0 if libc.renameat2(at_fdcwd, a, at_fdcwd, b, rename_exchange) == 0 else 1] += 1
+
+
+def listing(root):
+    """A tree's shape without reading it (system trees are large): ``{relpath: (type, size, mtime_ns)}``."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            out[os.path.relpath(os.path.join(dirpath, name), root)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out

@@ -21,7 +21,6 @@ Standard library only: this runs on the target.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import errno
 import json
@@ -31,6 +30,16 @@ import re
 import stat
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tree import (
+    UnsafePath,
+    clear,
+    is_empty,
+    lookup,
+    make_dirs,
+    opened,
+    write_file,
+)
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tree import measure as measure_tree
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import open_files
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import (
     read_torch_version_py,
@@ -43,16 +52,18 @@ MARKER = ".gpufleet-hygiene-fingerprint.json"
 FINGERPRINT_KEYS = ("torch", "triton", "cuda")
 TRITON_NAMES = ("triton", "pytorch-triton", "pytorch-triton-rocm")
 
-# A cache root may never be one of these, nor lie inside one.
+# A cache root may never be one of these, lie inside one, nor hold one.
 FORBIDDEN_TREES = (
     "/proc", "/sys", "/dev", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
     "/libx32", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec",
-    "/usr/include", "/usr/share", "/usr/src",
+    "/usr/include", "/usr/share", "/usr/src", "/usr/games", "/var/lib", "/var/log", "/var/spool",
+    "/var/mail", "/var/backups", "/usr/local/bin", "/usr/local/sbin", "/usr/local/lib",
+    "/usr/local/lib64", "/usr/local/libexec", "/usr/local/include", "/usr/local/share",
+    "/usr/local/etc", "/usr/local/src", "/usr/local/games",
 )
 # Directories two levels down that belong to the system (/usr/local, /var/tmp, /run/user).
 SYSTEM_PARENTS = ("/usr", "/var", "/run", "/opt", "/srv", "/mnt", "/media", "/snap")
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _USER_UNSAFE = re.compile(r'[\\/:*?"<>|]')
 _PY_DIR = re.compile(r"python(\d+)\.(\d+)([a-z]*)$")
 
@@ -249,8 +260,22 @@ def _within(path, root):
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def _venv_around(real):
+    """The virtual environment ``real`` is, or lies in (a directory holding pyvenv.cfg), or None."""
+    cur = real
+    while cur != "/":
+        if os.path.lexists(os.path.join(cur, "pyvenv.cfg")):
+            return cur
+        cur = os.path.dirname(cur)
+    return None
+
+
 def unsafe_root(real, homes=(), venv=None):
-    """Why ``real`` (a resolved absolute path) may not be cleared, or None when it may."""
+    """Why ``real`` (a resolved absolute path) may never be cleared, or None.
+
+    The rules that hold for every kind of cache: not /, a top-level or system directory, a
+    home directory or one holding it, a virtual environment, inside one or holding one.
+    """
     if real == "/":
         return "is / itself"
     for home in sorted(homes):
@@ -264,189 +289,233 @@ def unsafe_root(real, homes=(), venv=None):
             return f"lies in the system directory {tree}"
     if len(parts) == 2 and "/" + parts[0] in SYSTEM_PARENTS:
         return f"is the system directory {real}"
+    for tree in FORBIDDEN_TREES:
+        if _within(tree, real):
+            return f"contains the system directory {tree}"
     for home in sorted(homes):
         if _within(home, real):
             return f"contains the home directory {home}"
     if venv:
-        real_venv = os.path.realpath(venv)
-        if _within(real_venv, real):
-            return f"contains the virtual environment {real_venv}"
+        for spelt in sorted({os.path.normpath(venv), os.path.realpath(venv)}):
+            if _within(spelt, real):
+                return f"contains the virtual environment {spelt}"
+            if _within(real, spelt):
+                return f"lies in the virtual environment {spelt}"
+    around = _venv_around(real)
+    if around:
+        return f"lies in the virtual environment {around} (it holds pyvenv.cfg)"
     return None
 
 
-def check_root(path, homes=(), venv=None):
-    """``(real_path, problem)`` for a cache root as configured; problem None when safe."""
+# What each kind's root is called where torch, Triton and the driver put it (the tail of the
+# path), and, for a root found elsewhere, what its top level must hold to be taken for one.
+LAYOUTS = {
+    "inductor": "<tmp>/torchinductor_<user>",
+    "triton": "~/.triton/cache",
+    "torch_extensions": "~/.cache/torch_extensions",
+    "cuda": "~/.nv/ComputeCache",
+}
+INDUCTOR_DIRS = frozenset(("fxgraph", "aotautograd", "triton", "locks", "cache", "kernel", "kernels", "precompile",
+                           "precompiled_headers", "dynamo", "pgo", "autotune", "cutlass", "cuda", "cudagraphs",
+                           "aot_inductor", "cpp_wrapper", "static_cuda_launcher"))
+_INDUCTOR_CODE_DIR = re.compile(r"[a-z0-9_]{2}\Z")  # codecache: <root>/<2 chars of the hash>/
+# Keys in base32 (upper case) or hex; a device index where Inductor keeps Triton's kernels.
+_TRITON_KEY = re.compile(r"(?:[A-Z0-9]{6,}|[0-9a-f]{16,}|[0-9]{1,3})\Z")
+_EXT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_EXT_BUILD_ROOT = re.compile(r"py\d+t?_(?:cu\d+|cpu)\Z")
+_CUDA_BUCKET = re.compile(r"[0-9a-fA-F]{1,2}\Z")
+
+
+def is_layout(kind, real):
+    """Whether ``real`` is where ``kind`` puts its cache (its variable aside)."""
+    if kind == "inductor":
+        return os.path.basename(real).startswith("torchinductor_")
+    if kind == "triton":
+        return real.endswith("/.triton/cache")
+    if kind == "torch_extensions":
+        return os.path.basename(real) == "torch_extensions"
+    if kind == "cuda":
+        return real.endswith("/.nv/ComputeCache")
+    raise CacheError(f"unknown cache {kind!r}")
+
+
+def _top(d):
+    out = []
+    for name in sorted(d.names()):
+        if name == MARKER:
+            continue
+        try:
+            out.append((name, d.lstat(name)))
+        except FileNotFoundError:
+            continue
+    return out
+
+
+def _dirs_only(kind, entries):
+    for name, st in entries:
+        if not stat.S_ISDIR(st.st_mode):
+            return f"holds the file {name!r}, and a {kind} cache's top level holds only folders"
+    return None
+
+
+def _ext_folder(d, name, st):
+    """Whether ``name`` in ``d`` is a torch extension's build folder (build.ninja or lock)."""
+    try:
+        with d.child(name, st) as sub:
+            names = set(sub.names())
+    except OSError:
+        return False
+    return bool(names & {"build.ninja", "lock"})
+
+
+def content_problem(kind, d):
+    """Why the Dir ``d`` does not look like a ``kind`` cache, or None when it does (an empty
+    directory too: it holds nothing to lose). Only its top level is read (two levels for
+    torch_extensions): this guards against a mistaken variable, not against the cache's owner."""
+    entries = _top(d)
+    if kind == "inductor":
+        for name, st in entries:
+            if not stat.S_ISDIR(st.st_mode) or not (name in INDUCTOR_DIRS or _INDUCTOR_CODE_DIR.match(name)):
+                return (f"holds {name!r}, and an inductor cache's top level holds only the folders "
+                        "fxgraph, aotautograd, triton, locks, … and two-character code folders")
+        return None
+    if kind == "triton":
+        why = _dirs_only(kind, entries)
+        for name, _st in entries:
+            if why is None and not _TRITON_KEY.match(name):
+                why = f"holds {name!r}, and a triton cache's top level holds only folders named by a hash or a device index"
+        return why
+    if kind == "torch_extensions":
+        why = _dirs_only(kind, entries)
+        for name, st in entries:
+            if why is not None:
+                break
+            if _EXT_BUILD_ROOT.match(name):
+                continue
+            if not _EXT_NAME.match(name) or not _ext_folder(d, name, st):
+                why = (f"holds {name!r}, which is not an extension's build folder (one holding build.ninja "
+                       "or lock) nor a py<ver>_cu<ver> folder")
+        return why
+    if kind == "cuda":
+        for name, st in entries:
+            if name == "index" and stat.S_ISREG(st.st_mode):
+                continue
+            if not (stat.S_ISDIR(st.st_mode) and _CUDA_BUCKET.match(name)):
+                return f"holds {name!r}, and a CUDA JIT cache holds only its index and hexadecimal folders"
+        return None
+    raise CacheError(f"unknown cache {kind!r}")
+
+
+def cache_problem(kind, real, d, homes=()):
+    """Why ``real`` (opened as ``d``, or None when missing) is not a ``kind`` cache, or None."""
+    if is_layout(kind, real):
+        return None
+    why = content_problem(kind, d) if d is not None else None
+    if why is None:
+        return None
+    where = "is not {} {} cache location ({})".format("an" if kind == "inductor" else "a", kind, LAYOUTS[kind])
+    for home in sorted(homes):
+        if _within(real, home):
+            where = f"is inside the home directory {home} and " + where
+            break
+    return f"{where} and does not look like one: it {why}"
+
+
+class Root:
+    """A cache root as opened: ``real`` path, ``dir`` (a Dir, or None when it does not exist or
+    is refused), ``exists`` and ``problem`` (why it may not be touched, or None)."""
+
+    def __init__(self, real=None, d=None, exists=False, problem=None):
+        self.real, self.dir, self.exists, self.problem = real, d, exists, problem
+
+    def close(self):
+        if self.dir is not None:
+            self.dir.close()
+            self.dir = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_root(path, homes=(), venv=None, kind=None):
+    """The cache root ``path`` opened from / through real directories only, judged by the rules
+    every root obeys and, with ``kind``, by what that kind's cache is (see cache_problem)."""
     if not path:
-        return None, "is empty"
+        return Root(problem="is empty")
     if not os.path.isabs(path):
-        return None, "is not an absolute path"
-    # "/cache/", "/cache/." and "/cache" name the same directory: test the last real component.
-    last = path.rstrip("/") or "/"
-    while last.endswith("/.") and len(last) > 2:
-        last = last[:-2].rstrip("/") or "/"
-    if os.path.islink(last):
-        target = os.path.realpath(last)
-        return target, (f"is a symbolic link to {target}: the cache root itself must be a real directory; "
-                        "if that target is the cache, point the variable at it directly")
-    real = os.path.realpath(path)
-    why = unsafe_root(real, homes, venv)
-    if why:
-        return real, why
-    if os.path.lexists(real) and not os.path.isdir(real):
-        return real, "is not a directory"
-    return real, None
+        return Root(problem="is not an absolute path")
+    try:
+        real, d = lookup(path)
+    except UnsafePath as exc:
+        if exc.reason.startswith("is a symbolic link to "):
+            return Root(exc.component, problem=exc.reason + (
+                ": the cache root itself must be a real directory; if that target is the cache, "
+                "point the variable at it directly"))
+        if exc.reason.startswith("is reached through the symbolic link"):
+            return Root(exc.component, problem=exc.reason + (
+                ": every directory from / down to a cache root must be a real one, since a link can "
+                "be swapped to point anywhere; point the variable at the real directory"))
+        return Root(exc.component, problem=exc.reason)
+    except (ValueError, OSError) as exc:
+        return Root(problem="cannot be opened: {}".format(getattr(exc, "strerror", None) or exc))
+    root = Root(real, d, d is not None)
+    try:
+        root.problem = unsafe_root(real, homes, venv)
+        if root.problem is None and kind is not None:
+            root.problem = cache_problem(kind, real, d, homes)
+    except OSError as exc:
+        root.problem = f"cannot be read: {exc.strerror}"
+    if root.problem:
+        root.close()
+    return root
+
+
+def check_root(path, homes=(), venv=None, kind=None):
+    """``(real_path, problem)`` for a cache root as configured; problem None when safe."""
+    with open_root(path, homes, venv, kind) as root:
+        return root.real, root.problem
 
 
 # --------------------------------------------------------------------------- measuring
 
 
 def measure(root):
-    """``(size_bytes, entries, problems)`` of a directory tree, marker excluded.
+    """``(size_bytes, entries, problems)`` of a cache root (a Dir or a path), marker excluded.
 
     Symbolic links are counted as entries, never followed; another file system mounted
     inside is not entered; a hard-linked file is counted once.
     """
-    size = entries = 0
-    problems = []
-    seen = set()
     try:
-        dev = os.lstat(root).st_dev
-    except OSError as exc:
-        return 0, 0, [f"{root}: {exc.strerror}"]
-    stack = [(root, True)]
-    while stack:
-        path, top = stack.pop()
-        try:
-            with os.scandir(path) as it:
-                items = list(it)
-        except OSError as exc:
-            problems.append(f"{path}: {exc.strerror}")
-            continue
-        for entry in items:
-            if top and entry.name == MARKER:
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError as exc:
-                problems.append(f"{entry.path}: {exc.strerror}")
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                if st.st_dev == dev:
-                    stack.append((entry.path, False))
-                else:
-                    problems.append(f"{entry.path}: another file system is mounted here; not measured")
-                continue
-            entries += 1
-            if stat.S_ISREG(st.st_mode):
-                if st.st_nlink > 1:
-                    key = (st.st_dev, st.st_ino)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                size += st.st_size
-    return size, entries, problems
+        with opened(root) as d:
+            return measure_tree(d, skip=(MARKER,))
+    except (OSError, UnsafePath) as exc:
+        return 0, 0, ["{}: {}".format(getattr(root, "path", root), getattr(exc, "strerror", None) or exc)]
 
 
 def has_content(root, keep_marker=True):
-    """Whether the root holds anything (the marker aside when ``keep_marker``)."""
+    """Whether the root (a Dir or a path) holds anything (the marker aside when ``keep_marker``)."""
     try:
-        dev = os.lstat(root).st_dev
-        names = os.listdir(root)
-    except OSError:
+        with opened(root) as d:
+            return not is_empty(d, skip=(MARKER,) if keep_marker else ())
+    except (OSError, UnsafePath):
         return True  # unreadable: let the clear report why
-    for name in names:
-        if keep_marker and name == MARKER:
-            continue
-        try:
-            st = os.lstat(os.path.join(root, name))
-        except OSError:
-            return True
-        if stat.S_ISDIR(st.st_mode) and st.st_dev != dev:
-            continue  # a mount point: never cleared, so it does not count as content
-        return True
-    return False
 
 
 # --------------------------------------------------------------------------- clearing
 
 
-class ClearResult:
-    def __init__(self):
-        self.removed = 0
-        self.dirs = 0
-        self.freed = 0
-        self.errors = []
-        self.kept = []
+def clear_root(root):
+    """Remove everything inside a cache root (a Dir or a path) and keep the directory itself.
 
-
-def _clear_fd(dfd, path, dev, res, top):
-    with os.scandir(dfd) as it:
-        names = [e.name for e in it]
-    for name in names:
-        child = path.rstrip("/") + "/" + name
-        try:
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            res.errors.append((child, exc))
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            if st.st_dev != dev:
-                res.kept.append(f"{child} (another file system is mounted here)")
-                continue
-            try:
-                cfd = os.open(name, _DIR_FLAGS, dir_fd=dfd)
-            except OSError as exc:
-                res.errors.append((child, exc))
-                continue
-            try:
-                cst = os.fstat(cfd)
-                if (cst.st_dev, cst.st_ino) != (st.st_dev, st.st_ino):
-                    res.errors.append((child, OSError(errno.EAGAIN, "replaced while being cleared")))
-                    continue
-                _clear_fd(cfd, child, dev, res, False)
-            except OSError as exc:
-                res.errors.append((child, exc))
-                continue
-            finally:
-                os.close(cfd)
-            try:
-                os.rmdir(name, dir_fd=dfd)
-                res.dirs += 1
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                    res.errors.append((child, exc))
-        else:
-            try:
-                os.unlink(name, dir_fd=dfd)  # a symbolic link goes, its target stays
-                res.removed += 1
-                if stat.S_ISREG(st.st_mode):
-                    res.freed += st.st_size
-            except OSError as exc:
-                res.errors.append((child, exc))
-
-
-def clear_root(real_root):
-    """Remove everything inside ``real_root`` and keep the directory itself.
-
-    Works on directory file descriptors opened with O_NOFOLLOW, so nothing outside the
-    root is reached even if a directory is swapped for a symbolic link while clearing.
+    Works through directory handles opened without following links (fs/_tree.py), so nothing
+    outside the root is reached even if a directory on the way or inside is swapped.
     The marker goes first, so an interrupted clear is never taken for a fresh cache.
     """
-    res = ClearResult()
-    fd = os.open(real_root, _DIR_FLAGS)
-    try:
-        try:
-            os.unlink(MARKER, dir_fd=fd)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            res.errors.append((os.path.join(real_root, MARKER), exc))
-        _clear_fd(fd, real_root, os.fstat(fd).st_dev, res, True)
-    finally:
-        os.close(fd)
-    return res
+    with opened(root) as d:
+        return clear(d, first=(MARKER,))
 
 
 def describe_errors(name, root, errors):
@@ -571,48 +640,23 @@ def read_marker(real_root):
     return {k: fp.get(k) for k in FINGERPRINT_KEYS}, None
 
 
-def write_marker(real_root, fingerprint, venv, owner=None):
-    """Record ``fingerprint`` in ``<root>/MARKER`` atomically, owned like the root."""
-    fd = os.open(real_root, _DIR_FLAGS)
-    tmp = f"{MARKER}.{os.getpid()}.tmp"
-    try:
-        body = json.dumps({
-            "fingerprint": {k: fingerprint.get(k) for k in FINGERPRINT_KEYS},
-            "venv": venv,
-            "recorded_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "recorded_by": "gpufleet.hygiene.torch_cache",
-        }, indent=2, sort_keys=True).encode("utf-8") + b"\n"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=fd)
-        wfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)
-        try:
-            os.write(wfd, body)
-            if owner is None:
-                st = os.fstat(fd)
-                owner = (st.st_uid, st.st_gid)
-            if os.geteuid() == 0 and owner != (os.geteuid(), os.getegid()):
-                os.fchown(wfd, owner[0], owner[1])
-        finally:
-            os.close(wfd)
-        os.rename(tmp, MARKER, src_dir_fd=fd, dst_dir_fd=fd)
-    finally:
-        os.close(fd)
+def write_marker(root, fingerprint, venv, owner=None):
+    """Record ``fingerprint`` in ``<root>/MARKER`` (root: a Dir or a path) atomically, through
+    the root's handle, owned like the root (or by ``owner``)."""
+    body = json.dumps({
+        "fingerprint": {k: fingerprint.get(k) for k in FINGERPRINT_KEYS},
+        "venv": venv,
+        "recorded_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "recorded_by": "gpufleet.hygiene.torch_cache",
+    }, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+    with opened(root) as d:
+        write_file(d, MARKER, body, owner=owner)
 
 
 def make_root(path, owner=None):
-    """Create a missing cache root (and missing parents), owned by ``owner`` when root."""
-    missing = []
-    cur = path
-    while not os.path.lexists(cur):
-        missing.append(cur)
-        parent = os.path.dirname(cur)
-        if parent == cur:
-            break
-        cur = parent
-    for p in reversed(missing):
-        os.mkdir(p, 0o777)  # the umask applies, as it does when torch creates it
-        if owner is not None and os.geteuid() == 0 and owner != (os.geteuid(), os.getegid()):
-            os.lchown(p, owner[0], owner[1])
+    """Create a missing cache root (and missing parents) through handles, owned by ``owner``
+    when root; the umask applies, as it does when torch creates it. Returns its Dir."""
+    return make_dirs(path, 0o777, owner)
 
 
 # --------------------------------------------------------------------------- the whole job
@@ -700,24 +744,27 @@ class TorchCache:
             entry["_problem"] = loc.problem
             entry["problems"].append(loc.problem)
             return entry
-        real, problem = check_root(loc.path, homes, self.venv)
-        if real:
-            entry["path"] = real
-        entry["exists"] = os.path.isdir(real or loc.path) and not os.path.islink(loc.path)
-        if problem:
-            entry["_problem"] = f"{loc.path} {problem}"
-            entry["problems"].append(entry["_problem"])
-            return entry
-        entry["marker"] = os.path.join(real, MARKER)
+        with open_root(loc.path, homes, self.venv, loc.name) as root:
+            if root.real:
+                entry["path"] = root.real
+            entry["exists"] = root.exists
+            if root.problem:
+                entry["_problem"] = f"{loc.path} {root.problem}"
+                entry["problems"].append(entry["_problem"])
+                return entry
+            entry["marker"] = os.path.join(root.real, MARKER)
+            if root.exists:
+                entry["_id"] = (root.dir.dev, root.dir.ino)
+                size, count, problems = measure(root.dir)
+                entry["size"], entry["entries"] = size, count
+                entry["problems"].extend(problems)
+                entry["_content"] = has_content(root.dir)
+                entry["_any"] = has_content(root.dir, keep_marker=False)
         if entry["exists"]:
-            size, count, problems = measure(real)
-            entry["size"], entry["entries"] = size, count
-            entry["problems"].extend(problems)
-            recorded, mproblem = read_marker(real)
+            recorded, mproblem = read_marker(entry["path"])
             entry["fingerprint"] = recorded
             if mproblem:
                 entry["problems"].append(mproblem)
-            entry["_content"] = has_content(real)
         if current is not None:
             if entry["exists"] and entry["_content"]:
                 entry["stale"] = not same_fingerprint(entry["fingerprint"], current)
@@ -730,7 +777,7 @@ class TorchCache:
             if e.get("_problem"):
                 continue
             if self.state == "absent":
-                if e["exists"] and has_content(e["path"], keep_marker=False):
+                if e["exists"] and e["_any"]:
                     e["action"] = "clear"
             elif self.state == "fresh":
                 if e["exists"] and same_fingerprint(e["fingerprint"], current):
@@ -777,32 +824,40 @@ class TorchCache:
         }
 
     def _apply(self, e, current, result):
-        root = e["path"]
-        # Check again just before acting: the tree may have changed since it was inspected.
-        real, problem = check_root(e["configured"], protected_homes([self.ident.home]), self.venv)
-        if problem or real != root:
-            raise CacheError("refusing to touch the {} cache: {} {}".format(
-                e["name"], e["configured"], problem or "changed while being inspected"), self._public(result))
-        if e["action"] in ("clear", "clear_and_record") and os.path.isdir(root):
-            try:
-                res = clear_root(root)
-            except OSError as exc:
-                raise CacheError(f"cannot open the {e['name']} cache {root}: {exc.strerror}", self._public(result)) from exc
-            e["removed"], e["freed"] = res.removed, res.freed
-            e["problems"].extend(res.kept)
-            if res.errors:
-                raise CacheError(describe_errors(e["name"], root, res.errors), self._public(result))
-            e["entries"], e["size"] = 0, 0
-            e["fingerprint"] = None
-        if e["action"] in ("record", "clear_and_record"):
-            try:
-                if not os.path.isdir(root):
-                    make_root(root, self.owner)
-                write_marker(root, current, self.venv, self.owner)
-            except OSError as exc:
-                raise CacheError(
-                    "cannot record the fingerprint in the {} cache {}: {} (run as the cache's owner or "
-                    "with become: true)".format(e["name"], root, exc.strerror), self._public(result)) from exc
-            e["exists"] = True
-            e["fingerprint"] = {k: current.get(k) for k in FINGERPRINT_KEYS}
-            e["stale"] = False
+        # Open and judge the root again just before acting: the tree may have changed since it was
+        # inspected. Every change below goes through this one handle.
+        with open_root(e["configured"], protected_homes([self.ident.home]), self.venv, e["name"]) as root:
+            if root.problem or root.real != e["path"] or (root.exists and (root.dir.dev, root.dir.ino) != e.get("_id")):
+                raise CacheError("refusing to touch the {} cache: {} {}".format(
+                    e["name"], e["configured"], root.problem or "changed while being inspected"), self._public(result))
+            if e["action"] in ("clear", "clear_and_record") and root.exists:
+                self._clear(e, root.dir, result)
+            if e["action"] in ("record", "clear_and_record"):
+                self._record(e, root, current, result)
+
+    def _clear(self, e, d, result):
+        try:
+            res = clear_root(d)
+        except OSError as exc:
+            raise CacheError(f"cannot open the {e['name']} cache {d.path}: {exc.strerror}", self._public(result)) from exc
+        e["removed"], e["freed"] = res.removed, res.freed
+        e["problems"].extend(res.kept)
+        if res.errors:
+            raise CacheError(describe_errors(e["name"], d.path, res.errors), self._public(result))
+        e["entries"], e["size"] = 0, 0
+        e["fingerprint"] = None
+
+    def _record(self, e, root, current, result):
+        try:
+            if root.dir is None:
+                root.dir = make_root(e["path"], self.owner)
+            write_marker(root.dir, current, self.venv, self.owner)
+        except UnsafePath as exc:
+            raise CacheError("refusing to touch the {} cache: {}".format(e["name"], exc.msg), self._public(result)) from exc
+        except OSError as exc:
+            raise CacheError(
+                "cannot record the fingerprint in the {} cache {}: {} (run as the cache's owner or "
+                "with become: true)".format(e["name"], e["path"], exc.strerror), self._public(result)) from exc
+        e["exists"] = True
+        e["fingerprint"] = {k: current.get(k) for k in FINGERPRINT_KEYS}
+        e["stale"] = False

@@ -14,9 +14,10 @@ import tempfile
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from cachetree import INDUCTOR_TREE, TRITON_TREE, holder, install, make_tree, make_venv, snapshot
+from cachetree import INDUCTOR_TREE, TRITON_TREE, holder, install, listing, make_tree, make_venv, snapshot
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import MARKER
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
 from ansible_collections.gpufleet.hygiene.plugins.modules import torch_cache
 
 
@@ -27,7 +28,7 @@ def job(tmp_path):
     home.mkdir()
     env = {
         "HOME": str(home), "USER": "trainer",
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torchinductor_trainer"),
         "TRITON_CACHE_DIR": str(tmp_path / "triton"),
         "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"),
         "CUDA_CACHE_PATH": str(tmp_path / "nv"),
@@ -221,6 +222,84 @@ def test_home_itself_is_refused(run_module, job):
     env = dict(job, CUDA_CACHE_PATH=job["HOME"] + "/.nv/..")
     result = run_module(torch_cache.main, dict(state="absent", environment=env, caches=["cuda"]))
     assert result["failed"] is True and "is the home directory %s itself" % job["HOME"] in result["msg"]
+
+
+@pytest.fixture(scope="module")
+def not_caches(tmp_path_factory):
+    """A home with its own entries, and a real venv: directories that are no cache of any kind."""
+    base = tmp_path_factory.mktemp("not-caches")
+    home = base / "home"
+    make_tree(str(home), {".ssh/authorized_keys": b"ssh-ed25519 AAAA... admin", ".ssh/id_ed25519": b"key",
+                          ".config/git/config": b"[user]\n", "notes.txt": b"mine"})
+    venv = make_venv(str(base / "venv"))
+    site = Venv.of(venv, None).own_site_dirs[0]
+    make_tree(site, {"torch/__init__.py": b"", "torch-2.8.0.dist-info/METADATA": b"Name: torch\n"})
+    return {"home": str(home), "venv": venv, "site": site, "bin": os.path.join(venv, "bin")}
+
+
+# (the variable, the directory it names, the rule that refuses it: {home}, {venv}, {site} filled in)
+NOT_CACHES = [
+    ("TRITON_CACHE_DIR", "/var/lib/dpkg", "/var/lib/dpkg lies in the system directory /var/lib"),
+    ("CUDA_CACHE_PATH", "/usr/local/lib", "/usr/local/lib lies in the system directory /usr/local/lib"),
+    ("TRITON_CACHE_DIR", "{home}/.ssh", ("{home}/.ssh is inside the home directory {home} and is not a triton cache "
+     "location (~/.triton/cache) and does not look like one: it holds the file 'authorized_keys'")),
+    ("TORCH_EXTENSIONS_DIR", "{home}/.ssh", ("{home}/.ssh is inside the home directory {home} and is not a "
+     "torch_extensions cache location")),
+    ("TORCHINDUCTOR_CACHE_DIR", "{home}/.config", ("{home}/.config is inside the home directory {home} and is not an "
+     "inductor cache location")),
+    ("TORCHINDUCTOR_CACHE_DIR", "{bin}", "{bin} lies in the virtual environment {venv}"),
+    ("CUDA_CACHE_PATH", "{site}", "{site} lies in the virtual environment {venv}"),
+    ("TRITON_CACHE_DIR", "{home}", "{home} is the home directory {home} itself"),
+]
+
+
+@pytest.mark.parametrize("check_mode", [True, False], ids=["check", "real"])
+@pytest.mark.parametrize("var,path,rule", NOT_CACHES, ids=[f"{v}={p}" for v, p, _r in NOT_CACHES])
+def test_directories_that_are_not_caches_are_refused_with_the_rule(run_module, not_caches, var, path, rule, check_mode):
+    path, rule = path.format(**not_caches), rule.format(**not_caches)
+    if not os.path.isdir(path):
+        pytest.skip(f"{path} is not on this machine")
+    kind = {"TRITON_CACHE_DIR": "triton", "CUDA_CACHE_PATH": "cuda", "TORCH_EXTENSIONS_DIR": "torch_extensions",
+            "TORCHINDUCTOR_CACHE_DIR": "inductor"}[var]
+    watched = {p: listing(p) for p in {path, not_caches["home"], not_caches["venv"]}}
+    env = {"HOME": not_caches["home"], "USER": "trainer", var: path}
+    for venv in (not_caches["venv"], None):  # the venv given, or only its pyvenv.cfg to tell
+        result = run_module(torch_cache.main, dict(state="absent", environment=env, caches=[kind], venv=venv),
+                            check_mode=check_mode)
+        expected = rule if venv or "virtual environment" not in rule else rule + " (it holds pyvenv.cfg)"
+        assert result["failed"] is True and result["changed"] is False
+        assert result["msg"].startswith(f"refusing to touch the {kind} cache: {expected}"), result["msg"]
+        assert result["caches"][0]["action"] == "none"
+    assert {p: listing(p) for p in watched} == watched
+
+
+def test_a_cache_named_by_a_variable_is_cleared_when_it_looks_like_one(run_module, tmp_path):
+    """Off the known layout, what the root holds decides: a real Triton cache under a home is cleared."""
+    home = tmp_path / "home"
+    scratch = home / "scratch" / "triton"
+    make_tree(str(scratch), TRITON_TREE)
+    env = {"HOME": str(home), "TRITON_CACHE_DIR": str(scratch)}
+    result = run_module(torch_cache.main, dict(state="absent", environment=env, caches=["triton"]))
+    assert result["changed"] is True and os.listdir(str(scratch)) == []
+    (scratch / "notes.txt").write_text("not a kernel")
+    refused = run_module(torch_cache.main, dict(state="absent", environment=env, caches=["triton"]))
+    assert refused["failed"] is True and "it holds the file 'notes.txt'" in refused["msg"]
+    assert (scratch / "notes.txt").read_text() == "not a kernel"
+
+
+def test_a_symlink_earlier_in_the_path_is_refused_and_its_target_kept(run_module, job, tmp_path):
+    """TRITON_CACHE_DIR=~/datalink/cache, ~/datalink a link: the link is named, nothing behind it goes."""
+    data = tmp_path / "data"
+    make_tree(str(data / "cache"), TRITON_TREE)
+    os.symlink(str(data), os.path.join(job["HOME"], "datalink"))
+    before = snapshot(str(data))
+    env = dict(job, TRITON_CACHE_DIR=os.path.join(job["HOME"], "datalink", "cache"))
+    for check_mode in (True, False):
+        result = run_module(torch_cache.main, dict(state="absent", environment=env, caches=["triton"]), check_mode=check_mode)
+        assert result["failed"] is True
+        assert ("refusing to touch the triton cache: %s/datalink/cache is reached through the symbolic link "
+                "%s/datalink (to %s)" % (job["HOME"], job["HOME"], data)) in result["msg"]
+    assert snapshot(str(data)) == before
 
 
 def test_missing_venv_fails_cleanly(run_module, job, tmp_path):
