@@ -99,7 +99,7 @@ options:
           - Accept O(scope.name) and O(scope.cmdline) patterns that match ordinary system processes.
           - By default each pattern is tried on a table of everyday processes (init and systemd, sshd, a
             login shell, cron, agetty, dbus-daemon, a tmux server, this module's own Python as Ansible
-            starts it, ...) and on the target's own PID 1 and this module's process and ancestors; one
+            starts it, ...) and on this module's own process as it runs on the target; one
             that matches any of them (V(.), V(\\S), V(^.), V(python)) would put every such process in
             scope and is refused, naming the process it matched.
           - V(true) accepts such patterns; a pattern that matches the empty string is refused even then,

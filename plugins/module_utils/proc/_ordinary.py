@@ -66,6 +66,11 @@ ORDINARY = (
     ("pmxcfs", "/usr/bin/pmxcfs"),
     ("containerd", "/usr/bin/containerd"),
     ("dockerd", "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock"),
+    ("node_exporter", "/usr/local/bin/node_exporter --web.listen-address=0.0.0.0:9100 --collector.textfile"),
+    ("zabbix_agentd", "/usr/sbin/zabbix_agentd -c /etc/zabbix/zabbix_agentd.conf"),
+    ("nv-hostengine", "/usr/bin/nv-hostengine -n --service-account nvidia-dcgm"),
+    ("containerd-shim", ("/usr/bin/containerd-shim-runc-v2 -namespace moby -id 3f2a9c -address "
+                        "/run/containerd/containerd.sock")),
     ("nvidia-persiste", "/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose"),
     # people's shells and tools
     ("bash", "-bash"),

@@ -17,8 +17,8 @@
   in 1 for a container's), kernel threads (told by the PF_KTHREAD flag, not by their PID: in a
   container's namespace PID 2 is an ordinary process), this process and its ancestors are never
   signalled; a scope that matches them says so.
-- A scope whose patterns match everyday processes (_ordinary.ORDINARY, this namespace's PID 1
-  and this process's own chain) is refused unless ``allow_broad``.
+- A scope whose patterns match everyday processes (_ordinary.ORDINARY and this process's own
+  command line) is refused unless ``allow_broad``.
 
 Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
 """
@@ -480,13 +480,13 @@ def _names(info, smi_name=None):
 
 
 def ordinary_processes(proc=PROC):
-    """``(comm, cmdline)`` of the everyday processes no scope pattern may match: the table, this
-    namespace's PID 1, and this process with its ancestors as they run here."""
+    """``(comm, cmdline)`` of the everyday processes no scope pattern may match: the table and
+    this module's own process as it runs here. Not PID 1 nor the ancestors: they are protected
+    anyway, and in a one-process container PID 1 may be the job, which a pattern names rightly."""
     rows = list(ORDINARY)
-    for pid in sorted(ancestors(proc=proc) | {1}):
-        info = describe(pid, proc)
-        if info is not None and info["cmdline"]:
-            rows.append((info["comm"], info["cmdline"]))
+    info = describe(os.getpid(), proc)
+    if info is not None and info["cmdline"]:
+        rows.append((info["comm"], info["cmdline"]))
     return rows
 
 
