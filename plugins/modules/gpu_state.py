@@ -295,7 +295,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, scope_options
 
 
 def main():
@@ -303,15 +303,7 @@ def main():
         argument_spec=dict(
             state=dict(type="str", default="query", choices=["query", "drained", "idle"]),
             gpus=dict(type="list", elements="str", default=[]),
-            scope=dict(type="dict", options=dict(
-                name=dict(type="list", elements="str"),
-                cmdline=dict(type="list", elements="str"),
-                users=dict(type="list", elements="str"),
-                vmids=dict(type="list", elements="int"),
-                tmux_session=dict(type="str"),
-                tmux_socket=dict(type="path"),
-                allow_broad=dict(type="bool", default=False),
-            )),
+            scope=dict(type="dict", options=scope_options(vmids=True)),
             threshold_mib=dict(type="int", default=64),
             timeout=dict(type="float", default=60),
             poll_interval=dict(type="float", default=0.25),

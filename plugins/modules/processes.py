@@ -169,6 +169,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
     STUCK_ADVICE,
     Scope,
     find_processes,
+    scope_options,
     stuck_text,
     terminate,
 )
@@ -177,14 +178,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            scope=dict(type="dict", required=True, options=dict(
-                cmdline=dict(type="list", elements="str"),
-                name=dict(type="list", elements="str"),
-                users=dict(type="list", elements="str"),
-                tmux_session=dict(type="str"),
-                tmux_socket=dict(type="path"),
-                allow_broad=dict(type="bool", default=False),
-            )),
+            scope=dict(type="dict", required=True, options=scope_options()),
             descendants=dict(type="bool", default=False),
             state=dict(type="str", default="query", choices=["query", "absent"]),
             grace_period=dict(type="float", default=10),

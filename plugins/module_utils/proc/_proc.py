@@ -506,6 +506,21 @@ def broad_problem(key, rx, rows):
     return None
 
 
+def scope_options(vmids=False):
+    """The argument_spec options of a module's ``scope`` (each module documents them)."""
+    options = dict(
+        name=dict(type="list", elements="str"),
+        cmdline=dict(type="list", elements="str"),
+        users=dict(type="list", elements="str"),
+        tmux_session=dict(type="str"),
+        tmux_socket=dict(type="path"),
+        allow_broad=dict(type="bool", default=False),
+    )
+    if vmids:
+        options["vmids"] = dict(type="list", elements="int")
+    return options
+
+
 class Scope(object):
     """Which processes may be terminated. Every criterion given must match (AND);
     within one criterion any item may match (OR). An empty scope matches nothing.
