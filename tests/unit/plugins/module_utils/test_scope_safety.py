@@ -343,3 +343,44 @@ def test_gpu_state_refuses_a_containers_init_holding_a_gpu(tmp_path, run_module)
         assert _alive(n.host["init"])
     finally:
         n.close()
+
+
+# --------------------------------------------------------------------------- the kill role
+
+
+KILL_PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - ansible.builtin.import_role:
+        name: gpufleet.hygiene.kill
+        tasks_from: processes.yml
+"""
+
+
+def _kill_role(tmp_path, *extra):
+    play = tmp_path / "kill.yml"
+    play.write_text(KILL_PLAY)
+    bindir = os.path.dirname(sys.executable)
+    argv = [os.path.join(bindir, "ansible-playbook"), "-i", "localhost,", str(play), "-e",
+            "ansible_python_interpreter=%s" % sys.executable, "-e", '{"kill_grace_period": 1}'] + list(extra)
+    return subprocess.run(argv, cwd=os.path.dirname(os.path.dirname(COLLECTIONS)), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300, check=False)
+
+
+def test_the_kill_role_refuses_a_broad_pattern_unless_its_variable_says_so(tmp_path):
+    tag = "gpufleet-test-%s" % uuid.uuid4().hex[:10]
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", tag])
+    try:
+        refused = _kill_role(tmp_path, "-e", '{"kill_process_patterns": ["."]}')
+        assert refused.returncode != 0
+        assert "scope.cmdline pattern '.' matches ordinary system processes" in refused.stdout, refused.stdout
+        # allowed, in check mode: the role passes allow_broad through; nothing is signalled
+        allowed = _kill_role(tmp_path, "--check", "-e", '{"kill_process_patterns": ["."], "kill_allow_broad": true}')
+        assert allowed.returncode == 0, allowed.stdout
+        assert "changed=1" in allowed.stdout and "ok=1" in allowed.stdout
+        assert decoy.poll() is None
+    finally:
+        decoy.kill()
+        decoy.wait()
