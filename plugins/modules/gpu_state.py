@@ -59,8 +59,11 @@ options:
     description:
       - Which holders O(state=idle) may terminate. Every criterion given must match; within one
         criterion any item may match. Required with O(state=idle).
-      - PID 1 (of the node or of a container) and the module's own process and its ancestors are
-        never signalled, whatever the scope.
+      - The init of a PID namespace (PID 1 of the node, or a process whose C(NSpid) ends in 1, the init
+        of a container) and the module's own process and its ancestors are never signalled, whatever the
+        scope; the holders among them that the scope matches are listed in RV(protected) with the reason.
+      - A O(scope.name) or O(scope.cmdline) pattern that matches an ordinary system process is refused
+        unless O(scope.allow_broad) - see there.
     type: dict
     suboptions:
       name:
@@ -91,6 +94,18 @@ options:
       tmux_socket:
         description: The tmux server socket to ask (C(tmux -S)); the module user's default server when unset.
         type: path
+      allow_broad:
+        description:
+          - Accept O(scope.name) and O(scope.cmdline) patterns that match ordinary system processes.
+          - By default each pattern is tried on a table of everyday processes (init and systemd, sshd, a
+            login shell, cron, agetty, dbus-daemon, a tmux server, this module's own Python as Ansible
+            starts it, ...) and on this module's own process as it runs on the target; one
+            that matches any of them (V(.), V(\\S), V(^.), V(python)) would put every such process in
+            scope and is refused, naming the process it matched.
+          - V(true) accepts such patterns; a pattern that matches the empty string is refused even then,
+            and protected processes are never signalled.
+        type: bool
+        default: false
   timeout:
     description: Seconds to wait for drain with O(state=drained) or O(state=idle).
     type: float
@@ -268,7 +283,9 @@ out_of_scope:
   type: list
   elements: dict
 protected:
-  description: Holders in scope that are never signalled (PID 1, the module itself or its ancestors), with the C(reason).
+  description:
+    - Holders in scope that are never signalled, with the C(reason) - the init of a PID namespace (PID 1, or
+      C(NSpid) ending in 1), the module itself or one of its ancestors.
   returned: when O(state=idle)
   type: list
   elements: dict
@@ -278,7 +295,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, scope_options
 
 
 def main():
@@ -286,14 +303,7 @@ def main():
         argument_spec=dict(
             state=dict(type="str", default="query", choices=["query", "drained", "idle"]),
             gpus=dict(type="list", elements="str", default=[]),
-            scope=dict(type="dict", options=dict(
-                name=dict(type="list", elements="str"),
-                cmdline=dict(type="list", elements="str"),
-                users=dict(type="list", elements="str"),
-                vmids=dict(type="list", elements="int"),
-                tmux_session=dict(type="str"),
-                tmux_socket=dict(type="path"),
-            )),
+            scope=dict(type="dict", options=scope_options(vmids=True)),
             threshold_mib=dict(type="int", default=64),
             timeout=dict(type="float", default=60),
             poll_interval=dict(type="float", default=0.25),

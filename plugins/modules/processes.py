@@ -16,8 +16,15 @@ description:
     tmux session and its descendants) and returns them, with their start times.
   - With O(state=absent), stops them - SIGTERM, O(grace_period), then SIGKILL - checking before each
     signal that the PID still names the process that was chosen (its start time), so a PID reused in
-    between is never signalled. PID 1, PID 2 and its kernel threads, and this module's own process
-    and ancestors are never signalled, whatever the scope.
+    between is never signalled.
+  - Never signalled, whatever the scope, and listed in RV(protected) with the reason when the scope
+    matches them - the init of a PID namespace (PID 1 of the node, or a process whose C(NSpid) in
+    C(/proc/<pid>/status) ends in 1, the init of a container), and this module's own process and
+    ancestors. Kernel threads (the C(PF_KTHREAD) flag in C(/proc/<pid>/stat)) are never looked at.
+    They are told by what they are, not by number - inside a container's PID namespace PID 2 is an
+    ordinary process, often the job itself, and is in scope like any other.
+  - A O(scope.name) or O(scope.cmdline) pattern that matches an ordinary system process is refused
+    unless O(scope.allow_broad).
   - Use M(gpufleet.hygiene.gpu_state) for processes that hold GPUs; this module is for the rest of
     a job (data loaders, wrappers, a detached launcher) and for telling whether a job is running.
 extends_documentation_fragment:
@@ -45,6 +52,10 @@ options:
         description: As O(gpufleet.hygiene.gpu_state#module:scope.cmdline) of M(gpufleet.hygiene.gpu_state).
         type: list
         elements: str
+      allow_broad:
+        description: As O(gpufleet.hygiene.gpu_state#module:scope.allow_broad) of M(gpufleet.hygiene.gpu_state).
+        type: bool
+        default: false
       name:
         description: Python regular expressions searched in the process name (C(comm), the basename of C(argv[0])).
         type: list
@@ -65,7 +76,7 @@ options:
         O(scope.users). A job's data-loader and compile workers hold GPU contexts of their own and
         are left orphaned when only their parent is stopped.
       - They are found when the module starts, before any signal, while their parent still links them
-        to the job.
+        to the job. The walk stops at the init of a PID namespace (another container is not a worker).
       - The C(kill) role sets it (its C(kill_descendants), true by default).
     type: bool
     default: false
@@ -134,6 +145,15 @@ count:
   description: Number of processes in scope.
   returned: always
   type: int
+protected:
+  description:
+    - Processes the scope matched that are never signalled, with C(pid), C(ppid), C(user), C(comm), C(cmdline),
+      C(start_time) and the C(reason) - the init of a PID namespace (C(NSpid) ends in 1), or this module's
+      own process or one of its ancestors. Not in RV(processes) nor in RV(count).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"pid": 31337, "comm": "systemd", "cmdline": "/sbin/init", "reason": "PID 1 (NSpid ends in 1): ..."}]
 terminated:
   description: What was signalled (in check mode, what would be), with C(signals) sent and the C(outcome).
   returned: when O(state=absent)
@@ -149,6 +169,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
     STUCK_ADVICE,
     Scope,
     find_processes,
+    scope_options,
     stuck_text,
     terminate,
 )
@@ -157,13 +178,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            scope=dict(type="dict", required=True, options=dict(
-                cmdline=dict(type="list", elements="str"),
-                name=dict(type="list", elements="str"),
-                users=dict(type="list", elements="str"),
-                tmux_session=dict(type="str"),
-                tmux_socket=dict(type="path"),
-            )),
+            scope=dict(type="dict", required=True, options=scope_options()),
             descendants=dict(type="bool", default=False),
             state=dict(type="str", default="query", choices=["query", "absent"]),
             grace_period=dict(type="float", default=10),
@@ -174,16 +189,19 @@ def main():
     p = module.params
     s = p["scope"]
     try:
-        scope = Scope(name=s["name"], cmdline=s["cmdline"], users=s["users"], tmux_session=s["tmux_session"],
-                      tmux_socket=s["tmux_socket"])
+        scope = Scope(**s)
         if scope.empty():
             module.fail_json(msg="scope names no criterion: give cmdline, name, users or tmux_session")
-        found = find_processes(scope, with_descendants=p["descendants"])
+        protected = []
+        found = find_processes(scope, with_descendants=p["descendants"], protected=protected)
     except GpufleetError as exc:
         fail(module, exc)
     for note in scope.notes:
         module.warn(note)
-    result = dict(changed=False, processes=found, count=len(found))
+    for entry in protected:
+        module.warn("pid %d (%s) is in scope but not signalled: %s" % (entry["pid"], entry["cmdline"][:80],
+                                                                       entry["reason"]))
+    result = dict(changed=False, processes=found, count=len(found), protected=protected)
     if p["state"] == "absent":
         result["changed"] = bool(found)
         if module.check_mode or not found:

@@ -27,6 +27,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
     detect_vantage,
     device_minor,
     driver_minor_uuids,
+    protection,
     scan_device_holders,
     stuck_text,
     terminate,
@@ -278,19 +279,18 @@ class GpuState(object):
                 if p["start_time"] is None:
                     entry["reason"] = "not visible in this /proc: cannot be checked or signalled"
                     out_of_scope.append(entry)
-                elif p["pid"] == 1 or p.get("container_pid") == 1:
-                    entry["reason"] = "PID 1 (of the node or of a container) is never signalled"
-                    protected.append(entry)
-                elif p["pid"] in own:
-                    entry["reason"] = "this module's own process or one of its ancestors"
+                    continue
+                ok, why = scope.matches(p, p.get("name"))
+                if not ok:
+                    entry["reason"] = why
+                    out_of_scope.append(entry)
+                    continue
+                why = protection(p, own)  # the rule the processes module applies too
+                if why:
+                    entry["reason"] = why
                     protected.append(entry)
                 else:
-                    ok, why = scope.matches(p, p.get("name"))
-                    if ok:
-                        targets.append(entry)
-                    else:
-                        entry["reason"] = why
-                        out_of_scope.append(entry)
+                    targets.append(entry)
         for note in scope.notes:
             self._note(note)
         result.update(out_of_scope=out_of_scope, protected=protected)

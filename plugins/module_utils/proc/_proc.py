@@ -12,8 +12,13 @@
   matching the patterns (``/dev/nvidia*``) in /proc/*/fd.
 - Termination: SIGTERM, a grace period, SIGKILL; a PID is signalled only while its start
   time (field 22 of /proc/<pid>/stat) is the one recorded when it was chosen, through a
-  pidfd where the kernel has them (no window for PID reuse), never PID 1 (of the node or of
-  a container), never this process or its ancestors.
+  pidfd where the kernel has them (no window for PID reuse).
+- Protection (protection()): the init of any PID namespace (PID 1 of the node, ``NSpid`` ending
+  in 1 for a container's), kernel threads (told by the PF_KTHREAD flag, not by their PID: in a
+  container's namespace PID 2 is an ordinary process), this process and its ancestors are never
+  signalled; a scope that matches them says so.
+- A scope whose patterns match everyday processes (_ordinary.ORDINARY and this process's own
+  command line) is refused unless ``allow_broad``.
 
 Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
 """
@@ -31,6 +36,7 @@ import subprocess
 import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._ordinary import ORDINARY
 
 PROC = "/proc"
 DEFAULT_DEVICE_PATTERNS = ("/dev/nvidia*",)
@@ -41,6 +47,7 @@ _VMID_RES = (
     re.compile(r"(?:^|/)lxc\.payload/(\d+)(?:/|$)"),
 )
 _MINOR_RE = re.compile(r"nvidia(\d+)$")
+PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
 
 
 class ProcError(GpufleetError):
@@ -128,17 +135,38 @@ def user_name(uid):
     return _USER_NAMES[uid]
 
 
+def stat_flags(text):
+    """The kernel's per-task flags (field 9 of /proc/<pid>/stat), or None when unreadable."""
+    try:
+        return int(text[text.rindex(")") + 2:].split()[6])
+    except (ValueError, IndexError):
+        return None
+
+
+def is_kernel_thread(flags, cmdline, ppid):
+    """A kernel thread, by what it is: the PF_KTHREAD flag; where the flags cannot be read, no
+    command line and kthreadd (PID 2 with no parent) or its child. Not by number: inside a
+    container's PID namespace PID 2 and its children are ordinary processes."""
+    if flags is not None:
+        return bool(flags & PF_KTHREAD)
+    return not cmdline and ppid in (0, 2)
+
+
 def describe(pid, proc=PROC):
     """What /proc says about a PID: a dict, or None when it is gone."""
-    st = read_stat(pid, proc)
-    if st is None or st[1] in ("Z", "X"):
+    try:
+        text = _read("%s/%d/stat" % (proc, pid))
+        comm, state, ppid, started = parse_stat(text)
+    except (IOError, OSError, ValueError, IndexError):
         return None
-    comm, state, ppid, started = st
+    if state in ("Z", "X"):
+        return None
     info = {"pid": pid, "ppid": ppid, "start_time": started, "comm": comm, "uid": None, "user": None,
             "cmdline": "", "container_pid": None, "vmid": None, "state": state}
     with contextlib.suppress(IOError, OSError):
         argv = _read("%s/%d/cmdline" % (proc, pid), binary=True).split(b"\0")
         info["cmdline"] = " ".join(a.decode("utf-8", "replace") for a in argv if a)
+    info["kthread"] = is_kernel_thread(stat_flags(text), info["cmdline"], ppid)
     try:
         uid, nspid = parse_status(_read("%s/%d/status" % (proc, pid)))
         info["uid"], info["user"] = uid, user_name(uid)
@@ -197,37 +225,77 @@ def all_pids(proc=PROC):
 _FOUND_KEYS = ("pid", "ppid", "user", "comm", "cmdline", "start_time")
 
 
-def find_processes(scope, proc=PROC, with_descendants=False):
-    """The processes that match a Scope, skipping PID 1, kernel threads and this process's ancestors.
+def protection(info, own=()):
+    """Why a process must never be signalled, whatever the scope, or None.
 
-    With ``with_descendants``, the descendants of every match are in it too (as long as they pass
-    the scope's users), each naming the matching ancestor it came from in ``descendant_of``.
-    """
-    protected = ancestors(proc=proc) | {1, 2}
+    ``info``: describe()'s dict (``pid``, ``container_pid``, ``kthread``); ``own``: this
+    process and its ancestors (ancestors()). The one rule every module that kills applies."""
+    if info.get("pid") == 1 or info.get("container_pid") == 1:
+        where = "the node's" if info.get("pid") == 1 else "its container's"
+        return ("PID 1 (NSpid ends in 1): the init of %s PID namespace, which takes the namespace down with it; "
+                "never signalled" % where)
+    if info.get("kthread"):
+        return "a kernel thread (PF_KTHREAD): never signalled"
+    if info.get("pid") in own:
+        return "this module's own process or one of its ancestors"
+    return None
+
+
+def _entry(info, **extra):
+    return dict(((k, info.get(k)) for k in _FOUND_KEYS), **extra)
+
+
+def find_processes(scope, proc=PROC, with_descendants=False, protected=None):
+    """The processes that match a Scope, less those protection() refuses.
+
+    Kernel threads are never looked at. A match that protection() refuses is appended to
+    ``protected`` (when a list is given) with its ``reason``. With ``with_descendants``, the
+    descendants of every match are in it too (as long as they pass the scope's users), each
+    naming the matching ancestor it came from in ``descendant_of``; the walk does not go below
+    a namespace's init (another container is not a job's worker)."""
+    own = ancestors(proc=proc)
+    refused = [] if protected is None else protected
     found = []
     for pid in sorted(all_pids(proc)):
-        if pid in protected:
-            continue
         info = describe(pid, proc)
-        if info is None or info.get("ppid") == 2:
+        if info is None or info["kthread"]:
             continue  # gone, a zombie, or a kernel thread
         ok, _reason = scope.matches(info)
-        if ok:
-            found.append(dict(((k, info.get(k)) for k in _FOUND_KEYS), descendant_of=None))
+        if not ok:
+            continue
+        why = protection(info, own)
+        if why:
+            refused.append(_entry(info, reason=why))
+        else:
+            found.append(_entry(info, descendant_of=None))
     if with_descendants and found:
-        found.extend(_descendants_of(found, scope, protected, proc))
+        found.extend(_descendants_of(found, scope, own, refused, proc))
     return found
 
 
-def _descendants_of(found, scope, protected, proc):
-    extra = []
-    for pid, root in walk_descendants([f["pid"] for f in found], proc, skip=protected):
-        info = describe(pid, proc)
-        if info is None:
+def _descendants_of(found, scope, own, refused, proc):
+    extra, infos = [], {}
+
+    def info_of(pid):
+        if pid not in infos:
+            infos[pid] = describe(pid, proc)
+        return infos[pid]
+
+    def prune(pid):  # a namespace's init: neither it nor its namespace is the job's
+        info = info_of(pid)
+        return info is not None and info["container_pid"] == 1
+
+    for pid, root in walk_descendants([f["pid"] for f in found], proc, skip=own, prune=prune):
+        info = info_of(pid)
+        if info is None or info["kthread"]:
             continue
-        if scope.users and not (str(info.get("uid")) in scope.users or info.get("user") in scope.users):
+        if scope.users and not scope.user_matches(info):
             continue
-        extra.append(dict(((k, info.get(k)) for k in _FOUND_KEYS), descendant_of=root))
+        why = protection(info, own)
+        if why:
+            refused.append(_entry(info, reason=why, descendant_of=root))
+        else:
+            extra.append(_entry(info, descendant_of=root))
     return sorted(extra, key=lambda f: f["pid"])
 
 
@@ -240,9 +308,10 @@ def children_map(proc=PROC):
     return kids
 
 
-def walk_descendants(roots, proc=PROC, skip=()):
+def walk_descendants(roots, proc=PROC, skip=(), prune=None):
     """``(pid, root)`` for every descendant of ``roots``: each under the first root whose tree
-    reaches it; a root, or a PID in ``skip``, is neither given nor walked below."""
+    reaches it; a root, or a PID in ``skip``, is neither given nor walked below; a PID for which
+    ``prune(pid)`` is true is given but not walked below."""
     kids = children_map(proc)
     seen = set(roots) | set(skip)
     for root in roots:
@@ -252,7 +321,8 @@ def walk_descendants(roots, proc=PROC, skip=()):
             if pid in seen:
                 continue
             seen.add(pid)
-            todo.extend(kids.get(pid, []))
+            if prune is None or not prune(pid):
+                todo.extend(kids.get(pid, []))
             yield pid, root
 
 
@@ -400,23 +470,79 @@ def tmux_name_problem(session):
     return None
 
 
+def _names(info, smi_name=None):
+    """The names scope.name is searched in: comm, nvidia-smi's name, their basenames, argv[0]'s."""
+    names = [n for n in (info.get("comm"), smi_name) if n]
+    names += [os.path.basename(n) for n in names]
+    if info.get("cmdline"):
+        names.append(os.path.basename(info["cmdline"].split(" ")[0]))
+    return names
+
+
+def ordinary_processes(proc=PROC):
+    """``(comm, cmdline)`` of the everyday processes no scope pattern may match: the table and
+    this module's own process as it runs here. Not PID 1 nor the ancestors: they are protected
+    anyway, and in a one-process container PID 1 may be the job, which a pattern names rightly."""
+    rows = list(ORDINARY)
+    info = describe(os.getpid(), proc)
+    if info is not None and info["cmdline"]:
+        rows.append((info["comm"], info["cmdline"]))
+    return rows
+
+
+def broad_problem(key, rx, rows):
+    """Why pattern ``rx`` of scope.<key> is too broad, or None: it matches the empty string, or
+    one of ``rows`` (ordinary_processes())."""
+    if rx.search("") is not None:
+        return ("scope.%s pattern %r matches the empty string, so it matches every process: anchor it on the "
+                "job, for example ^\\S*python3? \\S*train\\.py" % (key, rx.pattern))
+    for comm, cmdline in rows:
+        hit = any(rx.search(n) for n in _names({"comm": comm, "cmdline": cmdline})) if key == "name" \
+            else rx.search(cmdline)
+        if hit:
+            return ("scope.%s pattern %r matches ordinary system processes (%r, for one), so it would put them in "
+                    "scope: anchor it on the job, for example ^\\S*python3? \\S*train\\.py, or set "
+                    "scope.allow_broad to true if every such process is meant" % (key, rx.pattern, cmdline))
+    return None
+
+
+def scope_options(vmids=False):
+    """The argument_spec options of a module's ``scope`` (each module documents them)."""
+    options = dict(
+        name=dict(type="list", elements="str"),
+        cmdline=dict(type="list", elements="str"),
+        users=dict(type="list", elements="str"),
+        tmux_session=dict(type="str"),
+        tmux_socket=dict(type="path"),
+        allow_broad=dict(type="bool", default=False),
+    )
+    if vmids:
+        options["vmids"] = dict(type="list", elements="int")
+    return options
+
+
 class Scope(object):
     """Which processes may be terminated. Every criterion given must match (AND);
-    within one criterion any item may match (OR). An empty scope matches nothing."""
+    within one criterion any item may match (OR). An empty scope matches nothing.
+
+    A pattern that matches the empty string is refused; one that matches an ordinary system
+    process (ordinary_processes()) is refused unless ``allow_broad``."""
 
     def __init__(self, name=None, cmdline=None, users=None, vmids=None, tmux_session=None,
-                 tmux_socket=None, proc=PROC):
+                 tmux_socket=None, proc=PROC, allow_broad=False):
         try:
             self.name = [re.compile(p) for p in (name or [])]
             self.cmdline = [re.compile(p) for p in (cmdline or [])]
         except re.error as exc:
             raise ProcError("scope has an invalid regular expression: %s" % exc) from exc
+        rows = None
         for key, compiled in (("name", self.name), ("cmdline", self.cmdline)):
             for rx in compiled:
-                if rx.search("") is not None:
-                    raise ProcError(
-                        "scope.%s pattern %r matches the empty string, so it matches every process: anchor it on "
-                        "the job, for example ^\\S*python3? \\S*train\\.py" % (key, rx.pattern))
+                if rows is None:
+                    rows = [] if allow_broad else ordinary_processes(proc)
+                why = broad_problem(key, rx, rows)
+                if why:
+                    raise ProcError(why)
         why = tmux_name_problem(tmux_session) if tmux_session is not None else None
         if why:
             raise ProcError("scope.tmux_session %r %s" % (tmux_session, why))
@@ -424,12 +550,16 @@ class Scope(object):
         self.vmids = [int(v) for v in (vmids or [])]
         self.tmux_session = tmux_session
         self.tmux_socket = tmux_socket
+        self.allow_broad = allow_broad
         self.proc = proc
         self._tmux = None
         self.notes = []
 
     def empty(self):
         return not (self.name or self.cmdline or self.users or self.vmids or self.tmux_session)
+
+    def user_matches(self, info):
+        return str(info.get("uid")) in self.users or info.get("user") in self.users
 
     def _tmux_members(self):
         if self._tmux is None:
@@ -444,16 +574,11 @@ class Scope(object):
         """(bool, reason) for a dict from describe()."""
         if self.empty():
             return False, "the scope is empty"
-        if self.name:
-            names = [n for n in (proc_info.get("comm"), smi_name) if n]
-            names += [os.path.basename(n) for n in names]
-            if proc_info.get("cmdline"):
-                names.append(os.path.basename(proc_info["cmdline"].split(" ")[0]))
-            if not any(rx.search(n) for rx in self.name for n in names):
-                return False, "name does not match scope.name"
+        if self.name and not any(rx.search(n) for rx in self.name for n in _names(proc_info, smi_name)):
+            return False, "name does not match scope.name"
         if self.cmdline and not any(rx.search(proc_info.get("cmdline") or "") for rx in self.cmdline):
             return False, "command line does not match scope.cmdline"
-        if self.users and not (str(proc_info.get("uid")) in self.users or proc_info.get("user") in self.users):
+        if self.users and not self.user_matches(proc_info):
             return False, "user %s is not in scope.users" % proc_info.get("user")
         if self.vmids and proc_info.get("vmid") not in self.vmids:
             return False, "vmid %s is not in scope.vmids" % proc_info.get("vmid")

@@ -78,11 +78,12 @@ def read_processes(p, warnings):
         return skipped("no job_patterns")
     try:
         scope = Scope(cmdline=p["job_patterns"], users=p["job_users"] or None)
-        found = find_processes(scope)
+        protected = []
+        found = find_processes(scope, protected=protected)
     except GpufleetError as exc:
         return failed(exc.msg, **exc.partial)
     warnings.extend(scope.notes)
-    return {"changed": False, "processes": found, "count": len(found)}
+    return {"changed": False, "processes": found, "count": len(found), "protected": protected}
 
 
 def read_gpus(p, nvidia_smi, check_mode, warnings):

@@ -200,7 +200,9 @@ def test_scope_criteria_are_anded(gpu):
     ok, why = Scope(cmdline=["train_dflash"], users=["no-such-user"]).matches(info)
     assert not ok and "scope.users" in why
     assert not Scope(cmdline=["--tag run-b"]).matches(info)[0]
-    assert Scope(name=["^python"]).matches(info)[0]
+    assert Scope(name=["^python"], allow_broad=True).matches(info)[0]
+    with pytest.raises(ProcError, match="matches ordinary system processes"):
+        Scope(name=["^python"])  # every Python process, this module's own among them
     assert not Scope(vmids=[200]).matches(info)[0]
     assert Scope().matches(info) == (False, "the scope is empty")
     with pytest.raises(ProcError, match="invalid regular expression"):

@@ -303,7 +303,8 @@ def test_idle_on_selected_gpu_reports_out_of_scope_holder(rig, run_module):
 
 def test_idle_check_mode_signals_nothing(rig, run_module):
     p = rig.trainers.start(gpu=0, mib=2000)
-    res = run_module(gpu_state.main, rig.args(state="idle", scope={"name": ["^python"]}), check_mode=True)
+    res = run_module(gpu_state.main, rig.args(state="idle", scope={"name": ["^python"], "allow_broad": True}),
+                     check_mode=True)
     assert res["changed"] is True
     assert [(t["pid"], t["outcome"], t["signals"]) for t in res["terminated"]] == [(p.pid, "would_signal", [])]
     time.sleep(0.1)

@@ -1,0 +1,386 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What a scope may never reach: broad patterns (checked against this machine's real
+processes, not the implementation's table), a PID namespace's init, kernel threads; and a
+namespace's PID 2, which is an ordinary process there. Real processes, a real PID namespace
+(``unshare --pid --fork --mount-proc``), real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
+from ansible_collections.gpufleet.hygiene.plugins.modules import gpu_state, processes
+from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
+
+MODULES = os.path.dirname(os.path.abspath(processes.__file__))
+COLLECTIONS = MODULES.rsplit(os.sep + "ansible_collections" + os.sep, 1)[0]  # where ansible_collections/ lies
+NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"),
+                                reason="a PID namespace needs root, unshare and nsenter")
+
+
+# --------------------------------------------------------------------------- real command lines
+
+
+def _raw(pid, name):
+    with open("/proc/%d/%s" % (pid, name), "rb") as f:
+        return f.read()
+
+
+def real_processes():
+    """(comm, argv0 basename, cmdline) of this machine's PID 1, its sshd processes and its other
+    everyday daemons, read straight from /proc (not through the module's own reader)."""
+    wanted = {"sshd", "cron", "crond", "agetty", "dbus-daemon", "systemd", "init", "rsyslogd", "systemd-journal"}
+    rows = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            comm = _raw(pid, "comm").decode("utf-8", "replace").rstrip("\n")
+            argv = [a.decode("utf-8", "replace") for a in _raw(pid, "cmdline").split(b"\0") if a]
+        except OSError:
+            continue
+        if argv and (pid == 1 or comm in wanted):
+            # A process that sets its title (sshd) has spaces in argv[0]: its name is the first word.
+            rows.append((comm, os.path.basename(argv[0].split(" ")[0]), " ".join(argv)))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def everyday(tmp_path_factory):
+    """The machine's real everyday processes; an sshd of our own is started when none runs."""
+    rows = real_processes()
+    started = None
+    if not any(comm == "sshd" for comm, _a, _c in rows) and shutil.which("sshd") and shutil.which("ssh-keygen"):
+        d = tmp_path_factory.mktemp("sshd")
+        key = str(d / "host_key")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+        started = subprocess.Popen([shutil.which("sshd"), "-D", "-f", "/dev/null", "-h", key, "-p", "0",
+                                    "-o", "ListenAddress=127.0.0.1"], stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        rows = real_processes()
+    assert any(comm == "sshd" for comm, _a, _c in rows), "no sshd to test against"
+    yield rows
+    if started is not None:
+        started.kill()
+        started.wait()
+
+
+# Pattern pieces that say nothing about a job: classes, wildcards, anchors, separators.
+ATOM = st.sampled_from([".", r"\S", r"\s", r"\w", r"\W", r"[\s\S]", r"\D", r"\d", r"[a-z]", r"[^ ]", "/", "-",
+                        " ", ":", "_", r"[^/]"])
+QUANT = st.sampled_from(["", "", "+", "?", "*", "{2}", "{1,3}", "+?"])
+PIECE = st.builds(lambda a, q: a + q, ATOM, QUANT)
+BROAD = st.builds(lambda anchor, pieces, alt: alt + anchor + "".join(pieces),
+                  st.sampled_from(["", "^"]), st.lists(PIECE, min_size=1, max_size=3),
+                  st.sampled_from(["", r"train_zq9\.py|"]))
+SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _refused(key, pattern, **kw):
+    try:
+        _proc.Scope(**{key: [pattern]}, **kw)
+    except _proc.ProcError as exc:
+        assert str(exc).startswith("scope.%s pattern %r matches" % (key, pattern)), str(exc)
+        return str(exc)
+    return None
+
+
+@SETTINGS
+@given(pattern=BROAD)
+def test_a_cmdline_pattern_that_matches_a_real_everyday_process_is_refused(everyday, pattern):
+    hits = [cmdline for _comm, _argv0, cmdline in everyday if re.search(pattern, cmdline)]
+    if hits:
+        assert _refused("cmdline", pattern), "%r matches %r and was accepted" % (pattern, hits[0])
+        assert _refused("cmdline", pattern, allow_broad=True) is None or re.search(pattern, "")
+
+
+@SETTINGS
+@given(pattern=BROAD)
+def test_a_name_pattern_that_matches_a_real_everyday_process_is_refused(everyday, pattern):
+    hits = [name for comm, argv0, _c in everyday for name in (comm, argv0) if re.search(pattern, name)]
+    if hits:
+        assert _refused("name", pattern), "%r matches %r and was accepted" % (pattern, hits[0])
+
+
+@SETTINGS
+@given(word=st.from_regex(r"\A[a-z][a-z0-9_]{3,12}\Z"), anchored=st.booleans())
+def test_a_pattern_anchored_on_a_job_is_accepted(everyday, word, anchored):
+    """The other way round: the patterns the docs recommend are not refused."""
+    pattern = (r"^\S*python3? \S*" if anchored else "") + re.escape(word + "_train.py") + r"(\s|$)"
+    assert not any(re.search(pattern, c) for _a, _b, c in everyday)
+    assert _refused("cmdline", pattern) is None
+
+
+@pytest.mark.parametrize("pattern", [".", r"\S", "^.", r"[\s\S]", r"\w", "python3?", "sshd", "bash"])
+def test_the_broad_patterns_of_the_report_are_refused_and_nothing_is_signalled(run_module, pattern):
+    tag = "gpufleet-test-%s" % uuid.uuid4().hex[:10]
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", tag])
+    try:
+        for key in ("cmdline", "name"):
+            res = run_module(processes.main, {"scope": {key: [pattern]}, "state": "absent"}, check_mode=True)
+            assert res["failed"] and "scope.%s pattern %r matches ordinary system processes" % (key, pattern) in res["msg"]
+            assert "scope.allow_broad" in res["msg"] and "terminated" not in res
+            res = run_module(gpu_state.main, {"state": "idle", "scope": {key: [pattern]}, "nvidia_smi": "/nonexistent"},
+                             check_mode=True)
+            assert res["failed"] and "scope.%s pattern %r matches ordinary system processes" % (key, pattern) in res["msg"]
+        assert decoy.poll() is None
+    finally:
+        decoy.kill()
+        decoy.wait()
+
+
+def test_allow_broad_is_passed_through_and_pid1_stays_protected(run_module):
+    res = run_module(processes.main, {"scope": {"cmdline": ["."], "allow_broad": True}, "state": "absent"},
+                     check_mode=True)
+    assert res["changed"] is True and res["count"] > 5
+    pids = {p["pid"] for p in res["processes"]}
+    assert 1 not in pids and os.getpid() not in pids
+    reasons = {p["pid"]: p["reason"] for p in res["protected"]}
+    assert "init of the node's PID namespace" in reasons[1]
+    assert "own process" in reasons[os.getpid()]
+    assert all(t["signals"] == [] and t["outcome"] == "would_terminate" for t in res["terminated"])
+    # the empty string is refused even so
+    res = run_module(processes.main, {"scope": {"cmdline": [".*"], "allow_broad": True}})
+    assert res["failed"] and "matches the empty string" in res["msg"]
+
+
+# --------------------------------------------------------------------------- kernel threads
+
+
+def test_kernel_threads_are_told_by_their_flag_and_never_in_scope(run_module):
+    comm = _raw(2, "comm").decode().strip()
+    if comm != "kthreadd":
+        pytest.skip("PID 2 here is %r: this /proc is not a host's" % comm)
+    stat = _raw(2, "stat").decode()
+    assert _proc.stat_flags(stat) & _proc.PF_KTHREAD
+    assert _proc.describe(2)["kthread"] and not _proc.describe(os.getpid())["kthread"]
+    for scope in ({"name": ["^kthreadd$"]}, {"name": ["^kworker/"]}, {"name": ["^ksoftirqd"]}):
+        res = run_module(processes.main, {"scope": scope})
+        assert (res["count"], res["processes"], res["protected"]) == (0, [], []), scope
+
+
+def test_kernel_thread_fallback_without_flags():
+    assert _proc.is_kernel_thread(None, "", 2) and _proc.is_kernel_thread(None, "", 0)
+    assert not _proc.is_kernel_thread(None, "python3 job.py", 2)  # a namespace's PID 2's child
+    assert not _proc.is_kernel_thread(0x400100, "", 2)           # the flags say no
+
+
+# --------------------------------------------------------------------------- a real PID namespace
+
+
+INIT = """
+import os, subprocess, sys, time
+tag, script = sys.argv[1][:-len("-init")], sys.argv[2]
+fd = os.open(os.environ["GPF_DEVICE"], os.O_RDONLY) if os.environ.get("GPF_DEVICE") else None
+job = subprocess.Popen([sys.executable, script, tag + "-job"])
+while True:
+    time.sleep(60)
+"""
+
+JOB = """
+import subprocess, sys, time
+if sys.argv[1].endswith("-job"):
+    subprocess.Popen([sys.executable, __file__, sys.argv[1][:-4] + "-worker"])
+time.sleep(120)
+"""
+
+
+def _nspid(pid):
+    for line in _raw(pid, "status").decode().splitlines():
+        if line.startswith("NSpid:"):
+            return [int(x) for x in line.split()[1:]]
+    return []
+
+
+def _alive(pid):
+    try:
+        return _raw(pid, "stat").decode().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Namespace(object):
+    """``unshare --pid --fork --mount-proc``: an init (PID 1 there), the job (PID 2) and its
+    worker (PID 3, whose parent is PID 2), each with ``<tag>-<role>`` as its last argument."""
+
+    def __init__(self, tmp_path, device=None):
+        self.tag = "gpufleet-test-%s" % uuid.uuid4().hex[:10]
+        init, job = tmp_path / "init.py", tmp_path / "job.py"
+        init.write_text(INIT)
+        job.write_text(JOB)
+        env = dict(os.environ, GPF_DEVICE=device or "")
+        self.unshare = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+                                         sys.executable, str(init), self.tag + "-init", str(job)], env=env)
+        self.host = {}
+        deadline = time.monotonic() + 10
+        while len(self.host) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    try:
+                        argv = _raw(int(entry), "cmdline").split(b"\0")
+                    except OSError:
+                        continue
+                    for role in ("init", "job", "worker"):
+                        if (self.tag + "-" + role).encode() in argv[1:] and argv[0] == sys.executable.encode():
+                            self.host[role] = int(entry)
+        assert len(self.host) == 3, self.host
+        self.inner = {role: _nspid(pid)[-1] for role, pid in self.host.items()}
+        assert self.inner == {"init": 1, "job": 2, "worker": 3}, self.inner
+
+    def pattern(self, roles="init|job|worker"):
+        return "^%s \\S+ %s-(%s)" % (re.escape(sys.executable), re.escape(self.tag), roles)
+
+    def run_inside(self, module, args):
+        """The module as Ansible runs it, entered into the namespace as lxc-attach enters a container."""
+        path = os.path.join(MODULES, module + ".py")
+        argsfile = "/tmp/%s-args.json" % self.tag
+        with open(argsfile, "w") as f:
+            json.dump({"ANSIBLE_MODULE_ARGS": args}, f)
+        try:
+            out = subprocess.run(["nsenter", "-t", str(self.host["init"]), "--pid", "--mount", "--",
+                                  sys.executable, path, argsfile], env=dict(os.environ, PYTHONPATH=COLLECTIONS),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=False)
+        finally:
+            os.unlink(argsfile)
+        assert out.stdout, out.stderr
+        return json.loads(out.stdout)
+
+    def close(self):
+        self.unshare.kill()
+        self.unshare.wait()
+        for pid in self.host.values():
+            deadline = time.monotonic() + 5
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+
+@pytest.fixture
+def ns(tmp_path):
+    n = Namespace(tmp_path)
+    yield n
+    n.close()
+
+
+def _wait_gone(pid, seconds=5):
+    deadline = time.monotonic() + seconds
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+@NEEDS_ROOT
+def test_inside_a_namespace_pid2_is_signalled_and_pid1_refused(ns):
+    """As in a container: the job is PID 2 there and its worker's parent is PID 2; both are found
+    and stopped. PID 1 matches the scope too: refused, and the result says which and why."""
+    res = ns.run_inside("processes", {"scope": {"cmdline": [ns.pattern()]}, "state": "absent", "grace_period": 5})
+    assert not res.get("failed"), res
+    assert [p["pid"] for p in res["processes"]] == [2, 3]
+    assert {t["pid"]: t["outcome"] for t in res["terminated"]} == {2: "terminated", 3: "terminated"}
+    [init] = res["protected"]
+    assert init["pid"] == 1 and "PID 1 (NSpid ends in 1)" in init["reason"]
+    warned = json.dumps(res["warnings"])  # as the module wrote them, before the controller reads them
+    assert "pid 1 (" in warned and "not signalled" in warned
+    assert _wait_gone(ns.host["job"]) and _wait_gone(ns.host["worker"])
+    assert _alive(ns.host["init"])
+
+
+@NEEDS_ROOT
+def test_from_the_node_a_containers_init_is_refused(ns, run_module):
+    """From the host's /proc: the namespace's init (NSpid ends in 1) is refused, the job and its
+    worker are stopped."""
+    res = run_module(processes.main, {"scope": {"cmdline": [ns.pattern()]}, "state": "absent", "grace_period": 5})
+    assert sorted(p["pid"] for p in res["processes"]) == sorted([ns.host["job"], ns.host["worker"]])
+    [init] = res["protected"]
+    assert init["pid"] == ns.host["init"] and "init of its container's PID namespace" in init["reason"]
+    assert {t["outcome"] for t in res["terminated"]} == {"terminated"}
+    assert _wait_gone(ns.host["job"]) and _wait_gone(ns.host["worker"])
+    assert _alive(ns.host["init"])
+
+
+@NEEDS_ROOT
+def test_descendants_stop_at_a_namespaces_init(ns, run_module):
+    """A scope matching what started a container (here unshare, as lxc-start on a node) with
+    descendants: the init is refused and nothing below it is taken as a worker."""
+    scope = {"cmdline": ["^unshare .*%s-init" % re.escape(ns.tag)]}
+    res = run_module(processes.main, {"scope": scope, "descendants": True, "state": "absent"}, check_mode=True)
+    assert [p["pid"] for p in res["processes"]] == [ns.unshare.pid]
+    [init] = res["protected"]
+    assert (init["pid"], init["descendant_of"]) == (ns.host["init"], ns.unshare.pid)
+    assert all(_alive(pid) for pid in ns.host.values())
+
+
+@NEEDS_ROOT
+def test_gpu_state_refuses_a_containers_init_holding_a_gpu(tmp_path, run_module):
+    """gpu_state applies the same rule: a namespace's init that holds a GPU and matches the scope
+    is listed in protected with the reason, never signalled."""
+    state = gpu_standin.make_state(tmp_path / "gpu", gpus=1, release_delay=0.1)
+    smi = gpu_standin.install_nvidia_smi(tmp_path / "bin", state)
+    n = Namespace(tmp_path, device=gpu_standin.device(state, 0))
+    try:
+        res = run_module(gpu_state.main, {
+            "nvidia_smi": smi, "vantage": "container", "state": "idle", "timeout": 0.3, "poll_interval": 0.05,
+            "device_patterns": [os.path.join(state, "dev", "nvidia*")], "scope": {"cmdline": [n.pattern("init")]}})
+        assert res["failed"] and res["terminated"] == []
+        [init] = res["protected"]
+        assert init["pid"] == n.host["init"] and init["container_pid"] == 1
+        assert "PID 1 (NSpid ends in 1)" in init["reason"]
+        assert _alive(n.host["init"])
+    finally:
+        n.close()
+
+
+# --------------------------------------------------------------------------- the kill role
+
+
+KILL_PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - ansible.builtin.import_role:
+        name: gpufleet.hygiene.kill
+        tasks_from: processes.yml
+"""
+
+
+def _kill_role(tmp_path, *extra):
+    play = tmp_path / "kill.yml"
+    play.write_text(KILL_PLAY)
+    bindir = os.path.dirname(sys.executable)
+    argv = [os.path.join(bindir, "ansible-playbook"), "-i", "localhost,", str(play), "-e",
+            "ansible_python_interpreter=%s" % sys.executable, "-e", '{"kill_grace_period": 1}'] + list(extra)
+    return subprocess.run(argv, cwd=os.path.dirname(os.path.dirname(COLLECTIONS)), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300, check=False)
+
+
+def test_the_kill_role_refuses_a_broad_pattern_unless_its_variable_says_so(tmp_path):
+    tag = "gpufleet-test-%s" % uuid.uuid4().hex[:10]
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", tag])
+    try:
+        refused = _kill_role(tmp_path, "-e", '{"kill_process_patterns": ["."]}')
+        assert refused.returncode != 0
+        assert "scope.cmdline pattern '.' matches ordinary system processes" in refused.stdout, refused.stdout
+        # allowed, in check mode: the role passes allow_broad through; nothing is signalled
+        allowed = _kill_role(tmp_path, "--check", "-e", '{"kill_process_patterns": ["."], "kill_allow_broad": true}')
+        assert allowed.returncode == 0, allowed.stdout
+        assert "changed=1" in allowed.stdout and "ok=1" in allowed.stdout
+        assert decoy.poll() is None
+    finally:
+        decoy.kill()
+        decoy.wait()
