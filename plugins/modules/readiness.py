@@ -79,6 +79,16 @@ options:
         check, e.g. right after the job was relaunched. When V(false), any holder fails it.
     type: bool
     default: false
+  strict_baseline:
+    description:
+      - When V(true), packages installed beyond O(baseline) (the drift's C(extra), such as a leftover C(sglang)
+        or C(flashinfer-python)) fail the C(packages) check, so the venv must match the baseline exactly. The
+        installer's own tools (C(pip), C(setuptools), C(wheel)), which C(pip freeze) leaves out, are never extra.
+      - When V(false), only packages missing from the venv or at another version than the baseline fail it; the
+        extra ones are counted in its summary.
+    type: bool
+    default: false
+    version_added: 0.2.0
   brief:
     description:
       - Return only what the verify role records - RV(ready), RV(running_job), RV(checks), RV(gpus),
