@@ -274,7 +274,7 @@ def read(p, run, which, check_mode=False):
     if crashed:
         raise crashed[0]
     result["gpu_state"] = gpu
-    result["checks"] = judge(result, p["allow_running_job"], p["strict_baseline"])
+    result["checks"] = judge(result, p["allow_running_job"], p.get("strict_baseline", False))
     result["ready"] = all(c["ok"] for c in result["checks"])
     result["running_job"] = bool(result["processes"].get("processes"))
     result["warnings"] = ["%s: %s" % (name, warning) for name in READS for warning in notes[name]]
