@@ -370,6 +370,13 @@ def test_removal_only_from_a_virtual_or_conda_environment(run_module, seed_venv)
     assert not check.get("failed") and check["changed"], check
 
 
+@pytest.fixture
+def own_files(monkeypatch):
+    """Venvs whose files are their own: uv links installed files to its cache, and a test that
+    rewrites an installed file in place (the METADATA test above) rewrites them all."""
+    monkeypatch.setenv("UV_NO_CACHE", "1")
+
+
 def _readiness_read(venv):
     p = dict((k, v.get("default")) for k, v in _readiness.ARGUMENT_SPEC.items())
     p.update(venv=venv, verify_files=True, caches=False, require_gpu=False, nvidia_smi="/nonexistent/nvidia-smi")
@@ -384,7 +391,7 @@ def _contamination_run(argv):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def test_a_failed_restore_keeps_the_venv_not_clean_until_the_files_are_back(run_module, tmp_path, seed_wheels, state_dir):
+def test_a_failed_restore_keeps_the_venv_not_clean_until_the_files_are_back(run_module, tmp_path, seed_wheels, state_dir, own_files):
     venv = make_venv(str(tmp_path / "venv"), UV)
     install(UV, venv, seed_wheels, pins(SEED_BASE))
     install(UV, venv, seed_wheels, ["nvidia-nccl-cu13==2.28.9"])
@@ -425,7 +432,7 @@ def test_a_failed_restore_keeps_the_venv_not_clean_until_the_files_are_back(run_
     assert second["changed"] is False
 
 
-def test_files_put_back_by_hand_clear_the_record_on_the_next_read(run_module, tmp_path, seed_wheels, state_dir):
+def test_files_put_back_by_hand_clear_the_record_on_the_next_read(run_module, tmp_path, seed_wheels, state_dir, own_files):
     venv = make_venv(str(tmp_path / "venv"), UV)
     install(UV, venv, seed_wheels, pins(SEED_BASE))
     install(UV, venv, seed_wheels, ["nvidia-nccl-cu13==2.28.9"])
@@ -441,7 +448,7 @@ def test_files_put_back_by_hand_clear_the_record_on_the_next_read(run_module, tm
     assert os.listdir(state_dir) == []
 
 
-def test_a_record_others_may_write_is_not_trusted(run_module, tmp_path, seed_wheels, state_dir):
+def test_a_record_others_may_write_is_not_trusted(run_module, tmp_path, seed_wheels, state_dir, own_files):
     venv = make_venv(str(tmp_path / "venv"), UV)
     install(UV, venv, seed_wheels, pins(SEED_BASE))
     install(UV, venv, seed_wheels, ["nvidia-nccl-cu13==2.28.9"])
