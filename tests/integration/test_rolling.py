@@ -129,7 +129,9 @@ def test_a_failing_canary_leaves_the_rest_of_the_fleet_untouched(fleet):
 
 
 def test_a_failure_in_a_batch_stops_the_run_before_the_next_batch(fleet):
-    """Two at a time with the default budget: the batch runs to its end, its failure stops the run."""
+    """Two at a time with the default budget (0): when one host of the batch fails, Ansible stops
+    the batch's other host after the same task (it takes its lock there, and gives it back in the
+    repair's `always`), and the next batch never starts."""
     first, second, rest = fleet["order"][0], fleet["order"][1], fleet["order"][2:]
     hold_lock(fleet, first, "another-run")
     before = {host: state(fleet, host) for host in fleet["order"]}
@@ -137,13 +139,13 @@ def test_a_failure_in_a_batch_stops_the_run_before_the_next_batch(fleet):
     rc, out = remediate(fleet, "-e", "gpufleet_batch=2")
     assert rc != 0, out
     rows = recap(out)
-    assert rows[first]["failed"] == 1, rows
-    assert rows[second]["changed"] > 0, rows  # the batch's other host was repaired beside it
+    assert rows[first]["failed"] == 1 and rows[second]["failed"] == 1, rows
+    assert "Give the host's lock back" in out
 
     after = {host: state(fleet, host) for host in fleet["order"]}
-    assert after[first] == before[first]
-    assert "nvidia-nccl-cu13" not in after[second]["packages"]
-    assert not set(stale_jobs(before[second])) & set(after[second]["processes"])
+    assert lock_owner(fleet, first) == "another-run"
+    assert lock_owner(fleet, second) is None
+    for host in fleet["order"]:
+        assert after[host] == before[host], host
     for host in rest:
         assert rows.get(host, {}).get("ok", 0) == 0, (host, rows)
-        assert after[host] == before[host], host
