@@ -24,6 +24,8 @@ description:
   - With O(remove=true), uninstalls the contaminants and O(also_remove) with uv (when the
     target has it) or pip, keeps the files that remaining packages share with them, and
     reinstalls at their recorded versions the packages whose files had been overwritten.
+  - A reinstall that fails is remembered outside the venv; the venv is not clean (RV(restore_pending))
+    until the files are back.
   - Removes only from a virtual environment (C(pyvenv.cfg)) or a conda environment (C(conda-meta)),
     never from a system prefix such as C(/usr); uv and pip run without their cache and the lock is
     an C(flock) on the venv directory, so nothing outside the venv changes. A package whose metadata
@@ -186,15 +188,51 @@ unknown:
   type: list
   elements: str
 clean:
-  description: No contaminant is installed (after removal, when O(remove=true) and not in check mode).
+  description:
+    - No contaminant is installed and no package waits for a failed restore (RV(restore_pending))
+      (after removal, when O(remove=true) and not in check mode).
   returned: success
   type: bool
+restore_pending:
+  description:
+    - Packages that lost files when the packages that had overwritten them were removed, and whose
+      reinstall failed. A removal records them in C(/var/lib/gpufleet-hygiene/restore/) on the target
+      (root's, outside the venv, so the venv's owner can neither forge nor erase it); every later
+      read checks only these packages against their RECORD and reports them here, with RV(clean=false),
+      until their files are back, then drops the record.
+    - The fix is a reinstall from a wheel directory - O(remove=true) with O(find_links) reinstalls them
+      even when nothing else is removed.
+  returned: success
+  type: list
+  elements: dict
+  version_added: 0.2.0
+  contains:
+    name:
+      description: The package.
+      type: str
+    version:
+      description: Its version (the one installed, or the one recorded when it is not installed).
+      type: str
+    installed:
+      description: Whether it is still installed (its files checked against RECORD) or gone altogether.
+      type: bool
+    missing:
+      description: Its files that are missing.
+      type: list
+      elements: str
+    modified:
+      description: Its files that differ from their RECORD hash.
+      type: list
+      elements: str
+    problem:
+      description: What is wrong and how to fix it, in words (also in RV(problems)).
+      type: str
 scanned:
   description: Number of packages scanned.
   returned: success
   type: int
 problems:
-  description: Unreadable or malformed metadata met during the scan.
+  description: Unreadable or malformed metadata met during the scan, and the packages in RV(restore_pending).
   returned: success
   type: list
   elements: str

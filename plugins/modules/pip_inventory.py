@@ -33,8 +33,12 @@ options:
     type: path
   baseline:
     description:
-      - A requirements or lock file on the target (C(pip freeze), C(uv pip compile) output).
-        Pinned entries (C(==)) are compared by version; unpinned ones only for presence.
+      - A requirements or lock file on the target - C(pip freeze), C(uv pip freeze), C(uv export) or
+        C(uv pip compile) output (hashes, C(--hash) continuation lines, markers, C(name @ url), C(-e ...#egg=name)),
+        or a PEP 751 C(pylock.toml) (its C([[packages]]) names and versions; read by a small parser of its own, the
+        same on every target Python). Pinned entries (C(==)) are compared by version; unpinned ones only for presence.
+      - A line that is no requirement, or a malformed C(pylock.toml), fails with the file and the line. uv's own
+        C(uv.lock) is refused with how to export it.
     type: path
   verify_files:
     description:

@@ -86,14 +86,24 @@ options:
         C(job_live) check fails).
       - Without it, a job is stalled when every GPU it holds shows 0% utilisation.
     type: path
-    version_added: 0.3.0
+    version_added: 0.2.0
   stall_after:
     description:
       - Seconds without the log growing after which a job counts as stalled. Raise it for a job that
         logs less often, or whose compile phase is longer.
     type: int
     default: 900
-    version_added: 0.3.0
+    version_added: 0.2.0
+  strict_baseline:
+    description:
+      - When V(true), packages installed beyond O(baseline) (the drift's C(extra), such as a leftover C(sglang)
+        or C(flashinfer-python)) fail the C(packages) check, so the venv must match the baseline exactly. The
+        installer's own tools (C(pip), C(setuptools), C(wheel)), which C(pip freeze) leaves out, are never extra.
+      - When V(false), only packages missing from the venv or at another version than the baseline fail it; the
+        extra ones are counted in its summary.
+    type: bool
+    default: false
+    version_added: 0.2.0
   brief:
     description:
       - Return only what the verify role records - RV(ready), RV(running_job), RV(checks), RV(gpus),
@@ -258,7 +268,7 @@ liveness:
       C(gpu), C(used_memory_mib)). Skipped without O(job_patterns).
   returned: unless O(brief=true) or O(record)
   type: dict
-  version_added: 0.3.0
+  version_added: 0.2.0
   sample: {state: running, pids: [1731], log: {path: /var/log/train.log, exists: true, size: 48213, mtime: 1764600000.0, age_s: 0.4},
            reason: null, stall_after: 900, leftovers: []}
 gpus:

@@ -56,7 +56,10 @@ SMI = "/opt/gpufleet/bin/nvidia-smi"
 JOB_RE = re.compile(r"^\S*python3? /opt/gpufleet/(train_dflash\.py|train-standin)")
 # Quick settings for every run: short grace and drain (the holders here exit at once or never),
 # no settling pause after the launch (the relaunch role waits for the GPU and the log anyway).
-QUICK = ["-e", "kill_grace_period=2", "-e", "kill_drain_timeout=15", "-e", "relaunch_settle_seconds=0"]
+# One batch and no failure budget: the faults hit several hosts of one run at once, and the run must
+# finish for the rest (remediate.yml's rolling defaults are tested in test_rolling.py).
+QUICK = ["-e", "kill_grace_period=2", "-e", "kill_drain_timeout=15", "-e", "relaunch_settle_seconds=0",
+         "-e", "gpufleet_batch=100%", "-e", "gpufleet_max_fail_percentage=100"]
 FAULTS = []  # (test, fault) pairs, counted for docs/reliability.md
 
 

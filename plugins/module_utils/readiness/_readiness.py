@@ -23,7 +23,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import DEFAULT_STALL_AFTER, liveness
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, find_processes
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv, inventory
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv, canonical_name, inventory
 
 # The readiness module's options (node_readiness takes the same, per container).
 ARGUMENT_SPEC = dict(
@@ -44,6 +44,7 @@ ARGUMENT_SPEC = dict(
     allow_running_job=dict(type="bool", default=False),
     job_log=dict(type="path"),
     stall_after=dict(type="int", default=DEFAULT_STALL_AFTER),
+    strict_baseline=dict(type="bool", default=False),
 )
 
 # The readiness module's own options on top of those (node_readiness has its own, for all its containers).
@@ -185,9 +186,12 @@ def check_gpu(gpu, job, allow_running_job):
 def check_venv(cuda):
     error = "reference" not in cuda
     bad = cuda.get("contaminants", [])
+    pending = cuda.get("restore_pending", [])
     cuda_version = cuda.get("reference", {}).get("cuda_version", "?")
     if error:
         summary = cuda.get("msg", "cuda_contamination failed")
+    elif pending and not bad:
+        summary = "a failed restore left files missing: %s" % " | ".join(p["problem"] for p in pending)
     elif not bad:
         summary = "%s packages consistent with CUDA %s" % (cuda.get("scanned", 0), cuda_version)
     else:
@@ -195,23 +199,32 @@ def check_venv(cuda):
         clobbered = len(cuda.get("clobbered", []))
         summary = "%d package(s) built for another CUDA than %s: %s%s" % (
             len(bad), cuda_version, listed, ("; %s file(s) of other packages overwritten" % clobbered) if clobbered > 0 else "")
-    return {"name": "venv_clean", "severity": "fail", "ok": not error and not bad, "error": error, "summary": summary}
+    ok = not error and not bad and not pending
+    return {"name": "venv_clean", "severity": "fail", "ok": ok, "error": error, "summary": summary}
 
 
-def check_packages(packages):
+# pip freeze leaves the installer's own tools out of a lock, and every venv may hold them.
+BASELINE_TOOLS = frozenset(("pip", "setuptools", "wheel", "distribute"))
+
+
+def check_packages(packages, strict=False):
+    """The baseline check: nothing missing, nothing at another version, every file as its RECORD
+    says; with ``strict`` nothing installed beyond the baseline either (its tools aside)."""
     error = "packages" not in packages
     drift = packages.get("drift", {"extra": [], "missing": [], "changed": []})
     integrity = packages.get("integrity", {"ok": True, "packages": []})
+    extra = [d for d in drift["extra"] if canonical_name(d["name"]) not in BASELINE_TOOLS]
     if error:
         summary = packages.get("msg", "pip_inventory failed")
     else:
-        summary = "%s packages; %d missing (%s), %d at another version (%s), %d not in the baseline%s" % (
+        summary = "%s packages; %d missing (%s), %d at another version (%s), %d not in the baseline%s%s" % (
             packages.get("count", 0),
             len(drift["missing"]), ", ".join(d["name"] for d in drift["missing"][:5]),
             len(drift["changed"]), ", ".join(d["name"] for d in drift["changed"][:5]),
             len(drift["extra"]),
+            ("; strict, so these fail: %s" % ", ".join(d["name"] for d in extra[:5])) if strict and extra else "",
             "" if integrity["ok"] else "; files differ from RECORD in " + ", ".join(d["name"] for d in integrity["packages"]))
-    ok = not error and not drift["missing"] and not drift["changed"] and bool(integrity["ok"])
+    ok = not error and not drift["missing"] and not drift["changed"] and bool(integrity["ok"]) and not (strict and extra)
     return {"name": "packages", "severity": "fail", "ok": ok, "error": error, "summary": summary}
 
 
@@ -255,7 +268,7 @@ def check_job(live, job):
             "state": state, "leftovers": [{"pid": h["pid"], "start_time": h["start_time"], "cmdline": h["cmdline"]} for h in leftovers]}
 
 
-def judge(result, allow_running_job):
+def judge(result, allow_running_job, strict_baseline=False):
     """The verify role's checks of one reading: [gpu_idle, job_live, venv_clean, packages,
     caches_fresh], a check whose read was skipped left out (job_live without job_patterns)."""
     checks = [check_gpu(result["gpu_state"], result["processes"], allow_running_job)]
@@ -264,7 +277,7 @@ def judge(result, allow_running_job):
     if not result["cuda_contamination"].get("skipped"):
         checks.append(check_venv(result["cuda_contamination"]))
     if not result["pip_inventory"].get("skipped"):
-        checks.append(check_packages(result["pip_inventory"]))
+        checks.append(check_packages(result["pip_inventory"], strict_baseline))
     if not result["torch_cache"].get("skipped"):
         checks.append(check_caches(result["torch_cache"]))
     return checks
@@ -305,7 +318,7 @@ def read(p, run, which, check_mode=False):
         raise crashed[0]
     result["gpu_state"] = gpu
     result["liveness"] = read_liveness(p, result)
-    result["checks"] = judge(result, p["allow_running_job"])
+    result["checks"] = judge(result, p["allow_running_job"], p.get("strict_baseline", False))
     result["ready"] = all(c["ok"] for c in result["checks"])
     result["running_job"] = bool(result["processes"].get("processes"))
     result["warnings"] = ["%s: %s" % (name, warning) for name in READS for warning in notes[name]]

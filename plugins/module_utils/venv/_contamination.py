@@ -10,10 +10,12 @@ Private to gpufleet.hygiene (leading underscore): not a public API. Standard lib
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 import time
 
@@ -59,6 +61,153 @@ class VenvLock(object):
     def __exit__(self, *exc):
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
+
+
+# A failed restore is remembered here until the files are back: root's own directory, outside
+# every venv and home, so that the venv's owner can neither forge nor erase the record (a
+# record in the venv, or in its parent, would be theirs to delete). One file per venv.
+STATE_DIR = "/var/lib/gpufleet-hygiene/restore"
+_STATE_MAX = 65536
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _trusted(st):
+    """Owned by root or by us, and no one else may write to it (a sticky directory such as /tmp
+    excepted: its children are checked in turn)."""
+    return st.st_uid in (0, os.geteuid()) and (not st.st_mode & 0o022 or st.st_mode & stat.S_ISVTX)
+
+
+def _state_dir_fd(create):
+    """STATE_DIR opened component by component from /, no symlink followed, each directory
+    trusted; None when it does not exist (and not ``create``)."""
+    fd = os.open("/", _DIR_FLAGS)
+    try:
+        for part in [p for p in STATE_DIR.split("/") if p]:
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    os.close(fd)
+                    return None
+                os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+            if not _trusted(os.fstat(fd)):
+                raise OSError(errno.EPERM, "%s is writable by another user than root" % part)
+        if os.fstat(fd).st_mode & 0o022:
+            raise OSError(errno.EPERM, "it is writable by another user than root")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class RestoreRecord(object):
+    """The packages of one venv that lost files in a removal and were not restored:
+    ``[{name, version}]``, kept in STATE_DIR until a read finds their files back."""
+
+    def __init__(self, venv):
+        import hashlib
+
+        self.venv = os.path.realpath(venv)
+        self.name = hashlib.sha256(self.venv.encode("utf-8", "surrogateescape")).hexdigest()[:32] + ".json"
+        self.where = os.path.join(STATE_DIR, self.name)
+
+    def load(self, problems):
+        import json
+
+        try:
+            dfd = _state_dir_fd(create=False)
+            if dfd is None:
+                return []
+            try:
+                fd = os.open(self.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
+            finally:
+                os.close(dfd)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            problems.append("the record of failed restores %s cannot be read: %s" % (self.where, exc.strerror or exc))
+            return []
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or not _trusted(st) or st.st_mode & 0o022 or st.st_size > _STATE_MAX:
+                problems.append("the record of failed restores %s is not a regular file of root's under %d bytes: "
+                                "ignored" % (self.where, _STATE_MAX))
+                return []
+            data = os.read(fd, _STATE_MAX + 1)
+        finally:
+            os.close(fd)
+        try:
+            doc = json.loads(data.decode("utf-8"))
+            entries = [(e["name"], e["version"]) for e in doc["packages"]] if doc.get("venv") == self.venv else []
+        except (ValueError, KeyError, TypeError, AttributeError):
+            problems.append("the record of failed restores %s is malformed: ignored" % self.where)
+            return []
+        return [(n, v) for n, v in entries if valid_project_name(n) and valid_version(v)]
+
+    def store(self, pins):
+        """Record ``pins`` ((name, version) pairs), or with none remove the record. Returns a
+        problem (text) when it cannot, else None."""
+        import json
+
+        try:
+            dfd = _state_dir_fd(create=bool(pins))
+            if dfd is None:
+                return None
+            try:
+                if not pins:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.name, dir_fd=dfd)
+                    return None
+                doc = {"venv": self.venv, "since": int(time.time()),
+                       "packages": [{"name": n, "version": v} for n, v in pins]}
+                tmp = ".%s.%d" % (self.name, os.getpid())
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                             0o644, dir_fd=dfd)
+                with os.fdopen(fd, "w") as f:
+                    json.dump(doc, f, sort_keys=True)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            return ("could not %s the record of failed restores %s (%s): run as root so that the next reads "
+                    "know the files are missing" % ("write" if pins else "clear", self.where, exc.strerror or exc))
+        return None
+
+
+def unrestored(dists, pins):
+    """Of ``pins`` ((name, version)), those whose files are not all back: ``[{name, version,
+    installed, missing, modified}]``, each package checked against its own RECORD."""
+    by_key = dict((d.key, d) for d in dists)
+    out = []
+    for name, version in pins:
+        dist = by_key.get(canonical_name(name))
+        if dist is None:
+            out.append({"name": name, "version": version, "installed": False, "missing": [], "modified": []})
+            continue
+        missing, modified, _checked = dist.verify()
+        if missing or modified:
+            out.append({"name": dist.name, "version": dist.version, "installed": True,
+                        "missing": missing, "modified": modified})
+    return out
+
+
+def _pending_problem(item):
+    if not item["installed"]:
+        what = "is not installed any more"
+    else:
+        files = item["missing"] + item["modified"]
+        what = "has %d file(s) missing or differing from its RECORD (%s%s)" % (
+            len(files), ", ".join(files[:5]), " and %d more" % (len(files) - 5) if len(files) > 5 else "")
+    return ("%s %s lost files when the packages that had overwritten them were removed, and their reinstall "
+            "failed: it %s. The venv stays not clean until they are back: reinstall it with find_links "
+            "(cuda_contamination remove=true find_links=<a directory holding %s==%s>, or pip install "
+            "--force-reinstall --no-deps --find-links <that directory> %s==%s)"
+            % (item["name"], item["version"], what, item["name"], item["version"], item["name"], item["version"]))
 
 
 # What a dist-info says is put on an installer's command line only when it is a package
@@ -108,6 +257,7 @@ class Contamination(object):
         self.sites = self.env.site_dirs
         root = os.path.realpath(self.venv) + os.sep
         self.own_sites = set(os.path.realpath(s) for s in self.sites if os.path.realpath(s).startswith(root))
+        self.restore_record = RestoreRecord(self.venv)
 
     def _run(self, argv):
         return self.run_cmd(argv)
@@ -119,17 +269,35 @@ class Contamination(object):
         problems = []
         for dist in dists:
             problems.extend(dist.problems)
+        pending = self.pending(dists, problems)
         result = {
             "reference": ref,
             "contaminants": contaminants,
             "clobbered": [dict((k, v) for k, v in c.items() if k != "file") for c in clobbered],
             "unknown": unknown,
-            "clean": not contaminants,
+            "restore_pending": pending,
+            "clean": not contaminants and not pending,
             "scanned": len(dists),
             "problems": problems,
             "warnings": warnings,
         }
         return result, dists, clobbered, shared
+
+    def pending(self, dists, problems):
+        """The packages a failed restore left without their files, each checked against its
+        RECORD (only those: a read stays cheap); the record is cleared once they are back."""
+        recorded = self.restore_record.load(problems)
+        if not recorded:
+            return []
+        pending = unrestored(dists, recorded)
+        if not pending and not self.check_mode:
+            cleared = self.restore_record.store([])
+            if cleared:
+                problems.append(cleared)
+        for item in pending:
+            item["problem"] = _pending_problem(item)
+            problems.append(item["problem"])
+        return pending
 
     def run(self, remove=False):
         """The cuda_contamination module's result: the scan, and with ``remove`` the removal.
@@ -205,14 +373,18 @@ class Contamination(object):
                 "and packages are removed only from one of those; give the training venv's own directory"
                 % (self.venv, os.path.realpath(self.venv)))
         remove, kept, preserve, reinstall = self.plan(dists, result["contaminants"], shared)
+        # What an earlier run failed to restore is reinstalled now, with or without a removal.
+        keys = set(d.key for d in reinstall)
+        pending = [(p["name"], p["version"]) for p in result["restore_pending"] if canonical_name(p["name"]) not in keys]
         result["kept"] = kept
         result["removed"] = [{"name": d.name, "version": d.version} for d in remove]
-        result["restored"] = [{"name": d.name, "version": d.version} for d in reinstall]
+        result["restored"] = [{"name": d.name, "version": d.version} for d in reinstall] + [
+            {"name": n, "version": v} for n, v in pending]
         result["preserved_files"] = len(preserve)
         before = _pkg_lines(dists)
         removing = set(d.key for d in remove)
         result["diff"] = {"before": before, "after": _pkg_lines([d for d in dists if d.key not in removing])}
-        if not remove:
+        if not remove and not pending:
             result["changed"] = False
             return result
         installer = Installer.choose(self.installer_pref, self.venv, self.python, self.sites, self.path_env)
@@ -221,9 +393,10 @@ class Contamination(object):
         if self.check_mode:
             return result
         with VenvLock(self.venv, self.lock_timeout):
-            return self._execute(result, dists, remove, preserve, reinstall, installer)
+            return self._execute(result, dists, remove, preserve, reinstall, installer, pending)
 
-    def _execute(self, result, dists, remove, preserve, reinstall, installer):
+    def _uninstall(self, remove, preserve, installer):
+        """Uninstall ``remove``, keeping the files in ``preserve`` that a remaining package needs."""
         stash = tempfile.mkdtemp(prefix=".gpufleet-preserve-", dir=self.venv)
         saved = []
         try:
@@ -244,6 +417,10 @@ class Contamination(object):
                     os.rename(target, path)
         finally:
             shutil.rmtree(stash, ignore_errors=True)
+        return rc, out, err
+
+    def _execute(self, result, dists, remove, preserve, reinstall, installer, pending):
+        rc, out, err = self._uninstall(remove, preserve, installer) if remove else (0, "", "")
 
         after = self.env.rescan()
         present = set(d.key for d in after)
@@ -252,7 +429,7 @@ class Contamination(object):
         result["removed"] = [{"name": d.name, "version": d.version} for d in removed]
         lost = [d for d in dists if d.key not in present and d not in remove]
 
-        pins = [(d.name, d.version) for d in reinstall if d.key in present or d in lost]
+        pins = [(d.name, d.version) for d in reinstall if d.key in present or d in lost] + pending
         restore_failed = None
         if pins:
             rargv = installer.reinstall(pins, self.find_links, self.no_index)
@@ -264,15 +441,19 @@ class Contamination(object):
         result["restored"] = [] if restore_failed else [{"name": n, "version": v} for n, v in pins]
         present = set(d.key for d in after)
         lost = [d.name for d in dists if d.key not in present and d not in remove]
-        damaged = []
-        for dist in after:
-            if dist.key in set(canonical_name(n) for n, _v in pins):
-                missing, modified, _checked = dist.verify()
-                if missing or modified:
-                    damaged.append("%s (%d missing, %d modified)" % (dist.name, len(missing), len(modified)))
+        # What is still not back is recorded (outside the venv) so that every later read reports
+        # it until it is; once all is back the record goes.
+        still = unrestored(after, pins)
+        recorded = self.restore_record.store([(p["name"], p["version"]) for p in still])
+        damaged = ["%s (%d missing, %d modified)" % (p["name"], len(p["missing"]), len(p["modified"]))
+                   for p in still if p["installed"]]
         new_result, _d, _c, _s = self.scan()
         result["clean"] = new_result["clean"]
         result["clobbered_after"] = new_result["clobbered"]
+        before_pending = set(item["problem"] for item in result["restore_pending"])
+        result["restore_pending"] = new_result["restore_pending"]
+        result["problems"] = [p for p in result["problems"] if p not in before_pending] + [
+            p for p in new_result["problems"] if p not in result["problems"]] + ([recorded] if recorded else [])
 
         errors = []
         if rc != 0 or failed:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._lockfile import LockError, parse_lock
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._names import canonical_name
 
 # re, csv, hashlib, base64 and json are imported where used: a plain inventory needs none
 # of them, and on a target every millisecond of start-up is paid per host.
@@ -40,15 +42,6 @@ def valid_version(version):
     that cannot be read as an option."""
     return (isinstance(version, str) and bool(version) and version[0] in _ALNUM
             and all(c in _VERSION_CHARS for c in version))
-
-
-def canonical_name(name):
-    """Normalise a project name as packaging.utils.canonicalize_name does (PEP 503):
-    runs of ``-``, ``_`` and ``.`` become one ``-``, and the name is lower-cased."""
-    out = name.lower().replace("_", "-").replace(".", "-")
-    while "--" in out:
-        out = out.replace("--", "-")
-    return out
 
 
 def _decode(data, what, problems):
@@ -503,46 +496,14 @@ class Venv(object):
         return self.distributions
 
 
-_REQ_LINE = r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)$"
-
-
 def parse_requirements(data, what):
-    """Parse a requirements / lock file (pip freeze, uv pip compile) into a dict.
-
-    ``{canonical_name: {"name": ..., "version": pinned version or None, "spec": text}}``.
-    Options (``-r``, ``--hash``, ``-e``), comments and environment markers are skipped.
-    """
-    import re
-
-    problems = []
-    text = _decode(data, what, problems)
-    if problems:
-        raise DistError(problems[0])
-    req_line = re.compile(_REQ_LINE)
-    wanted = {}
-    joined = text.replace("\\\n", " ")
-    for lineno, raw in enumerate(joined.splitlines(), 1):
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith(("#", "-")):
-            continue
-        line = line.split(";", 1)[0].strip()
-        line = re.sub(r"\s--hash[= ]\S+", "", line).strip()
-        if "@" in line and "==" not in line:
-            name = line.split("@", 1)[0].strip()
-            wanted[canonical_name(name)] = {"name": name, "version": None, "spec": line}
-            continue
-        match = req_line.match(line)
-        if not match:
-            raise DistError("%s line %d is not a requirement: %r" % (what, lineno, raw[:80]))
-        name, _extras, spec = match.groups()
-        spec = spec.strip()
-        version = None
-        if spec.startswith("==="):
-            version = spec[3:].strip()
-        elif spec.startswith("==") and "," not in spec and "*" not in spec:
-            version = spec[2:].strip()
-        wanted[canonical_name(name)] = {"name": name, "version": version, "spec": spec}
-    return wanted
+    """Parse a baseline (bytes): a requirements file (pip freeze, uv export, uv pip compile) or a
+    PEP 751 pylock.toml, into ``{canonical_name: {"name", "version" (pin or None), "spec"}}``;
+    see venv/_lockfile.py. A malformed one raises a DistError naming the file and the line."""
+    try:
+        return parse_lock(data, what)
+    except LockError as exc:
+        raise DistError(exc.msg) from exc
 
 
 def versions_match(pinned, installed):

@@ -23,6 +23,8 @@ from cuda_fixtures import (
 )
 from wheelmaker import build_shared_object, build_wheel
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination
 from ansible_collections.gpufleet.hygiene.plugins.modules import cuda_contamination, pip_inventory
 
 pytestmark = pytest.mark.slow
@@ -54,6 +56,14 @@ def names_versions(inv):
 @pytest.fixture(autouse=True)
 def uv_on_path(monkeypatch):
     monkeypatch.setenv("PATH", os.path.dirname(UV) + os.pathsep + os.environ.get("PATH", ""))
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path, monkeypatch):
+    """The record of failed restores, in this test's own directory instead of /var/lib."""
+    path = str(tmp_path / "state" / "restore")
+    monkeypatch.setattr(_contamination, "STATE_DIR", path)
+    return path
 
 
 def test_seed_environment_flags_exactly_the_cuda13_packages(run_module, seed_venv):
@@ -358,3 +368,92 @@ def test_removal_only_from_a_virtual_or_conda_environment(run_module, seed_venv)
     os.makedirs(os.path.join(seed_venv, "conda-meta"))
     check = run_module(cuda_contamination.main, dict(venv=seed_venv, remove=True), check_mode=True)
     assert not check.get("failed") and check["changed"], check
+
+
+@pytest.fixture
+def own_files(monkeypatch):
+    """Venvs whose files are their own: uv links installed files to its cache, and a test that
+    rewrites an installed file in place (the METADATA test above) rewrites them all."""
+    monkeypatch.setenv("UV_NO_CACHE", "1")
+
+
+def _readiness_read(venv):
+    p = dict((k, v.get("default")) for k, v in _readiness.ARGUMENT_SPEC.items())
+    p.update(venv=venv, verify_files=True, caches=False, require_gpu=False, nvidia_smi="/nonexistent/nvidia-smi")
+    env = _readiness.Venv(venv, _contamination_run)
+    return _readiness.read_venv(p, env, False, []), _readiness.read_packages(p, env)
+
+
+def _contamination_run(argv):
+    import subprocess
+
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_a_failed_restore_keeps_the_venv_not_clean_until_the_files_are_back(run_module, tmp_path, seed_wheels, state_dir, own_files):
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, seed_wheels, pins(SEED_BASE))
+    install(UV, venv, seed_wheels, ["nvidia-nccl-cu13==2.28.9"])
+    # No find_links and no index: the cu12 files the cu13 wheel overwrote cannot come back.
+    failed = run_module(cuda_contamination.main, dict(venv=venv, remove=True, no_index=True))
+    assert failed["failed"] and "could not reinstall nvidia-nccl-cu12==2.27.3" in failed["msg"]
+    assert [p["name"] for p in failed["restore_pending"]] == ["nvidia-nccl-cu12"]
+    assert failed["clean"] is False
+    records = os.listdir(state_dir)
+    assert len(records) == 1 and os.stat(os.path.join(state_dir, records[0])).st_uid == os.geteuid()
+
+    # Every later read says so, naming the missing file and the fix, as pip_inventory's check does.
+    for _ in range(2):
+        again = run_module(cuda_contamination.main, dict(venv=venv))
+        assert again["clean"] is False and again["contaminants"] == []
+        [pending] = again["restore_pending"]
+        problem = pending.pop("problem")
+        assert pending == {"name": "nvidia-nccl-cu12", "version": "2.27.3", "installed": True,
+                           "missing": ["nvidia/nccl/lib/libnccl.so.2"], "modified": []}
+        assert problem in again["problems"]
+        assert "nvidia/nccl/lib/libnccl.so.2" in problem and "reinstall it with find_links" in problem
+    files = inventory(run_module, venv, verify_files=True)["integrity"]["packages"]
+    assert [(p["name"], p["missing"]) for p in files] == [("nvidia-nccl-cu12", ["nvidia/nccl/lib/libnccl.so.2"])]
+    venv_check = _readiness.check_venv(_readiness_read(venv)[0])
+    assert venv_check["ok"] is False and "libnccl.so.2" in venv_check["summary"]
+
+    # A run with a wheel directory reinstalls it: clean again, the record gone.
+    fixed = run_module(cuda_contamination.main, dict(venv=venv, remove=True, find_links=seed_wheels, no_index=True))
+    assert not fixed.get("failed"), fixed
+    assert fixed["changed"] and fixed["removed"] == []
+    assert fixed["restored"] == [{"name": "nvidia-nccl-cu12", "version": "2.27.3"}]
+    assert fixed["clean"] is True and fixed["restore_pending"] == [] and fixed["problems"] == []
+    assert os.listdir(state_dir) == []
+    assert inventory(run_module, venv, verify_files=True)["integrity"]["ok"] is True
+    assert run_module(cuda_contamination.main, dict(venv=venv))["clean"] is True
+    assert _readiness.check_venv(_readiness_read(venv)[0])["ok"] is True
+    second = run_module(cuda_contamination.main, dict(venv=venv, remove=True, find_links=seed_wheels, no_index=True))
+    assert second["changed"] is False
+
+
+def test_files_put_back_by_hand_clear_the_record_on_the_next_read(run_module, tmp_path, seed_wheels, state_dir, own_files):
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, seed_wheels, pins(SEED_BASE))
+    install(UV, venv, seed_wheels, ["nvidia-nccl-cu13==2.28.9"])
+    assert run_module(cuda_contamination.main, dict(venv=venv, remove=True, no_index=True))["failed"]
+    assert run_module(cuda_contamination.main, dict(venv=venv), check_mode=True)["clean"] is False
+    subprocess_install = [UV, "pip", "install", "--quiet", "--python", os.path.join(venv, "bin", "python"), "--reinstall",
+                          "--no-deps", "--no-index", "--find-links", seed_wheels, "nvidia-nccl-cu12==2.27.3"]
+    assert _contamination_run(subprocess_install)[0] == 0
+    # Check mode reads and reports, and leaves the record to a real run.
+    assert run_module(cuda_contamination.main, dict(venv=venv), check_mode=True)["clean"] is True
+    assert len(os.listdir(state_dir)) == 1
+    assert run_module(cuda_contamination.main, dict(venv=venv))["clean"] is True
+    assert os.listdir(state_dir) == []
+
+
+def test_a_record_others_may_write_is_not_trusted(run_module, tmp_path, seed_wheels, state_dir, own_files):
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, seed_wheels, pins(SEED_BASE))
+    install(UV, venv, seed_wheels, ["nvidia-nccl-cu13==2.28.9"])
+    assert run_module(cuda_contamination.main, dict(venv=venv, remove=True, no_index=True))["failed"]
+    os.chmod(state_dir, 0o777)
+    result = run_module(cuda_contamination.main, dict(venv=venv))
+    assert result["restore_pending"] == []
+    assert any("cannot be read" in p and "writable by another user" in p for p in result["problems"]), result["problems"]
