@@ -282,11 +282,17 @@ def test_venv_without_python(run_module, tmp_path):
 def test_garbled_metadata_and_record_are_reported_not_fatal(run_module, seed_venv):
     site = inventory(run_module, seed_venv)["site_dirs"][0]
     meta = os.path.join(site, "safetensors-0.6.2.dist-info", "METADATA")
+    # New files, not writes through the installed ones: uv hard-links installed files to its cache,
+    # and a write in place would garble every later install of the same wheel.
+    os.unlink(meta)
     with open(meta, "wb") as f:
         f.write(b"Metadata-Version: 2.1\nName: safetensors\nVersion: 0.6.2\nSummary: caf\xe9 \xff\n\n")
     record = os.path.join(site, "nvidia_cudnn_cu13-9.19.0.56.dist-info", "RECORD")
-    with open(record, "ab") as f:
-        f.write(b'"unterminated,\xff\xfe\n')
+    with open(record, "rb") as f:
+        kept = f.read()
+    os.unlink(record)
+    with open(record, "wb") as f:
+        f.write(kept + b'"unterminated,\xff\xfe\n')
     result = run_module(cuda_contamination.main, dict(venv=seed_venv))
     assert not result.get("failed"), result
     assert any("safetensors-0.6.2.dist-info/METADATA is not valid UTF-8" in p for p in result["problems"])
@@ -372,8 +378,8 @@ def test_removal_only_from_a_virtual_or_conda_environment(run_module, seed_venv)
 
 @pytest.fixture
 def own_files(monkeypatch):
-    """Venvs whose files are their own: uv links installed files to its cache, and a test that
-    rewrites an installed file in place (the METADATA test above) rewrites them all."""
+    """Venvs whose files are their own: uv hard-links installed files to its cache, and these tests
+    take installed files away and put them back."""
     monkeypatch.setenv("UV_NO_CACHE", "1")
 
 
