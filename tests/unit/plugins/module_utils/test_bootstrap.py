@@ -27,7 +27,7 @@ def run_bootstrap(data):
 def test_the_payload_holds_exactly_what_the_reads_import():
     sources = _bootstrap.module_sources(_bootstrap.loaded_source)
     short = sorted(name.rsplit(".", 1)[1] for name in sources)
-    assert short == ["_bootstrap", "_contamination", "_cuda", "_dist", "_elf", "_errors", "_pkgtool", "_proc", "_query", "_readiness",
+    assert short == ["_bootstrap", "_contamination", "_cuda", "_dist", "_elf", "_errors", "_files", "_pkgtool", "_proc", "_query", "_readiness",
                      "_state", "_torch_cache"]
     # Nothing of Ansible travels or is needed in the container.
     assert not any("from ansible.module_utils" in src or "import ansible." in src for src in sources.values())
