@@ -121,6 +121,7 @@ class Contamination(object):
         self.lock_timeout = lock_timeout
         self.check_mode = check_mode
         self.path_env = path_env
+        self._identity = None
         clash = sorted(set(self.also_remove) & self.protect)
         if clash:
             raise DistError(
@@ -136,8 +137,7 @@ class Contamination(object):
     def _installer_run(self, argv):
         """An installer's argv run as whoever controls the venv (run_as()): root never runs a
         program, an interpreter or a .pth line that a user could have put there."""
-        identity = run_as(self.venv, self.python, sorted(self.own_sites), argv[0])
-        return privileged_run(identity, self.run_cmd)(argv)
+        return privileged_run(self._identity, self.run_cmd)(argv)
 
     def scan(self):
         dists = self.env.distributions
@@ -255,6 +255,8 @@ class Contamination(object):
                        "it" if len(blocking) == 1 else "them", "; ".join("rm -r -- %s" % shell_join([b]) for b in blocking),
                        "" if self.installer_pref == "uv" else ", or install pip into the venv, which passes over it"),
                     result)
+        # Who runs it is decided before anything changes: a venv no identity can run safely is refused.
+        self._identity = run_as(self.venv, self.python, sorted(self.own_sites), installer.uv or installer.python)
         result["changed"] = True
         result["installer"] = installer.tool
         if self.check_mode:
