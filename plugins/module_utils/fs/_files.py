@@ -113,9 +113,10 @@ def read_fd(fd, cap, what, problems, stop=None, seconds=READ_SECONDS):
     total = 0
     tail = b""
     keep = max(len(s) for s in stop) - 1 if stop else 0
-    while total < cap:
+    while True:
         try:
-            chunk = os.read(fd, min(_CHUNK, cap - total))
+            # One byte past the cap tells a file of exactly the cap from a larger one.
+            chunk = os.read(fd, min(_CHUNK, cap + 1 - total))
         except BlockingIOError:
             chunk = None
             time.sleep(0.01)
@@ -126,6 +127,9 @@ def read_fd(fd, cap, what, problems, stop=None, seconds=READ_SECONDS):
         if chunk:
             parts.append(chunk)
             total += len(chunk)
+            if total > cap:
+                problems.append("%s is larger than %d bytes: truncated at %d bytes" % (what, cap, cap))
+                return utf8_cut(b"".join(parts)[:cap])
             if stop:
                 # Look only at the new bytes and the few before them: linear in the file.
                 window = tail + chunk
@@ -135,8 +139,6 @@ def read_fd(fd, cap, what, problems, stop=None, seconds=READ_SECONDS):
         if time.monotonic() > deadline:
             problems.append("%s took more than %ss to read: cut at %d bytes" % (what, seconds, total))
             return utf8_cut(b"".join(parts))
-    problems.append("%s is larger than %d bytes: truncated at %d bytes" % (what, cap, cap))
-    return utf8_cut(b"".join(parts))
 
 
 def read_file(path, kind, problems, dir_fd=None, what=None, stop=None):
