@@ -41,6 +41,7 @@ CAPS = {
 READ_SECONDS = 10.0
 
 _CHUNK = 1 << 20
+_STOP_FIRST, _STOP_NEXT = 8 << 10, 64 << 10
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _KINDS_OF_FILE = (
     (stat.S_ISDIR, "a directory"),
@@ -70,6 +71,11 @@ def open_regular(path, dir_fd=None, what=None):
     """A file descriptor of ``path`` (relative to ``dir_fd`` when given), a regular file that is
     not a symbolic link; raises Skipped otherwise. Opening never blocks (a FIFO is refused after
     its O_NONBLOCK open, before any read)."""
+    return open_stat(path, dir_fd, what)[0]
+
+
+def open_stat(path, dir_fd=None, what=None):
+    """open_regular(), and the file's fstat: ``(fd, stat_result)``."""
     what = what or path
     try:
         fd = os.open(path, _FLAGS, dir_fd=dir_fd)
@@ -87,7 +93,7 @@ def open_regular(path, dir_fd=None, what=None):
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise Skipped("%s is %s, not a regular file: not read" % (what, _what(st.st_mode)))
-    return fd
+    return fd, st
 
 
 def utf8_cut(data):
@@ -104,11 +110,15 @@ def utf8_cut(data):
     return data if end - i >= need else data[:i]
 
 
-def read_fd(fd, cap, what, problems, stop=None, seconds=READ_SECONDS):
+def read_fd(fd, cap, what, problems, stop=None, seconds=READ_SECONDS, size=None):
     """At most ``cap`` bytes of an open regular file, in chunks, within ``seconds``. ``stop``
-    (a tuple of byte strings, such as blank lines): stop reading once one is seen. A cap or a
-    time bound that bites is said in ``problems``; the bytes read are returned whole-character."""
+    (a tuple of byte strings, such as blank lines): stop reading once one is seen. ``size``: the
+    file's size as fstat gave it, to read it in one call. A cap or a time bound that bites is
+    said in ``problems``; the bytes read are returned whole-character."""
     deadline = time.monotonic() + seconds
+    # Each read allocates what it asks for: ask for what the file holds (a small first read
+    # when only its beginning is wanted), not for the chunk size.
+    want = _STOP_FIRST if stop else (size + 1 if size is not None else _CHUNK)
     parts = []
     total = 0
     tail = b""
@@ -116,7 +126,7 @@ def read_fd(fd, cap, what, problems, stop=None, seconds=READ_SECONDS):
     while True:
         try:
             # One byte past the cap tells a file of exactly the cap from a larger one.
-            chunk = os.read(fd, min(_CHUNK, cap + 1 - total))
+            chunk = os.read(fd, min(want, cap + 1 - total))
         except BlockingIOError:
             chunk = None
             time.sleep(0.01)
@@ -127,6 +137,7 @@ def read_fd(fd, cap, what, problems, stop=None, seconds=READ_SECONDS):
         if chunk:
             parts.append(chunk)
             total += len(chunk)
+            want = _STOP_NEXT if stop else _CHUNK
             if total > cap:
                 problems.append("%s is larger than %d bytes: truncated at %d bytes" % (what, cap, cap))
                 return utf8_cut(b"".join(parts)[:cap])
@@ -146,12 +157,12 @@ def read_file(path, kind, problems, dir_fd=None, what=None, stop=None):
     skipped; why is appended to ``problems``. ``kind`` is a key of CAPS."""
     what = what or path
     try:
-        fd = open_regular(path, dir_fd, what)
+        fd, st = open_stat(path, dir_fd, what)
     except Skipped as exc:
         problems.append(exc.problem)
         return None
     try:
-        return read_fd(fd, CAPS[kind], what, problems, stop)
+        return read_fd(fd, CAPS[kind], what, problems, stop, size=st.st_size)
     except Skipped as exc:
         problems.append(exc.problem)
         return None

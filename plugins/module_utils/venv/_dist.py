@@ -18,7 +18,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors im
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import (
     Skipped,
     decode,
-    open_regular,
+    open_stat,
     read_file,
     read_optional,
     read_text,
@@ -188,15 +188,20 @@ def file_digest(path, algo="sha256"):
 
     h = hashlib.new(algo)
     try:
-        fd = open_regular(path)
+        fd, st = open_stat(path)
     except Skipped as exc:
         raise OSError(errno.EINVAL, exc.problem) from None
-    with os.fdopen(fd, "rb") as f:
+    try:
+        # Most files are small: one read of their size (and the byte that shows the end).
+        want = min(st.st_size + 1, 1 << 20)
         while True:
-            chunk = f.read(1 << 20)
+            chunk = os.read(fd, want)
             if not chunk:
                 break
             h.update(chunk)
+            want = 1 << 20
+    finally:
+        os.close(fd)
     return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
 
 
