@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import
     Venv,
     canonical_name,
     file_digest,
+    info_entries,
     valid_project_name,
     valid_version,
 )
@@ -77,17 +78,10 @@ def blocking_entries(sites):
     """The ``*.dist-info`` / ``*.egg-info`` entries of ``sites`` whose directory name is no
     ``name-version`` an installer can parse: uv refuses a whole venv that holds one."""
     found = []
-    for site in sites:
-        try:
-            names = sorted(os.listdir(site))
-        except OSError:
-            continue
-        for entry in names:
-            if not entry.endswith((".dist-info", ".egg-info")):
-                continue
-            name, _sep, version = entry.rsplit(".", 1)[0].partition("-")
-            if not valid_project_name(name) or (version and not valid_version(version.split("-", 1)[0])):
-                found.append(os.path.join(site, entry))
+    for site, entry in info_entries(sites):
+        name, _sep, version = entry.rsplit(".", 1)[0].partition("-")
+        if not valid_project_name(name) or (version and not valid_version(version.split("-", 1)[0])):
+            found.append(os.path.join(site, entry))
     return found
 
 

@@ -501,24 +501,29 @@ def iter_distributions(site_dirs):
     dists = []
     shadowed = []
     seen = {}
+    for site, entry in info_entries(site_dirs):
+        path = os.path.join(site, entry)
+        if not os.path.isdir(path):
+            continue
+        dist = Distribution(site, path)
+        if dist.key in seen:
+            shadowed.append(dist)
+            continue
+        seen[dist.key] = dist
+        dists.append(dist)
+    return dists, shadowed
+
+
+def info_entries(site_dirs):
+    """``(site, entry)`` of every ``*.dist-info`` / ``*.egg-info`` name in the site directories, in order."""
     for site in site_dirs:
         try:
             entries = sorted(os.listdir(site))
         except OSError:
             continue
         for entry in entries:
-            if not entry.endswith((".dist-info", ".egg-info")):
-                continue
-            path = os.path.join(site, entry)
-            if not os.path.isdir(path):
-                continue
-            dist = Distribution(site, path)
-            if dist.key in seen:
-                shadowed.append(dist)
-                continue
-            seen[dist.key] = dist
-            dists.append(dist)
-    return dists, shadowed
+            if entry.endswith((".dist-info", ".egg-info")):
+                yield site, entry
 
 
 class Venv(object):
