@@ -431,15 +431,18 @@ def test_hostile_files_in_a_venv_are_problems_not_hangs(fleet):
     info = SITE + "/hostile_pkg-1.0.dist-info"
     sh(fleet, 101, "mkdir %s && mkfifo %s/METADATA && ln -s /dev/zero %s/RECORD" % (info, info, info))
     try:
-        env = dict(fleet["env"], ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""))
+        env = dict(fleet["env"], ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+                   PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""))
         args = json.dumps({"venv": "/opt/venv", "require_gpu": False, "caches": False})
         start = time.monotonic()
         res = subprocess.run([os.path.join(VENV_BIN, "ansible"), "train-101", "-i", fleet["inventory"], "-m",
                               "gpufleet.hygiene.readiness", "-a", args], cwd=REPO, env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300, check=False)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300, check=False)
         elapsed = time.monotonic() - start
-        assert res.returncode == 0, res.stdout[-3000:]
-        result = json.JSONDecoder().raw_decode(res.stdout[res.stdout.index("=> {") + 3:])[0]
+        assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-3000:])
+        # The ad-hoc callback prints "<host> | SUCCESS => {the result as JSON}".
+        assert "train-101 | SUCCESS => {" in res.stdout, (res.stdout[:3000], res.stderr[-2000:])
+        result = json.JSONDecoder().raw_decode(res.stdout[res.stdout.index(" => {") + 4:])[0]
         problems = result["cuda_contamination"]["problems"]
         assert "hostile_pkg-1.0.dist-info/METADATA is a FIFO, not a regular file: not read" in problems
         assert "hostile_pkg-1.0.dist-info/RECORD is a symbolic link: not followed, not read" in problems
