@@ -311,12 +311,13 @@ class Contamination(object):
 
         errors = []
         if rc != 0 or failed:
+            # The installer's own words say what stopped it: no guess at a cause here.
             errors.append(
-                "the uninstall failed part-way (%s exited %s: %s): removed %s; still installed %s. Fix what %s "
-                "names and run again: the next run removes what is left and restores the files the removed "
-                "packages had overwritten"
-                % (installer.tool, rc, (err or out or "").strip()[:600] or "no message",
-                   ", ".join(d.name for d in removed) or "nothing", ", ".join(d.name for d in failed) or "nothing",
+                "the uninstall failed part-way (%s exited %s): removed %s; still installed %s: %s. Fix what %s names "
+                "and run again: the next run removes what is left and restores the files the removed packages had "
+                "overwritten"
+                % (installer.tool, rc, ", ".join(d.name for d in removed) or "nothing",
+                   ", ".join(d.name for d in failed) or "nothing", (err or out or "").strip()[:600] or "no message",
                    installer.tool))
         if restore_failed:
             rargv, text = restore_failed
