@@ -15,6 +15,7 @@ import errno
 import os
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import privileged_run, run_as
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import (
     Skipped,
     decode,
@@ -655,11 +656,16 @@ def inventory(venv, python, baseline, verify_files, run):
 
     ``run(argv)`` returns ``(rc, stdout, stderr)``; raises DistError.
     """
+    if not venv and python and os.path.isfile(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(python))), "pyvenv.cfg")):
+        # A venv's interpreter may be anyone's program: its venv is read from files instead.
+        venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
     if venv:
         env = Venv.of(venv, run)
         sites, dists, shadowed = env.site_dirs, env.distributions, env.shadowed
     else:
-        sites = interpreter_site_dirs(python, run)
+        # Another interpreter is run to ask its sys.path: as root only when root alone controls it.
+        real = os.path.realpath(python)
+        sites = interpreter_site_dirs(python, privileged_run(run_as(os.path.dirname(real), python, ()), run))
         dists, shadowed = iter_distributions(sites)
     result = {
         "changed": False,

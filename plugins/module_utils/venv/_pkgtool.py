@@ -85,7 +85,7 @@ def run_as(venv, python, site_dirs, program=None):
         for where, st in chain:
             if _others_write(st):
                 raise GpufleetError(
-                    "%s is writable by its group or by others: an installer would run what they can change there as "
+                    "%s is writable by its group or by others: a program would run what they can change there as "
                     "root; make it writable by its owner only (chmod go-w), or give the venv to its user (chown -R)"
                     % where)
     return None

@@ -263,6 +263,30 @@ def test_reading_a_system_site_venv_never_runs_its_interpreter(run_module, reach
     assert [c["name"] for c in scan["contaminants"]] == ["sglang-kernel"]
 
 
+def test_the_python_option_of_a_venv_reads_the_venv_without_running_it(run_module, reachable, seed_wheels):
+    venv, marker = hostile_venv(reachable, seed_wheels, system_site=True)
+    inv = run_module(pip_inventory.main, dict(python=os.path.join(venv, "bin", "python")))
+    assert not inv.get("failed") and {"torch", "sglang-kernel"} <= {p["name"] for p in inv["packages"]}, inv
+    assert ran_as(marker) == [] and inv["site_dirs"][0] == _dist.venv_site_dirs(venv)[0]
+
+
+def test_another_users_interpreter_is_asked_as_that_user(run_module, reachable):
+    """An interpreter outside any venv is run to ask its sys.path: as its owner when root does
+    not control it alone."""
+    python = os.path.join(reachable, "python3")
+    marker = os.path.join(reachable, "ran-as")
+    os.symlink("/usr/bin/python3.11", os.path.join(reachable, "python.real"))
+    with open(python, "w") as f:
+        f.write(marker_script(marker))
+    os.chmod(python, 0o755)
+    open(marker, "w").close()
+    for path in (python, marker):
+        os.chown(path, NOBODY, NOBODY)
+    inv = run_module(pip_inventory.main, dict(python=python))
+    assert not inv.get("failed"), inv
+    assert ran_as(marker) == [str(NOBODY)]
+
+
 def test_removal_runs_the_venv_own_programs_as_its_owner(run_module, reachable, seed_wheels):
     venv, marker = hostile_venv(reachable, seed_wheels, system_site=False)
     result = run_module(cuda_contamination.main, dict(venv=venv, remove=True))
