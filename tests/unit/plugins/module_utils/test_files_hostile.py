@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from cuda_fixtures import SEED_BASE, UV, install, make_venv, pins
+from cuda_fixtures import SEED_BASE, UV, make_venv, pins
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _files
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness
@@ -27,6 +27,13 @@ pytestmark = pytest.mark.slow
 
 BOUND = 5.0  # seconds: every hostile read below returns well within it
 NOBODY = 65534
+
+
+def install(uv, venv, wheel_dir, names):
+    """As cuda_fixtures.install, with the files copied: these tests change and chown installed
+    files, which uv would otherwise hard-link from its cache."""
+    subprocess.run([uv, "pip", "install", "--quiet", "--link-mode", "copy", "--python", os.path.join(venv, "bin", "python"),
+                    "--no-index", "--find-links", wheel_dir] + list(names), check=True)
 
 
 def run(argv):
@@ -65,6 +72,17 @@ def seeded(tmp_path, seed_wheels):
 def dist_info(site, key):
     [name] = [n for n in os.listdir(site) if n.lower().startswith(key + "-") and n.endswith(".dist-info")]
     return os.path.join(site, name)
+
+
+def rewrite(path, change):
+    """The file at ``path`` replaced by a new one holding ``change(its bytes)``. Never written in
+    place: uv hard-links installed files from its cache, and a write through the link would
+    change every later install of that wheel."""
+    with open(path, "rb") as f:
+        data = f.read()
+    os.remove(path)
+    with open(path, "wb") as f:
+        f.write(change(data))
 
 
 def replace(path, how):
@@ -130,18 +148,13 @@ def test_fifo_as_a_shared_object_listed_in_record(seeded):
     """DT_NEEDED is read from the *.so files RECORD lists: a FIFO there is skipped and said."""
     venv, site = seeded
     info = dist_info(site, "sglang_kernel")
-    with open(os.path.join(info, "RECORD"), "a") as f:
-        f.write("sgl_kernel/evil.so,sha256=AAAA,\n")
+    rewrite(os.path.join(info, "RECORD"), lambda data: data + b"sgl_kernel/evil.so,sha256=AAAA,\n")
     os.makedirs(os.path.join(site, "sgl_kernel"), exist_ok=True)
     os.mkfifo(os.path.join(site, "sgl_kernel", "evil.so"))
     # The label decides sglang-kernel first: a package without one is read down to its binaries.
     labelled = os.path.join(site, os.path.basename(info))
     os.rename(labelled, labelled.replace("+cu130", ""))
-    meta = os.path.join(labelled.replace("+cu130", ""), "METADATA")
-    with open(meta) as f:
-        text = f.read().replace("+cu130", "")
-    with open(meta, "w") as f:
-        f.write(text)
+    rewrite(os.path.join(labelled.replace("+cu130", ""), "METADATA"), lambda data: data.replace(b"+cu130", b""))
     result, _seconds = timed(lambda: Contamination(venv, run).scan()[0])
     assert "sgl_kernel/evil.so is a FIFO, not a regular file: not read" in result["problems"]
     inv, _seconds = timed(_dist.inventory, venv, None, None, True, run)  # verify_files hashes it: skipped too
@@ -153,11 +166,7 @@ def test_fifo_as_torch_version_py(seeded, tmp_path):
     """torch/version.py is read when torch's version has no label: a FIFO there is a problem."""
     venv, site = seeded
     info = dist_info(site, "torch")
-    meta = os.path.join(info, "METADATA")
-    with open(meta) as f:
-        text = f.read().replace("2.8.0+cu128", "2.8.0")
-    with open(meta, "w") as f:
-        f.write(text)
+    rewrite(os.path.join(info, "METADATA"), lambda data: data.replace(b"2.8.0+cu128", b"2.8.0"))
     replace(os.path.join(site, "torch", "version.py"), "fifo")
     result, _seconds = timed(lambda: Contamination(venv, run, expected_cuda="12.8").scan()[0])
     assert "torch/version.py is a FIFO, not a regular file: not read" in result["problems"]
@@ -166,9 +175,8 @@ def test_fifo_as_torch_version_py(seeded, tmp_path):
 def test_a_40_mb_metadata_without_a_blank_line_is_read_in_linear_time(seeded):
     venv, site = seeded
     info = dist_info(site, "sglang_kernel")
-    with open(os.path.join(info, "METADATA"), "wb") as f:
-        f.write(b"Metadata-Version: 2.1\nName: sglang-kernel\nVersion: 0.4.2.post2+cu130\n")
-        f.write(b"Description: " + b"a" * (40 << 20))
+    rewrite(os.path.join(info, "METADATA"), lambda _data: b"Metadata-Version: 2.1\nName: sglang-kernel\n"
+            b"Version: 0.4.2.post2+cu130\nDescription: " + b"a" * (40 << 20))
     result, seconds = timed(lambda: Contamination(venv, run).scan()[0])
     assert seconds < 2.0, seconds
     name = os.path.basename(info) + "/METADATA"
@@ -182,8 +190,7 @@ def test_the_readiness_read_has_a_deadline(seeded, tmp_path):
     (seconds of hashing on the test machine, which the left-behind thread then finishes)."""
     venv, site = seeded
     info = dist_info(site, "numpy")
-    with open(os.path.join(info, "RECORD"), "a") as f:
-        f.write("numpy/huge.bin,sha256=AAAA,\n")
+    rewrite(os.path.join(info, "RECORD"), lambda data: data + b"numpy/huge.bin,sha256=AAAA,\n")
     with open(os.path.join(site, "numpy", "huge.bin"), "wb") as f:
         f.truncate(1 << 30)
     defaults = {name: spec.get("default") for name, spec in _readiness.ARGUMENT_SPEC.items()}
@@ -226,11 +233,8 @@ def hostile_venv(root, seed_wheels, system_site, python="/usr/bin/python3.11"):
     install(UV, venv, seed_wheels, ["torch==2.8.0+cu128", "nvidia-cuda-runtime-cu12==12.8.90",
                                     "sglang-kernel==0.4.2.post2+cu130"])
     if system_site:
-        cfg = os.path.join(venv, "pyvenv.cfg")
-        with open(cfg) as f:
-            text = f.read().replace("include-system-site-packages = false", "include-system-site-packages = true")
-        with open(cfg, "w") as f:
-            f.write(text)
+        rewrite(os.path.join(venv, "pyvenv.cfg"),
+                lambda data: data.replace(b"include-system-site-packages = false", b"include-system-site-packages = true"))
     marker = os.path.join(root, "ran-as")
     real = os.path.realpath(os.path.join(venv, "bin", "python"))
     os.remove(os.path.join(venv, "bin", "python"))
