@@ -140,8 +140,11 @@ options:
     description:
       - Seconds one command (or one file transfer) may run before it is killed and the
         connection reported as failed. V(0) means no limit.
+      - The default bounds a container that never answers (frozen, its file system stalled) so
+        that it cannot hold a play forever; it is longer than any task of this collection takes
+        (a reinstall from a slow index included). Raise it for longer tasks of your own.
     type: int
-    default: 0
+    default: 1800
     vars:
       - name: ansible_pct_command_timeout
     env:

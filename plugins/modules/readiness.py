@@ -103,6 +103,15 @@ options:
         extra ones are counted in its summary.
     type: bool
     default: false
+  read_timeout:
+    description:
+      - Seconds all the reads together may take on the target. A read still running then (a
+        stalled file system under the venv, a hung driver) is reported failed with C(msg) naming
+        this option and is left behind; the others' results are kept, and the module returns.
+      - Each file of the venv is read with its own bound besides (a FIFO, a device or a symbolic
+        link is not read at all, see docs/contamination.md); this one bounds the whole reading.
+    type: float
+    default: 120
     version_added: 0.2.0
   brief:
     description:

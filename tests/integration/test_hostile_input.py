@@ -31,6 +31,7 @@ import os
 import re
 import secrets
 import subprocess
+import time
 
 import inputcounts
 import nothinglost
@@ -421,3 +422,32 @@ def test_decoys_survived_everything(fleet):
     assert sh(fleet, 100, "tmux has-session -t =notes && echo yes").strip() == "yes"
     no_sentinel(everywhere=True)
     assert re.fullmatch(r"gpufleetpwned[0-9a-f]{8}", TOKEN)
+
+
+def test_hostile_files_in_a_venv_are_problems_not_hangs(fleet):
+    """A container user's venv holding a FIFO as a METADATA and a RECORD linked to /dev/zero:
+    the readiness read over the real transport returns, within a bound, with both named in
+    its problems (it would block on the FIFO, or read /dev/zero forever, if it followed them)."""
+    info = SITE + "/hostile_pkg-1.0.dist-info"
+    sh(fleet, 101, "mkdir %s && mkfifo %s/METADATA && ln -s /dev/zero %s/RECORD" % (info, info, info))
+    try:
+        env = dict(fleet["env"], ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+                   PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""))
+        args = json.dumps({"venv": "/opt/venv", "require_gpu": False, "caches": False})
+        start = time.monotonic()
+        res = subprocess.run([os.path.join(VENV_BIN, "ansible"), "train-101", "-i", fleet["inventory"], "-m",
+                              "gpufleet.hygiene.readiness", "-a", args], cwd=REPO, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300, check=False)
+        elapsed = time.monotonic() - start
+        assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-3000:])
+        # The ad-hoc callback prints "<host> | SUCCESS => {the result as JSON}".
+        assert "train-101 | SUCCESS => {" in res.stdout, (res.stdout[:3000], res.stderr[-2000:])
+        result = json.JSONDecoder().raw_decode(res.stdout[res.stdout.index(" => {") + 4:])[0]
+        problems = result["cuda_contamination"]["problems"]
+        assert "hostile_pkg-1.0.dist-info/METADATA is a FIFO, not a regular file: not read" in problems
+        assert "hostile_pkg-1.0.dist-info/RECORD is a symbolic link: not followed, not read" in problems
+        assert result["cuda_contamination"]["reference"]["cuda_version"] == "12.8"
+        assert elapsed < 120, elapsed
+    finally:
+        sh(fleet, 101, "rm -rf %s" % info)
+    inputcounts.record("hostile-files", "fifo-and-dev-zero-in-venv", 1)

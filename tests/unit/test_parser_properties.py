@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache import _torch_cache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common import _hostlock
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _files
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _throughput as throughput
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
@@ -339,6 +340,91 @@ def test_pyvenv_cfg_and_pth_files_any_bytes(tmp_path_factory, data):
     (site / "x.pth").write_bytes(data)
     for path in _dist.pth_dirs(str(site)):
         assert os.path.isdir(path)
+
+
+# ------------------------------------------------- the same, through the real file layer
+# Files as a hostile user leaves them: any bytes, a FIFO (whose read would block), links to
+# /dev/zero (endless) or elsewhere, a directory, or more than the cap. Read through the file
+# layer the readers use: each is read or skipped with a problem, within the hang bound.
+
+FILE_SHAPES = st.one_of(
+    st.binary(max_size=600).map(lambda b: ("bytes", b)),
+    PATHOLOGICAL.map(lambda t: ("bytes", t.encode())),
+    st.sampled_from([("fifo", None), ("link", "/dev/zero"), ("link", "/etc/hostname"), ("dir", None), ("huge", None)]),
+)
+
+
+def _make(path, shape):
+    kind, data = shape
+    if kind == "bytes":
+        path.write_bytes(data)
+    elif kind == "fifo":
+        os.mkfifo(str(path))
+    elif kind == "link":
+        os.symlink(data, str(path))
+    elif kind == "dir":
+        path.mkdir()
+    else:  # past every cap but RECORD's, a multi-byte character across each cap
+        path.write_bytes(b"Name: torch\nVersion: 2.8.0\nSummary: " + "\u00e9\u20ac".encode() * ((_files.CAPS["metadata"] // 5) + 2))
+
+
+@settings(SETTINGS, max_examples=120)
+@given(FILE_SHAPES, FILE_SHAPES, FILE_SHAPES, FILE_SHAPES)
+def test_dist_info_files_of_any_kind_through_the_file_layer(tmp_path_factory, metadata, record, shared_object, version_py):
+    site = tmp_path_factory.mktemp("site")
+    info = site / "torch-2.8.0.dist-info"
+    info.mkdir()
+    _make(info / "METADATA", metadata)
+    # A readable RECORD always lists the shared object, so its shape is always met.
+    _make(info / "RECORD", ("bytes", b"torch/libx.so,sha256=AAAA,\n" + record[1]) if record[0] == "bytes" else record)
+    (site / "torch").mkdir()
+    _make(site / "torch" / "libx.so", shared_object)
+    _make(site / "torch" / "version.py", version_py)
+    dists, _shadowed = _dist.iter_distributions([str(site)])
+    [dist] = dists
+    _cuda.classify(dist)  # reads RECORD, then DT_NEEDED of its shared objects
+    _cuda.torch_reference(dists)  # reads torch/version.py (no label on this version)
+    missing, modified, _checked = dist.verify()
+    assert all(isinstance(p, str) for p in dist.problems)
+    for name, shape in (("METADATA", metadata), ("RECORD", record)):
+        said = [p for p in dist.problems if p.startswith("torch-2.8.0.dist-info/" + name)]
+        if shape[0] in ("fifo", "link", "dir"):
+            assert said and "not read" in said[0], dist.problems
+        if shape[0] == "bytes" and _valid_utf8(shape[1]):
+            assert not [p for p in said if "UTF-8" in p], dist.problems
+    if version_py[0] in ("fifo", "link", "dir") and dist.key == "torch":
+        assert [p for p in dist.problems if p.startswith("torch/version.py is ")], dist.problems
+    if record[0] == "bytes" and shared_object[0] in ("fifo", "link", "dir"):
+        assert "torch/libx.so" in modified, (missing, modified)
+
+
+def _valid_utf8(data):
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@settings(SETTINGS, max_examples=200)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=300), st.integers(1, 400))
+def test_a_capped_read_is_whole_characters_and_says_the_cut(tmp_path_factory, text, cap):
+    """Any valid UTF-8, any cap: the bytes read decode as UTF-8, are the file's first bytes, and
+    a cut is said as the reader's (truncated at N bytes), never as the file's fault."""
+    path = tmp_path_factory.mktemp("cap") / "f"
+    data = text.encode("utf-8")
+    path.write_bytes(data)
+    problems = []
+    fd = _files.open_regular(str(path))
+    try:
+        got = _files.read_fd(fd, cap, "f", problems)
+    finally:
+        os.close(fd)
+    assert data.startswith(got) and got.decode("utf-8") == text[:len(got.decode("utf-8"))]
+    if len(data) > cap:
+        assert problems == ["f is larger than %d bytes: truncated at %d bytes" % (cap, cap)] and len(got) > cap - 4
+    else:
+        assert problems == [] and got == data
 
 
 # --------------------------------------------------------------------------- CUDA labels

@@ -30,6 +30,7 @@ import re
 import stat
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import read_optional
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tree import (
     UnsafePath,
     clear,
@@ -604,7 +605,7 @@ def venv_fingerprint(venv, run):
     torch_version = None
     if torch is not None:
         # What torch.__version__ says (2.11.0+cu130), which its dist-info may not (2.11.0).
-        info = read_torch_version_py(torch.site_dir)
+        info = read_torch_version_py(torch.site_dir, torch.problems)
         torch_version = (info or {}).get("version") or torch.version
     return {
         "torch": torch_version,
@@ -622,16 +623,15 @@ def same_fingerprint(recorded, current):
 def read_marker(real_root):
     """``(fingerprint or None, problem or None)`` recorded in the root's marker."""
     path = os.path.join(real_root, MARKER)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
+    unread = []
+    data = read_optional(path, "marker", unread, what="it")
+    if unread:  # skipped, or larger than any marker written: not one
+        return None, f"marker {path} cannot be read: {unread[0]}; it is rewritten on the next clear"
+    if data is None:
         return None, None
-    except OSError as exc:
-        return None, f"marker {path} cannot be read: {exc.strerror}"
     try:
-        with os.fdopen(fd, "rb") as f:
-            data = json.loads(f.read(65536).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, OSError, RecursionError) as exc:
+        data = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         # RecursionError: nesting deeper than the parser's stack ("[[[[..."), no marker ever written.
         return None, f"marker {path} is not valid JSON ({exc}): it is rewritten on the next clear"
     fp = data.get("fingerprint") if isinstance(data, dict) else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import CACHE_NAMES, TorchCache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
@@ -45,6 +46,7 @@ ARGUMENT_SPEC = dict(
     job_log=dict(type="path"),
     stall_after=dict(type="int", default=DEFAULT_STALL_AFTER),
     strict_baseline=dict(type="bool", default=False),
+    read_timeout=dict(type="float", default=120),
 )
 
 # The readiness module's own options on top of those (node_readiness has its own, for all its containers).
@@ -61,6 +63,8 @@ def bad_option(p):
         return "command_timeout must be more than 0 (got %s)" % p["command_timeout"]
     if p["stall_after"] < 1:
         return "stall_after must be at least 1 second (got %s)" % p["stall_after"]
+    if p.get("read_timeout", 1) <= 0:
+        return "read_timeout must be more than 0 (got %s)" % p["read_timeout"]
     return None
 
 
@@ -283,43 +287,72 @@ def judge(result, allow_running_job, strict_baseline=False):
     return checks
 
 
+def _late(name, seconds):
+    return failed("%s did not finish within %ss (read_timeout): left unread; a file or a command on this host "
+                  "does not answer (see the other reads' problems)" % (name, seconds))
+
+
 def read(p, run, which, check_mode=False):
     """Every read of one container and their verdicts: the readiness module's result, with
-    ``warnings`` (each "<read>: <text>") for the caller to show. ``p`` are validated options."""
+    ``warnings`` (each "<read>: <text>") for the caller to show. ``p`` are validated options.
+
+    The reads run in two threads (the GPUs, and /proc then the venv) under one deadline,
+    ``read_timeout`` seconds: a read still running then is reported as failed and left behind,
+    so one container's stalled file system or driver never stalls the caller."""
     notes = {name: [] for name in READS}
     result = {"changed": False}
+    seconds = p.get("read_timeout") or ARGUMENT_SPEC["read_timeout"]["default"]
+    deadline = time.monotonic() + seconds
+    done = {}
+    lock = threading.Lock()
+    crashed = []
 
-    # The GPUs are read in a thread while this one scans /proc and the venv: nvidia-smi waits on
+    def keep(name, value):
+        with lock:
+            if not done.get("late"):
+                done[name] = value
+
+    # The GPUs are read in a thread while the other scans /proc and the venv: nvidia-smi waits on
     # the driver, and that wait overlaps the reading of files.
     nvidia_smi = p["nvidia_smi"] or which("nvidia-smi")
-    gpu = {}
-    crashed = []
 
     def read_gpus_into_gpu():
         try:
-            gpu.update(read_gpus(p, nvidia_smi, check_mode, notes["gpu_state"]))
-        except Exception as exc:  # noqa: BLE001 - raised again in the main thread, as gpu_state itself would
+            keep("gpu_state", read_gpus(p, nvidia_smi, check_mode, notes["gpu_state"]))
+        except Exception as exc:  # noqa: BLE001 - raised again in the calling thread, as gpu_state itself would
             crashed.append(exc)
 
-    reader = threading.Thread(target=read_gpus_into_gpu)
-    reader.start()
-    result["processes"] = read_processes(p, notes["processes"])
-    if p["venv"]:
-        env = Venv(p["venv"], run)
-        result["cuda_contamination"] = read_venv(p, env, check_mode, notes["cuda_contamination"])
-        result["pip_inventory"] = (read_packages(p, env) if p["baseline"] or p["verify_files"]
-                                   else skipped("neither baseline nor verify_files"))
-        result["torch_cache"] = read_caches(p, env, check_mode, notes["torch_cache"]) if p["caches"] else skipped("caches=false")
-    else:
-        for name in ("cuda_contamination", "pip_inventory", "torch_cache"):
-            result[name] = skipped("no venv")
-    reader.join()
+    def read_the_rest():
+        try:
+            keep("processes", read_processes(p, notes["processes"]))
+            if p["venv"]:
+                env = Venv(p["venv"], run)
+                keep("cuda_contamination", read_venv(p, env, check_mode, notes["cuda_contamination"]))
+                keep("pip_inventory", read_packages(p, env) if p["baseline"] or p["verify_files"]
+                     else skipped("neither baseline nor verify_files"))
+                keep("torch_cache", read_caches(p, env, check_mode, notes["torch_cache"]) if p["caches"] else skipped("caches=false"))
+            else:
+                for name in ("cuda_contamination", "pip_inventory", "torch_cache"):
+                    keep(name, skipped("no venv"))
+        except Exception as exc:  # noqa: BLE001 - raised again in the calling thread
+            crashed.append(exc)
+
+    # Daemon threads: one still blocked at the deadline does not keep the process alive.
+    readers = [threading.Thread(target=target, daemon=True) for target in (read_gpus_into_gpu, read_the_rest)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(max(0.0, deadline - time.monotonic()))
     if crashed:
         raise crashed[0]
-    result["gpu_state"] = gpu
+    with lock:
+        done["late"] = True
+        for name in READS:
+            result[name] = done[name] if name in done else _late(name, seconds)
     result["liveness"] = read_liveness(p, result)
     result["checks"] = judge(result, p["allow_running_job"], p.get("strict_baseline", False))
     result["ready"] = all(c["ok"] for c in result["checks"])
     result["running_job"] = bool(result["processes"].get("processes"))
-    result["warnings"] = ["%s: %s" % (name, warning) for name in READS for warning in notes[name]]
+    with lock:
+        result["warnings"] = ["%s: %s" % (name, warning) for name in READS for warning in list(notes[name])]
     return result

@@ -26,10 +26,17 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import
     Venv,
     canonical_name,
     file_digest,
+    info_entries,
     valid_project_name,
     valid_version,
 )
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import Installer, shell_join
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import (
+    Installer,
+    has_pip,
+    privileged_run,
+    run_as,
+    shell_join,
+)
 
 
 class VenvLock(object):
@@ -216,6 +223,17 @@ _UNSAFE = ("its metadata names it %r, version %r, which an installer would not r
            "not handed to uv or pip; remove that directory by hand")
 
 
+def blocking_entries(sites):
+    """The ``*.dist-info`` / ``*.egg-info`` entries of ``sites`` whose directory name is no
+    ``name-version`` an installer can parse: uv refuses a whole venv that holds one."""
+    found = []
+    for site, entry in info_entries(sites):
+        name, _sep, version = entry.rsplit(".", 1)[0].partition("-")
+        if not valid_project_name(name) or (version and not valid_version(version.split("-", 1)[0])):
+            found.append(os.path.join(site, entry))
+    return found
+
+
 def _pkg_lines(dists):
     return "".join("%s==%s\n" % (d.name, d.version) for d in sorted(dists, key=lambda d: d.key))
 
@@ -246,6 +264,7 @@ class Contamination(object):
         self.lock_timeout = lock_timeout
         self.check_mode = check_mode
         self.path_env = path_env
+        self._identity = None
         clash = sorted(set(self.also_remove) & self.protect)
         if clash:
             raise DistError(
@@ -259,14 +278,16 @@ class Contamination(object):
         self.own_sites = set(os.path.realpath(s) for s in self.sites if os.path.realpath(s).startswith(root))
         self.restore_record = RestoreRecord(self.venv)
 
-    def _run(self, argv):
-        return self.run_cmd(argv)
+    def _installer_run(self, argv):
+        """An installer's argv run as whoever controls the venv (run_as()): root never runs a
+        program, an interpreter or a .pth line that a user could have put there."""
+        return privileged_run(self._identity, self.run_cmd)(argv)
 
     def scan(self):
         dists = self.env.distributions
         ref, warnings = reference(dists, self.expected_cuda)
         contaminants, unknown, clobbered, shared = scan(dists, ref["cuda_major"], self.scan_binaries)
-        problems = []
+        problems = list(self.env.problems)
         for dist in dists:
             problems.extend(dist.problems)
         pending = self.pending(dists, problems)
@@ -388,6 +409,20 @@ class Contamination(object):
             result["changed"] = False
             return result
         installer = Installer.choose(self.installer_pref, self.venv, self.python, self.sites, self.path_env)
+        blocking = blocking_entries(sorted(self.own_sites))
+        if blocking and installer.tool == "uv":
+            if self.installer_pref == "auto" and has_pip(self.sites):
+                installer = Installer("pip", self.python)  # pip passes over such an entry; uv refuses the venv
+            else:
+                raise DistError(
+                    "uv refuses this venv because of %s, whose name is no package name-version; nothing was removed. "
+                    "Remove %s by hand (%s) and run again%s"
+                    % (", ".join(repr(os.path.basename(b)) for b in blocking),
+                       "it" if len(blocking) == 1 else "them", "; ".join("rm -r -- %s" % shell_join([b]) for b in blocking),
+                       "" if self.installer_pref == "uv" else ", or install pip into the venv, which passes over it"),
+                    result)
+        # Who runs it is decided before anything changes: a venv no identity can run safely is refused.
+        self._identity = run_as(self.venv, self.python, sorted(self.own_sites), installer.uv or installer.python)
         result["changed"] = True
         result["installer"] = installer.tool
         if self.check_mode:
@@ -408,7 +443,7 @@ class Contamination(object):
                     shutil.copy2(path, target)
                 saved.append((path, target))
             argv = installer.uninstall([d.name for d in remove])
-            rc, out, err = self._run(argv)
+            rc, out, err = self._installer_run(argv)
             for path, target in saved:
                 if not os.path.lexists(path):
                     parent = os.path.dirname(path)
@@ -433,7 +468,7 @@ class Contamination(object):
         restore_failed = None
         if pins:
             rargv = installer.reinstall(pins, self.find_links, self.no_index)
-            rrc, rout, rerr = self._run(rargv)
+            rrc, rout, rerr = self._installer_run(rargv)
             if rrc != 0:
                 restore_failed = (rargv, (rerr or rout or "").strip())
         after = self.env.rescan()
@@ -457,12 +492,14 @@ class Contamination(object):
 
         errors = []
         if rc != 0 or failed:
+            # The installer's own words say what stopped it: no guess at a cause here.
             errors.append(
-                "the uninstall failed part-way (%s exited %s): removed %s; still installed %s: %s. Fix what "
-                "stopped it (a read-only or immutable file, a full disk, see the error above) and run again: the "
-                "next run removes what is left and restores the files the removed packages had overwritten"
+                "the uninstall failed part-way (%s exited %s): removed %s; still installed %s: %s. Fix what %s names "
+                "and run again: the next run removes what is left and restores the files the removed packages had "
+                "overwritten"
                 % (installer.tool, rc, ", ".join(d.name for d in removed) or "nothing",
-                   ", ".join(d.name for d in failed) or "nothing", (err or out or "").strip()[:600]))
+                   ", ".join(d.name for d in failed) or "nothing", (err or out or "").strip()[:600] or "no message",
+                   installer.tool))
         if restore_failed:
             rargv, text = restore_failed
             hint = list(rargv)

@@ -23,6 +23,7 @@ import os
 import re
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import read_optional
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import canonical_name, file_digest
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._elf import dt_needed
 
@@ -134,18 +135,21 @@ def soname_cuda(soname):
     return int(match.group(2)) if match else None
 
 
-def read_torch_version_py(site_dir):
+def read_torch_version_py(site_dir, problems=None):
     """``torch/version.py`` of an installed torch, read as text, never imported.
 
     Returns ``{"version": ..., "cuda": ...}`` (each None when absent; ``cuda`` is "None" for
-    a CPU-only build), or None when the file cannot be read. ``version`` is what
-    ``torch.__version__`` says (``2.11.0+cu130``), which the dist-info may not (``2.11.0``).
+    a CPU-only build), or None when the file cannot be read (why is added to ``problems``,
+    once). ``version`` is what ``torch.__version__`` says (``2.11.0+cu130``), which the
+    dist-info may not (``2.11.0``).
     """
-    try:
-        with open(os.path.join(site_dir, "torch", "version.py"), "rb") as f:
-            text = f.read(65536).decode("utf-8", "replace")
-    except (IOError, OSError):
+    found = []
+    data = read_optional(os.path.join(site_dir, "torch", "version.py"), "torch_version", found, what="torch/version.py")
+    if problems is not None:
+        problems.extend(p for p in found if p not in problems)
+    if data is None:
         return None
+    text = data.decode("utf-8", "replace")
     version = _TORCH_VERSION_RE.search(text)
     cuda = _TORCH_CUDA_RE.search(text)
     return {
@@ -167,7 +171,7 @@ def torch_reference(dists):
     if found:
         major, version = found
         return major, version or str(major), "torch %s (local version label)" % torch.version
-    info = read_torch_version_py(torch.site_dir)
+    info = read_torch_version_py(torch.site_dir, torch.problems)
     if info is None:
         return "cpu" if is_cpu_label(torch.version) else None
     if not info["cuda"] or info["cuda"] == "None":
@@ -242,7 +246,7 @@ def classify(dist, scan_binaries=True):
         # shared objects, and reading them all would make one package most of the scan.
         found = 0
         for abs_path, rel in shared_objects:
-            for soname in dt_needed(abs_path) or ():
+            for soname in dt_needed(abs_path, dist.problems, rel) or ():
                 major = soname_cuda(soname)
                 if major is not None:
                     majors.setdefault(major, []).append("%s links %s (DT_NEEDED)" % (rel, soname))

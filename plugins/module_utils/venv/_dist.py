@@ -11,11 +11,21 @@ Standard library only: this runs on the target.
 
 from __future__ import annotations
 
+import errno
 import os
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._lockfile import LockError, parse_lock
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._names import canonical_name
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import privileged_run, run_as
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import (
+    Skipped,
+    decode,
+    open_stat,
+    read_file,
+    read_optional,
+    read_text,
+)
 
 # re, csv, hashlib, base64 and json are imported where used: a plain inventory needs none
 # of them, and on a target every millisecond of start-up is paid per host.
@@ -44,12 +54,16 @@ def valid_version(version):
             and all(c in _VERSION_CHARS for c in version))
 
 
-def _decode(data, what, problems):
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        problems.append("%s is not valid UTF-8 (%s); read it as Latin-1" % (what, exc.reason))
-        return data.decode("latin-1")
+_decode = decode
+
+# At most this many problems of one kind are listed per file (a garbled file of a million
+# lines is one problem and a count, not a million problems).
+_LISTED = 3
+
+
+def _count_more(problems, what, kind, count):
+    if count > _LISTED:
+        problems.append("%s has %d more %s" % (what, count - _LISTED, kind))
 
 
 def parse_metadata(data, what="METADATA", problems=None):
@@ -61,8 +75,14 @@ def parse_metadata(data, what="METADATA", problems=None):
     if problems is None:
         problems = []
     text = _decode(data, what, problems)
+    # Only the header block: cut at the first blank line before splitting (one pass each).
+    for blank in ("\n\n", "\r\n\r\n", "\r\r"):
+        end = text.find(blank)
+        if end >= 0:
+            text = text[:end]
     fields = {"requires_dist": []}
     last = None
+    malformed = 0
     for line in text.splitlines():
         if not line.strip():
             break
@@ -70,7 +90,9 @@ def parse_metadata(data, what="METADATA", problems=None):
             continue  # folded continuation of a long header: none we read is folded
         key, sep, value = line.partition(":")
         if not sep:
-            problems.append("%s has a malformed header line: %r" % (what, line[:80]))
+            malformed += 1
+            if malformed <= _LISTED:
+                problems.append("%s has a malformed header line: %r" % (what, line[:80]))
             last = None
             continue
         key = key.strip().lower()
@@ -82,6 +104,7 @@ def parse_metadata(data, what="METADATA", problems=None):
             fields["version"] = value
         elif key == "requires-dist":
             fields["requires_dist"].append(value)
+    _count_more(problems, what, "malformed header lines", malformed)
     return fields
 
 
@@ -115,6 +138,7 @@ def parse_record(data, what="RECORD", problems=None, site_dir=None):
     # Without a quote character no field holds a comma, and splitting from the right is
     # exact and cheaper than the csv module; otherwise let csv do the unquoting.
     reader = (line.rsplit(",", 2) for line in lines) if '"' not in text else csv.reader(lines)
+    bad = 0
     try:
         for lineno, row in enumerate(reader, 1):
             if not row or not row[0]:
@@ -125,13 +149,17 @@ def parse_record(data, what="RECORD", problems=None, site_dir=None):
             if n > 1 and row[1]:
                 algo, _sep, digest = row[1].partition("=")
                 if not digest:
-                    problems.append("%s line %d has a malformed hash %r" % (what, lineno, row[1][:40]))
+                    bad += 1
+                    if bad <= _LISTED:
+                        problems.append("%s line %d has a malformed hash %r" % (what, lineno, row[1][:40]))
                     algo = digest = None
             if n > 2 and row[2]:
                 if row[2].isdigit():
                     size = int(row[2])
                 else:
-                    problems.append("%s line %d has a malformed size %r" % (what, lineno, row[2][:20]))
+                    bad += 1
+                    if bad <= _LISTED:
+                        problems.append("%s line %d has a malformed size %r" % (what, lineno, row[2][:20]))
             if prefix is None:
                 append((path, algo, digest, size))
             elif path[0] == "/" or ".." in path or "./" in path or "//" in path:
@@ -140,21 +168,34 @@ def parse_record(data, what="RECORD", problems=None, site_dir=None):
                 append((prefix + path, path, algo, digest, size))
     except csv.Error as exc:
         problems.append("%s is not valid CSV: %s" % (what, exc))
+    _count_more(problems, what, "malformed hashes or sizes", bad)
     return rows
 
 
 def file_digest(path, algo="sha256"):
-    """Return the urlsafe-base64 digest (no padding) of a file, as RECORD writes it."""
+    """Return the urlsafe-base64 digest (no padding) of a file, as RECORD writes it.
+
+    A regular file only, never through a symbolic link (OSError otherwise: a FIFO listed in
+    RECORD would block the read forever, a link to /dev/zero never end)."""
     import base64
     import hashlib
 
     h = hashlib.new(algo)
-    with open(path, "rb") as f:
+    try:
+        fd, st = open_stat(path)
+    except Skipped as exc:
+        raise OSError(errno.EINVAL, exc.problem) from None
+    try:
+        # Most files are small: one read of their size (and the byte that shows the end).
+        want = min(st.st_size + 1, 1 << 20)
         while True:
-            chunk = f.read(1 << 20)
+            chunk = os.read(fd, want)
             if not chunk:
                 break
             h.update(chunk)
+            want = 1 << 20
+    finally:
+        os.close(fd)
     return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
 
 
@@ -167,12 +208,10 @@ class Distribution(object):
         self.problems = []
         self.is_egg_info = info_dir.endswith(".egg-info")
         meta_name = "PKG-INFO" if self.is_egg_info else "METADATA"
-        data = self._read(meta_name, headers_only=True)
-        if data is None:
-            fields = {"requires_dist": []}
-            self.problems.append("%s has no %s" % (os.path.basename(info_dir), meta_name))
-        else:
-            fields = parse_metadata(data, "%s/%s" % (os.path.basename(info_dir), meta_name), self.problems)
+        # The long description after the headers can be large: the read stops at the blank line.
+        data = self._read(meta_name, "metadata", stop=(b"\n\n", b"\r\n\r\n"))
+        what = "%s/%s" % (os.path.basename(info_dir), meta_name)
+        fields = {"requires_dist": []} if data is None else parse_metadata(data, what, self.problems)
         stem = os.path.basename(info_dir).rsplit(".", 1)[0]
         dir_name, _sep, dir_version = stem.partition("-")
         self.name = fields.get("name") or dir_name
@@ -186,36 +225,25 @@ class Distribution(object):
         self._paths = None
         self._installer = False
 
-    def _read(self, fname, headers_only=False):
-        try:
-            with open(os.path.join(self.info_dir, fname), "rb") as f:
-                if not headers_only:
-                    return f.read()
-                # The long description after the headers can be large: stop at the blank line.
-                data = f.read(8192)
-                while b"\n\n" not in data and b"\r\n\r\n" not in data:
-                    more = f.read(65536)
-                    if not more:
-                        break
-                    data += more
-                return data
-        except (IOError, OSError):
-            return None
+    def _read(self, fname, kind, stop=None, missing_ok=False):
+        """A file of the dist-info directory through the file layer; None (and a problem,
+        unless ``missing_ok`` and it does not exist) when it is skipped."""
+        what = "%s/%s" % (os.path.basename(self.info_dir), fname)
+        reader = read_optional if missing_ok else read_file
+        return reader(os.path.join(self.info_dir, fname), kind, self.problems, what=what, stop=stop)
 
     @property
     def installer(self):
         if self._installer is False:
-            data = self._read("INSTALLER")
+            data = self._read("INSTALLER", "installer", missing_ok=True)
             text = data.decode("utf-8", "replace").strip() if data is not None else ""
             self._installer = text or None
         return self._installer
 
     def _record_bytes(self):
         if self._record_data is None:
-            data = self._read("RECORD")
+            data = self._read("RECORD", "record", missing_ok=self.is_egg_info)
             if data is None:
-                if not self.is_egg_info:
-                    self.problems.append("%s has no RECORD" % os.path.basename(self.info_dir))
                 data = b""
             self._record_data = data
         return self._record_data
@@ -312,14 +340,12 @@ def venv_python(venv):
         "(recreate it with 'python3 -m venv %s' or 'uv venv %s')" % (venv, venv, venv))
 
 
-def read_pyvenv_cfg(venv):
+def read_pyvenv_cfg(venv, problems=None):
+    """pyvenv.cfg's keys (lower case) and values; {} when it is absent or skipped."""
     cfg = {}
-    try:
-        with open(os.path.join(venv, "pyvenv.cfg"), "rb") as f:
-            text = f.read().decode("utf-8", "replace")
-    except (IOError, OSError):
-        return cfg
-    for line in text.splitlines():
+    problems = [] if problems is None else problems
+    text = read_text(os.path.join(venv, "pyvenv.cfg"), "pyvenv_cfg", problems, what="pyvenv.cfg", missing_ok=True)
+    for line in (text or "").splitlines():
         key, sep, value = line.partition("=")
         if sep:
             cfg[key.strip().lower()] = value.strip()
@@ -354,7 +380,8 @@ def interpreter_site_dirs(python, run):
     """The directories an interpreter imports from (its sys.path), asked of it once.
 
     ``run(argv)`` returns ``(rc, stdout, stderr)``. -E keeps PYTHONPATH out, as a fresh
-    training process started from a clean environment would.
+    training process started from a clean environment would. Only for an interpreter the
+    user named (pip_inventory's ``python``), never a venv's own: see base_site_dirs().
     """
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
         raise DistError("python %s does not exist or is not executable" % python)
@@ -370,23 +397,60 @@ def interpreter_site_dirs(python, run):
     return [p for p in paths if p and os.path.isdir(p)]
 
 
-def pth_dirs(site):
+def _python_xy(cfg):
+    """``(X.Y, abiflags)`` from pyvenv.cfg's ``version_info`` (uv) or ``version`` (venv), or None."""
+    import re
+
+    for key in ("version_info", "version"):
+        match = re.match(r"^(\d+)\.(\d+)", cfg.get(key, ""))
+        if match:
+            return "%s.%s" % match.groups()
+    return None
+
+
+def base_site_dirs(cfg):
+    """The site directories of the base installation a venv was made from, derived from
+    pyvenv.cfg's ``home`` (the base interpreter's bin directory) and its version, by the
+    installation's layout: nothing is run. Returns ``(directories, problem or None)``.
+
+    Debian's interpreter reads dist-packages (``/usr/local/lib/python3.X/dist-packages``,
+    ``/usr/lib/python3/dist-packages``, ``/usr/lib/python3.X/dist-packages``), every other
+    build its ``<prefix>/lib/python3.X/site-packages``; only those that exist are kept, in the
+    order the interpreter would put them on sys.path.
+    """
+    home = cfg.get("home", "")
+    xy = _python_xy(cfg)
+    if not home or not os.path.isabs(home) or xy is None:
+        return [], ("pyvenv.cfg says include-system-site-packages = true but gives no absolute home (%r) or no "
+                    "version (%r): the base installation's packages are not read" % (home, cfg.get("version_info") or cfg.get("version")))
+    prefix = os.path.dirname(os.path.normpath(home))
+    names = ["python" + xy, "python" + xy + "t"]
+    candidates = [os.path.join(prefix, "local", "lib", n, "dist-packages") for n in names[:1]]
+    candidates.append(os.path.join(prefix, "lib", "python3", "dist-packages"))
+    for name in names:
+        for lib in ("lib", "lib64"):
+            candidates.append(os.path.join(prefix, lib, name, "dist-packages"))
+            candidates.append(os.path.join(prefix, lib, name, "site-packages"))
+    found = [c for c in candidates if os.path.isdir(c)]
+    if not found:
+        return [], "pyvenv.cfg's home %s has no site-packages or dist-packages beside it: the base installation's packages are not read" % home
+    return found, None
+
+
+def pth_dirs(site, problems=None):
     """Directories a site directory's ``*.pth`` files add to sys.path, as site.py does:
     each line that is not a comment or an ``import`` names a path relative to the site
     directory, added when it exists. A venv pointed at another environment's packages
     this way imports them, so they are part of what it runs."""
     found = []
+    problems = [] if problems is None else problems
     try:
         names = sorted(n for n in os.listdir(site) if n.endswith(".pth"))
     except OSError:
         return found
     for name in names:
-        try:
-            with open(os.path.join(site, name), "rb") as f:
-                text = f.read(65536).decode("utf-8", "replace")
-        except (IOError, OSError):
-            continue
-        for raw in text.splitlines():
+        text = read_text(os.path.join(site, name), "pth", problems, what=name)
+        for raw in (text or "").splitlines():
             line = raw.rstrip()
             if not line or line.startswith(("#", "import ", "import\t")):
                 continue
@@ -396,22 +460,27 @@ def pth_dirs(site):
     return found
 
 
-def environment_site_dirs(venv, python, run, own=None):
+def environment_site_dirs(venv, own=None, problems=None):
     """Where packages of a venv come from: its site-packages (``own``, found when not given)
     and the directories their ``.pth`` files add, then, when the venv was made with
-    --system-site-packages, the base interpreter's too (its sys.path, asked once)."""
+    --system-site-packages, the base installation's (base_site_dirs(): read, never run).
+    What could not be read is appended to ``problems``."""
+    problems = [] if problems is None else problems
     own = venv_site_dirs(venv) if own is None else own
     if not own:
         raise DistError("venv %s has no lib/python*/site-packages: it is not a virtual environment" % venv)
     sites = []
     for site in own:
-        for path in [site] + pth_dirs(site):
+        for path in [site] + pth_dirs(site, problems):
             if path not in sites:
                 sites.append(path)
-    cfg = read_pyvenv_cfg(venv)
+    cfg = read_pyvenv_cfg(venv, problems)
     if cfg.get("include-system-site-packages", "false").lower() == "true":
         seen = set(os.path.realpath(s) for s in sites)
-        for path in interpreter_site_dirs(python, run):
+        base, problem = base_site_dirs(cfg)
+        if problem:
+            problems.append(problem)
+        for path in base:
             if os.path.realpath(path) not in seen:
                 seen.add(os.path.realpath(path))
                 sites.append(path)
@@ -426,39 +495,46 @@ def iter_distributions(site_dirs):
     dists = []
     shadowed = []
     seen = {}
+    for site, entry in info_entries(site_dirs):
+        path = os.path.join(site, entry)
+        if not os.path.isdir(path):
+            continue
+        dist = Distribution(site, path)
+        if dist.key in seen:
+            shadowed.append(dist)
+            continue
+        seen[dist.key] = dist
+        dists.append(dist)
+    return dists, shadowed
+
+
+def info_entries(site_dirs):
+    """``(site, entry)`` of every ``*.dist-info`` / ``*.egg-info`` name in the site directories, in order."""
     for site in site_dirs:
         try:
             entries = sorted(os.listdir(site))
         except OSError:
             continue
         for entry in entries:
-            if not entry.endswith((".dist-info", ".egg-info")):
-                continue
-            path = os.path.join(site, entry)
-            if not os.path.isdir(path):
-                continue
-            dist = Distribution(site, path)
-            if dist.key in seen:
-                shadowed.append(dist)
-                continue
-            seen[dist.key] = dist
-            dists.append(dist)
-    return dists, shadowed
+            if entry.endswith((".dist-info", ".egg-info")):
+                yield site, entry
 
 
 class Venv(object):
     """One virtual environment, resolved once and handed to every reader of it (contamination,
     packages, caches): its interpreter, the directories its packages come from and the
-    distributions there, each found on first use and kept. The interpreter is started at most
-    once (only for --system-site-packages). A venv that cannot be resolved keeps its DistError
-    and raises it to each reader that asks, so each fails as it would alone.
+    distributions there, each found on first use and kept. Nothing of the venv is run to find
+    them (its interpreter may be anyone's program): they are read from files. A venv that cannot
+    be resolved keeps its DistError and raises it to each reader that asks, so each fails as it
+    would alone. ``problems``: what could not be read while resolving it (pyvenv.cfg, *.pth).
 
-    ``run(argv)`` returns ``(rc, stdout, stderr)``.
+    ``run(argv)`` returns ``(rc, stdout, stderr)``: given to the installers, never to the reads.
     """
 
     def __init__(self, path, run):
         self.path = path
         self.run = run
+        self.problems = []
         self._resolved = None  # (python, own site dirs, site dirs), or the DistError
         self._found = None  # (distributions, shadowed)
 
@@ -472,7 +548,7 @@ class Venv(object):
             try:
                 python = venv_python(self.path)
                 own = venv_site_dirs(self.path)
-                self._resolved = (python, own, environment_site_dirs(self.path, python, self.run, own))
+                self._resolved = (python, own, environment_site_dirs(self.path, own, self.problems))
             except DistError as exc:
                 self._resolved = exc
         if isinstance(self._resolved, DistError):
@@ -541,11 +617,16 @@ def inventory(venv, python, baseline, verify_files, run):
 
     ``run(argv)`` returns ``(rc, stdout, stderr)``; raises DistError.
     """
+    if not venv and python and os.path.isfile(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(python))), "pyvenv.cfg")):
+        # A venv's interpreter may be anyone's program: its venv is read from files instead.
+        venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
     if venv:
         env = Venv.of(venv, run)
         sites, dists, shadowed = env.site_dirs, env.distributions, env.shadowed
     else:
-        sites = interpreter_site_dirs(python, run)
+        # Another interpreter is run to ask its sys.path: as root only when root alone controls it.
+        real = os.path.realpath(python)
+        sites = interpreter_site_dirs(python, privileged_run(run_as(os.path.dirname(real), python, ()), run))
         dists, shadowed = iter_distributions(sites)
     result = {
         "changed": False,
@@ -555,11 +636,10 @@ def inventory(venv, python, baseline, verify_files, run):
         "shadowed": [d.as_dict() for d in shadowed],
     }
     if baseline:
-        try:
-            with open(baseline, "rb") as f:
-                data = f.read()
-        except (IOError, OSError) as exc:
-            raise DistError("baseline %s cannot be read: %s" % (baseline, exc.strerror or exc)) from exc
+        unread = []
+        data = read_file(baseline, "requirements", unread)
+        if data is None or unread:
+            raise DistError("baseline %s cannot be read: %s" % (baseline, unread[0]))
         result["drift"] = drift(dists, parse_requirements(data, baseline))
     if verify_files:
         problems, checked = [], 0
@@ -569,5 +649,5 @@ def inventory(venv, python, baseline, verify_files, run):
             if missing or modified:
                 problems.append({"name": dist.name, "version": dist.version, "missing": missing, "modified": modified})
         result["integrity"] = {"ok": not problems, "files_checked": checked, "packages": problems}
-    result["problems"] = [p for d in dists for p in d.problems]
+    result["problems"] = (env.problems if venv else []) + [p for d in dists for p in d.problems]
     return result

@@ -12,7 +12,10 @@ Private to gpufleet.hygiene (leading underscore): not a public API.
 
 from __future__ import annotations
 
+import os
 import struct
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import CAPS, Skipped, open_regular
 
 PT_LOAD = 1
 PT_DYNAMIC = 2
@@ -21,14 +24,24 @@ DT_NEEDED = 1
 DT_STRTAB = 5
 DT_STRSZ = 10
 
-_MAX_DYNAMIC = 1 << 20
-_MAX_STRTAB = 16 << 20
+_MAX_HEAD = CAPS["elf_header"]
+_MAX_DYNAMIC = CAPS["elf_dynamic"]
+_MAX_STRTAB = CAPS["elf_strtab"]
 
 
-def dt_needed(path):
-    """Return the list of DT_NEEDED sonames of ``path``; None if it is not a readable ELF."""
+def dt_needed(path, problems=None, what=None):
+    """Return the list of DT_NEEDED sonames of ``path``; None if it is not a readable ELF.
+
+    Opened through the file layer: a FIFO, a device or a symbolic link is not read, and why
+    is added to ``problems``."""
     try:
-        with open(path, "rb") as f:
+        fd = open_regular(path, what=what)
+    except Skipped as exc:
+        if problems is not None and not exc.problem.endswith(" does not exist"):
+            problems.append(exc.problem)
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
             return _read_needed(f)
     except (IOError, OSError, struct.error, ValueError, OverflowError, MemoryError):
         return None
@@ -36,7 +49,7 @@ def dt_needed(path):
 
 def _read_needed(f):
     # The ELF header and, in practice, the program headers sit in the first page: one read.
-    head = f.read(4096)
+    head = f.read(_MAX_HEAD)
     ident = head[:16]
     if len(ident) < 16 or ident[:4] != b"\x7fELF":
         return None
@@ -55,7 +68,7 @@ def _read_needed(f):
         dyn_fmt = end + "iI"
     phoff, phentsize, phnum = hdr[4], hdr[8], hdr[9]
     size = struct.calcsize(ph_fmt)
-    if not phoff or not phnum or phentsize < size or phnum > 4096:
+    if not phoff or not phnum or phentsize < size or phentsize > 256 or phnum > 4096:
         return None
     if phoff + phentsize * phnum <= len(head):
         table = head[phoff:phoff + phentsize * phnum]

@@ -13,20 +13,114 @@ from __future__ import annotations
 
 import os
 import shlex
+import stat
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 
 
-def find_uv(venv, path_env=None):
-    """uv beside the venv's python, else on PATH; None when absent."""
-    candidates = [os.path.join(venv, "bin", "uv")]
-    for entry in (path_env if path_env is not None else os.environ.get("PATH", "")).split(os.pathsep):
-        if entry:
-            candidates.append(os.path.join(entry, "uv"))
-    for cand in candidates:
-        if os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
+def _chain(path):
+    """``(path, lstat)`` of ``path`` and of every directory above it, up to /."""
+    path = os.path.abspath(path)
+    while True:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            st = None
+        if st is not None:
+            yield path, st
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
+def _others_write(st):
+    if stat.S_ISLNK(st.st_mode) or (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+        return False
+    return bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def untrusted(path):
+    """Why ``path`` and the directories above it could be changed by someone other than root
+    (an owner other than root, or group/other write without the sticky bit), or None."""
+    for where, st in _chain(path):
+        if st.st_uid != 0:
+            return "%s is owned by uid %d" % (where, st.st_uid)
+        if _others_write(st):
+            return "%s is writable by its group or by others" % where
     return None
+
+
+def find_uv(venv, path_env=None):
+    """A uv that only root can have put there (untrusted() of its real path is None), found on
+    PATH; else uv beside the venv's python, which runs as the venv's owner (run_as()); None
+    when neither."""
+    for entry in (path_env if path_env is not None else os.environ.get("PATH", "")).split(os.pathsep):
+        cand = os.path.join(entry, "uv") if entry else None
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK) and untrusted(os.path.realpath(cand)) is None:
+            return cand
+    own = os.path.join(venv, "bin", "uv")
+    if os.path.isfile(own) and os.access(own, os.X_OK):
+        return own
+    return None
+
+
+def run_as(venv, python, site_dirs, program=None):
+    """Who runs an installer on ``venv``: None (root, as now) when root alone controls the
+    venv, its interpreter (the real file and its directories), its own site-packages (their
+    ``.pth`` lines run at every start) and ``program``; else ``(uid, gid, why)`` of their
+    owner, so that nothing a user controls runs as root. A root-owned part that others may
+    write raises: no identity can run it safely."""
+    if os.geteuid() != 0:
+        return None
+    parts = [venv, os.path.join(venv, "bin"), python, os.path.realpath(python)] + list(site_dirs)
+    if program:
+        parts += [program, os.path.realpath(program)]
+    chains = [list(_chain(part)) for part in parts]
+    for chain in chains:
+        for where, st in chain:
+            if st.st_uid != 0:
+                return st.st_uid, st.st_gid, "%s is owned by uid %d" % (where, st.st_uid)
+    for chain in chains:
+        for where, st in chain:
+            if _others_write(st):
+                raise GpufleetError(
+                    "%s is writable by its group or by others: a program would run what they can change there as "
+                    "root; make it writable by its owner only (chmod go-w), or give the venv to its user (chown -R)"
+                    % where)
+    return None
+
+
+def privileged_run(identity, run):
+    """``run`` as is (identity None), or a run(argv) that drops to ``identity``'s uid and gid
+    (no supplementary groups) before executing argv, with that user's HOME."""
+    if identity is None:
+        return run
+    import pwd
+    import subprocess
+
+    uid, gid, _why = identity
+    try:
+        home = pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        home = "/"
+
+    def drop():
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+
+    def run_dropped(argv):
+        env = dict(os.environ, HOME=home)
+        env.pop("VIRTUAL_ENV", None)
+        try:
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=drop,
+                                  env=env, cwd="/", check=False)
+        except OSError as exc:
+            return 127, "", "%s could not be run as uid %d: %s" % (argv[0], uid, exc.strerror or exc)
+        return (proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
+
+    return run_dropped
 
 
 def has_pip(site_dirs):

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """One readiness read resolves its venv once: a REAL venv made with include-system-site-packages
-(whose interpreter must be asked for sys.path), REAL wheels installed by uv, a REAL interpreter
-started through the run() the read is given, counted."""
+(whose base installation's packages are found from pyvenv.cfg, by reading files), REAL wheels
+installed by uv; the run() the read is given counts every start of the venv's interpreter: none."""
 
 from __future__ import annotations
 
@@ -76,11 +76,22 @@ def options(rig):
     return dict(OPTIONS, venv=rig["venv"], baseline=rig["baseline"], cache_environment=env)
 
 
-def test_one_read_resolves_the_venv_once_and_starts_its_interpreter_once(system_venv, resolutions):
+def base_site_packages(venv):
+    """The base interpreter's site directories as it says itself (asked here, by the test)."""
+    home = _dist.read_pyvenv_cfg(venv)["home"]
+    python = os.path.join(home, "python3")
+    out = subprocess.run([python, "-E", "-c", "import json, sys; print(json.dumps(sys.path))"], capture_output=True,
+                         text=True, check=True).stdout
+    return [p for p in __import__("json").loads(out) if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)]
+
+
+def test_one_read_resolves_the_venv_once_and_never_starts_its_interpreter(system_venv, resolutions):
     os.makedirs(system_venv["caches"], exist_ok=True)
     run = Counted(system_venv["venv"])
     result = _readiness.read(options(system_venv), run, lambda name: None)
-    assert run.starts == 1 and resolutions == [system_venv["venv"]]
+    assert run.starts == 0 and resolutions == [system_venv["venv"]]
+    # The base installation's directories, derived from pyvenv.cfg, are those its interpreter uses.
+    assert result["pip_inventory"]["site_dirs"][1:] == base_site_packages(system_venv["venv"])
     # Each of the three readers read that venv, its base interpreter's packages included.
     inv = result["pip_inventory"]
     assert "failed" not in inv and len(inv["site_dirs"]) > 1
@@ -93,7 +104,7 @@ def test_one_read_resolves_the_venv_once_and_starts_its_interpreter_once(system_
     assert _dist.inventory(system_venv["venv"], None, system_venv["baseline"], False, alone) == inv
     assert Contamination(system_venv["venv"], alone).scan()[0]["reference"] == result["cuda_contamination"]["reference"]
     assert venv_fingerprint(system_venv["venv"], alone) == result["torch_cache"]["fingerprint"]
-    assert alone.starts == 3 and len(resolutions) == 4
+    assert alone.starts == 0 and len(resolutions) == 4
 
 
 def test_a_venv_that_cannot_be_resolved_fails_each_reader_alike_once(tmp_path, resolutions):
