@@ -73,14 +73,8 @@ options:
         elements: dict
         version_added: 0.3.0
         suboptions:
-          pid:
-            description: The process ID.
-            type: int
-            required: true
-          start_time:
-            description: Its start time when it was read.
-            type: int
-            required: true
+          pid: {description: The process ID., type: int, required: true}
+          start_time: {description: "Its start time when it was read (RV(processes[].start_time)).", type: int, required: true}
       tmux_session:
         description: As O(gpufleet.hygiene.gpu_state#module:scope.tmux_session) of M(gpufleet.hygiene.gpu_state).
         type: str
