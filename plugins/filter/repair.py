@@ -13,14 +13,17 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 # The checks that purging the venv and the compile caches can make pass.
 PURGED = ("venv_clean", "caches_fresh", "packages")
+# Where leftovers are stopped: on a host the role repairs, or beside a job left running too.
+LEFTOVERS = ("repaired", "always")
 
 
-def repair_plan(record, allow_running_job=False, repair_stalled=False):
-    """{repair, left, purge, failed, gpu_errors, stalled, leftovers} of a verify_result: a host is
+def repair_plan(record, allow_running_job=False, repair_stalled=False, leftovers="repaired"):
+    """{repair, left, purge, failed, gpu_errors, stalled, leftovers, leftover_pids} of a verify_result: a host is
     repaired unless it is ready, its GPUs cannot be read (a node fault no step repairs, and a repair
     could not be checked), or a job runs on it and running jobs are allowed (never touched then) -
     unless that job is stalled (job_live) and repair_stalled is true. ``leftovers`` are the GPU
-    holders whose job is gone that the repair stops (none when the host is left as it is)."""
+    holders whose job is gone that the repair stops, by PID and start time: on a host repaired, and
+    with ``leftovers="always"`` beside a job left running too; ``leftover_pids`` is their scope.pids."""
     if not isinstance(record, Mapping) or "checks" not in record:
         raise AnsibleFilterError("repair_plan: expects a verify_result (with its checks)")
     flags = {}
@@ -29,6 +32,8 @@ def repair_plan(record, allow_running_job=False, repair_stalled=False):
             flags[name] = boolean(value, strict=True)
         except TypeError:
             raise AnsibleFilterError("repair_plan: %s must be true or false, got %r" % (name, value)) from None
+    if leftovers not in LEFTOVERS:
+        raise AnsibleFilterError("repair_plan: leftovers must be one of %s, got %r" % (", ".join(LEFTOVERS), leftovers))
     live = next((c for c in record["checks"] if c.get("name") == "job_live"), {})
     stalled = live.get("state") == "stalled"
     checks = record["checks"]
@@ -42,9 +47,11 @@ def repair_plan(record, allow_running_job=False, repair_stalled=False):
         left = "running a stalled job" if stalled else "running a job"
     else:
         left = None
+    stop = left is None or (leftovers == "always" and left in ("running a job", "running a stalled job"))
+    found = list(live.get("leftovers") or []) if stop else []
     return {"repair": left is None, "left": left, "purge": any(name in PURGED for name in failed),
-            "failed": failed, "gpu_errors": gpu_errors, "stalled": stalled,
-            "leftovers": list(live.get("leftovers") or []) if left is None else []}
+            "failed": failed, "gpu_errors": gpu_errors, "stalled": stalled, "leftovers": found,
+            "leftover_pids": [{"pid": h["pid"], "start_time": h["start_time"]} for h in found]}
 
 
 class FilterModule(object):

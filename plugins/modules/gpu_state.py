@@ -86,6 +86,27 @@ options:
         description: Containers whose processes are in scope (O(vantage=node) only).
         type: list
         elements: int
+      pids:
+        description:
+          - Processes named as they were read, each by its C(pid) and its C(start_time) (clock ticks since
+            boot, field 22 of C(/proc/<pid>/stat), as the C(start_time) of RV(gpus[].processes) and the
+            M(gpufleet.hygiene.processes) module return it).
+          - A listed PID is in scope only while its start time is the listed one - a PID reused since the
+            read names another process and is left alone (in RV(out_of_scope), with the reason).
+          - The protection rule applies as to every scope - the init of a PID namespace and kernel threads
+            are never signalled.
+        type: list
+        elements: dict
+        version_added: 0.2.0
+        suboptions:
+          pid:
+            description: The process ID, as seen from where the module runs.
+            type: int
+            required: true
+          start_time:
+            description: Its start time when it was read.
+            type: int
+            required: true
       tmux_session:
         description:
           - The processes of this tmux session's panes and their descendants.

@@ -13,7 +13,7 @@ version_added: 0.1.0
 author: gpufleet.hygiene maintainers (@gpufleet)
 description:
   - Reads C(/proc) for the processes that match a scope (command line or name patterns, users, a
-    tmux session and its descendants) and returns them, with their start times.
+    tmux session and its descendants, PIDs with their start times) and returns them, with their start times.
   - With O(state=absent), stops them - SIGTERM, O(grace_period), then SIGKILL - checking before each
     signal that the PID still names the process that was chosen (its start time), so a PID reused in
     between is never signalled.
@@ -64,6 +64,17 @@ options:
         description: User names or numeric UIDs.
         type: list
         elements: str
+      pids:
+        description:
+          - As O(gpufleet.hygiene.gpu_state#module:scope.pids) of M(gpufleet.hygiene.gpu_state) - processes
+            named by C(pid) and C(start_time) as RV(processes[].start_time) returns them; a PID reused since
+            is not in scope.
+        type: list
+        elements: dict
+        version_added: 0.2.0
+        suboptions:
+          pid: {description: The process ID., type: int, required: true}
+          start_time: {description: "Its start time when it was read (RV(processes[].start_time)).", type: int, required: true}
       tmux_session:
         description: As O(gpufleet.hygiene.gpu_state#module:scope.tmux_session) of M(gpufleet.hygiene.gpu_state).
         type: str
@@ -103,6 +114,14 @@ EXAMPLES = r"""
     scope:
       cmdline: ['train_dflash\.py']
   register: job
+
+- name: Stop two processes read earlier, unless their PIDs were reused since
+  gpufleet.hygiene.processes:
+    scope:
+      pids:
+        - {pid: 4242, start_time: 1234567}
+        - {pid: 4250, start_time: 1234612}
+    state: absent
 
 - name: Stop what is left of it
   gpufleet.hygiene.processes:
@@ -191,7 +210,7 @@ def main():
     try:
         scope = Scope(**s)
         if scope.empty():
-            module.fail_json(msg="scope names no criterion: give cmdline, name, users or tmux_session")
+            module.fail_json(msg="scope names no criterion: give cmdline, name, users, pids or tmux_session")
         protected = []
         found = find_processes(scope, with_descendants=p["descendants"], protected=protected)
     except GpufleetError as exc:

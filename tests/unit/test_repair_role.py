@@ -50,8 +50,8 @@ def test_the_sequence_is_written_once():
 def test_remediate_and_hygiene_differ_only_in_policy():
     options = set(load(ROLE, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"])
     remediate, hygiene = first_play("remediate.yml"), first_play("hygiene.yml")
-    policy = {"repair_allow_running_job", "repair_stalled", "repair_relaunch", "repair_unreadable_gpus", "repair_fail_unrepaired",
-              "repair_run_name"}
+    policy = {"repair_allow_running_job", "repair_stalled", "repair_leftovers", "repair_relaunch", "repair_unreadable_gpus",
+              "repair_fail_unrepaired", "repair_run_name"}
     assert set(remediate["vars"]) == set(hygiene["vars"]) == policy and policy <= options
     # Hygiene never touches a running job, fails no host for a fault it only reports, relaunches nothing.
     assert hygiene["vars"]["repair_allow_running_job"] is True and hygiene["vars"]["repair_relaunch"] is False
@@ -63,6 +63,8 @@ def test_remediate_and_hygiene_differ_only_in_policy():
     # A stalled job is stopped only when the inventory asks, the same way in both.
     assert remediate["vars"]["repair_stalled"] == hygiene["vars"]["repair_stalled"]
     assert "gpufleet_repair_stalled" in remediate["vars"]["repair_stalled"]
+    # Leftovers beside a running job: remediate stops them, hygiene reports them.
+    assert (remediate["vars"]["repair_leftovers"], hygiene["vars"]["repair_leftovers"]) == ("always", "repaired")
     # The read is made with the policy's own value.
     for play in (remediate, hygiene):
         read = play["tasks"][0]

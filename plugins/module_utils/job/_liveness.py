@@ -10,8 +10,9 @@
   holds shows no utilisation (nvidia-smi's utilization.gpu, itself an average over the
   driver's last sample period). A log is the better witness: a job hung in a collective can
   keep its GPUs busy spinning.
-- **leftovers**: GPU holders that are neither a job process nor a descendant of one, whose
-  parent is the container's init (PID 1): workers whose job is gone, reparented to init.
+- **leftovers**: GPU holders that are neither a job process nor a descendant or an ancestor of
+  one, whose parent is the container's init (PID 1): workers whose job is gone, reparented to
+  init. Each carries its PID and start time, which the repair names it by.
 
 Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
 """
@@ -28,10 +29,12 @@ DEFAULT_STALL_AFTER = 900
 
 def _leftovers(job_pids, gpus, proc):
     out, seen = [], set()
+    # A holder the job runs under (a launcher that keeps a GPU open) is the job's, not left behind.
+    above = set().union(*(ancestors(pid, proc) for pid in job_pids)) if job_pids else set()
     for gpu in gpus:
         for h in gpu.get("processes", []):
             pid = h.get("pid")
-            if pid is None or pid in seen or pid in job_pids:
+            if pid is None or pid in seen or pid in job_pids or pid in above:
                 continue
             seen.add(pid)
             if ancestors(pid, proc) & job_pids:

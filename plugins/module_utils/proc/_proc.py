@@ -256,7 +256,8 @@ def find_processes(scope, proc=PROC, with_descendants=False, protected=None):
     own = ancestors(proc=proc)
     refused = [] if protected is None else protected
     found = []
-    for pid in sorted(all_pids(proc)):
+    # Every criterion must match: a scope that lists PIDs need not read the others.
+    for pid in sorted(scope.pids) if scope.pids else sorted(all_pids(proc)):
         info = describe(pid, proc)
         if info is None or info["kthread"]:
             continue  # gone, a zombie, or a kernel thread
@@ -515,6 +516,10 @@ def scope_options(vmids=False):
         tmux_session=dict(type="str"),
         tmux_socket=dict(type="path"),
         allow_broad=dict(type="bool", default=False),
+        pids=dict(type="list", elements="dict", options=dict(
+            pid=dict(type="int", required=True),
+            start_time=dict(type="int", required=True),
+        )),
     )
     if vmids:
         options["vmids"] = dict(type="list", elements="int")
@@ -526,10 +531,14 @@ class Scope(object):
     within one criterion any item may match (OR). An empty scope matches nothing.
 
     A pattern that matches the empty string is refused; one that matches an ordinary system
-    process (ordinary_processes()) is refused unless ``allow_broad``."""
+    process (ordinary_processes()) is refused unless ``allow_broad``.
+
+    ``pids`` names processes as they were read ({pid, start_time}): a listed PID is in scope only
+    while it names the process that was read (its start time, field 22 of /proc/<pid>/stat), so a
+    PID reused since is not."""
 
     def __init__(self, name=None, cmdline=None, users=None, vmids=None, tmux_session=None,
-                 tmux_socket=None, proc=PROC, allow_broad=False):
+                 tmux_socket=None, proc=PROC, allow_broad=False, pids=None):
         try:
             self.name = [re.compile(p) for p in (name or [])]
             self.cmdline = [re.compile(p) for p in (cmdline or [])]
@@ -548,6 +557,15 @@ class Scope(object):
             raise ProcError("scope.tmux_session %r %s" % (tmux_session, why))
         self.users = [str(u) for u in (users or [])]
         self.vmids = [int(v) for v in (vmids or [])]
+        self.pids = {}
+        for entry in pids or []:
+            try:
+                pid, started = int(entry["pid"]), int(entry["start_time"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ProcError("scope.pids: each entry needs an integer pid and start_time, got %r" % (entry,)) from exc
+            if pid < 1 or started < 0:
+                raise ProcError("scope.pids: pid must be at least 1 and start_time at least 0, got %r" % (entry,))
+            self.pids[pid] = started
         self.tmux_session = tmux_session
         self.tmux_socket = tmux_socket
         self.allow_broad = allow_broad
@@ -556,7 +574,7 @@ class Scope(object):
         self.notes = []
 
     def empty(self):
-        return not (self.name or self.cmdline or self.users or self.vmids or self.tmux_session)
+        return not (self.name or self.cmdline or self.users or self.vmids or self.tmux_session or self.pids)
 
     def user_matches(self, info):
         return str(info.get("uid")) in self.users or info.get("user") in self.users
@@ -574,6 +592,13 @@ class Scope(object):
         """(bool, reason) for a dict from describe()."""
         if self.empty():
             return False, "the scope is empty"
+        if self.pids:
+            pid = proc_info.get("pid")
+            if pid not in self.pids:
+                return False, "pid %s is not in scope.pids" % pid
+            if proc_info.get("start_time") != self.pids[pid]:
+                return False, "pid %s started at %s, not at the listed %s: the PID was reused" % (
+                    pid, proc_info.get("start_time"), self.pids[pid])
         if self.name and not any(rx.search(n) for rx in self.name for n in _names(proc_info, smi_name)):
             return False, "name does not match scope.name"
         if self.cmdline and not any(rx.search(proc_info.get("cmdline") or "") for rx in self.cmdline):

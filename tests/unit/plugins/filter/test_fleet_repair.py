@@ -178,3 +178,20 @@ def test_repair_plan_stops_leftovers_and_never_a_healthy_running_job():
     beside = dict(left_by_job, state="running")
     plan = _repair.repair_plan(dict(BRIEF, running_job=True, checks=[GPU_HELD, beside]), True, True)
     assert (plan["repair"], plan["left"], plan["leftovers"]) == (False, "running a job", [])
+
+
+@pytest.mark.parametrize("state, left", [("running", "running a job"), ("stalled", "running a stalled job")])
+def test_repair_plan_stops_leftovers_beside_a_job_only_when_always(state, left):
+    """leftovers=always (remediate): beside a job left running, the leftovers are stopped by PID
+    and start time, and the host is still not repaired (the job is not touched)."""
+    beside = dict(STALLED, state=state, leftovers=[LEFTOVER])
+    record = dict(BRIEF, running_job=True, checks=[GPU_HELD, beside])
+    plan = _repair.repair_plan(record, True, False, "always")
+    assert (plan["repair"], plan["left"], plan["leftovers"]) == (False, left, [LEFTOVER])
+    assert plan["leftover_pids"] == [{"pid": 9, "start_time": 123}]
+    assert _repair.repair_plan(record, True, False, "repaired")["leftovers"] == []
+    # Nothing is stopped on a host whose GPUs cannot be read, whatever the policy.
+    broken = dict(record, checks=[dict(GPU_HELD, error=True, summary="GPU is lost"), beside])
+    assert _repair.repair_plan(broken, True, False, "always")["leftovers"] == []
+    with pytest.raises(AnsibleFilterError, match="leftovers must be one of repaired, always"):
+        _repair.repair_plan(record, True, False, "sometimes")

@@ -214,6 +214,23 @@ def _alive(pid):
         return False
 
 
+def run_inside(init, tag, module, args):
+    """The module as Ansible runs it, entered into the PID namespace whose init has host PID
+    ``init``, as lxc-attach enters a container."""
+    path = os.path.join(MODULES, module + ".py")
+    argsfile = "/tmp/%s-args.json" % tag
+    with open(argsfile, "w") as f:
+        json.dump({"ANSIBLE_MODULE_ARGS": args}, f)
+    try:
+        out = subprocess.run(["nsenter", "-t", str(init), "--pid", "--mount", "--",
+                              sys.executable, path, argsfile], env=dict(os.environ, PYTHONPATH=COLLECTIONS),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=False)
+    finally:
+        os.unlink(argsfile)
+    assert out.stdout, out.stderr
+    return json.loads(out.stdout)
+
+
 class Namespace(object):
     """``unshare --pid --fork --mount-proc``: an init (PID 1 there), the job (PID 2) and its
     worker (PID 3, whose parent is PID 2), each with ``<tag>-<role>`` as its last argument."""
@@ -247,19 +264,7 @@ class Namespace(object):
         return "^%s \\S+ %s-(%s)" % (re.escape(sys.executable), re.escape(self.tag), roles)
 
     def run_inside(self, module, args):
-        """The module as Ansible runs it, entered into the namespace as lxc-attach enters a container."""
-        path = os.path.join(MODULES, module + ".py")
-        argsfile = "/tmp/%s-args.json" % self.tag
-        with open(argsfile, "w") as f:
-            json.dump({"ANSIBLE_MODULE_ARGS": args}, f)
-        try:
-            out = subprocess.run(["nsenter", "-t", str(self.host["init"]), "--pid", "--mount", "--",
-                                  sys.executable, path, argsfile], env=dict(os.environ, PYTHONPATH=COLLECTIONS),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=False)
-        finally:
-            os.unlink(argsfile)
-        assert out.stdout, out.stderr
-        return json.loads(out.stdout)
+        return run_inside(self.host["init"], self.tag, module, args)
 
     def close(self):
         self.unshare.kill()
@@ -343,6 +348,99 @@ def test_gpu_state_refuses_a_containers_init_holding_a_gpu(tmp_path, run_module)
         assert _alive(n.host["init"])
     finally:
         n.close()
+
+
+# --------------------------------------------------------------------------- scope.pids
+
+
+# PID 1 of a fresh namespace: starts a process (PID 2 there), and at each line read stops it and
+# makes the kernel give the next process the same PID (ns_last_pid), as PID reuse does.
+REUSE = """
+import os, subprocess, sys, time
+tag = sys.argv[1]
+proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", tag + "-first"])
+print(proc.pid, flush=True)
+sys.stdin.readline()
+proc.kill()
+proc.wait()
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+    f.write(str(proc.pid - 1))
+proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", tag + "-second"])
+print(proc.pid, flush=True)
+sys.stdin.readline()
+"""
+
+
+@NEEDS_ROOT
+def test_a_listed_pid_reused_by_another_process_is_not_signalled(tmp_path):
+    """Real PID reuse: the entry read for the first process names, after it exited, a second
+    process given the same PID. The second is out of scope and survives."""
+    tag = "gpufleet-test-%s" % uuid.uuid4().hex[:10]
+    script = tmp_path / "reuse.py"
+    script.write_text(REUSE)
+    ns = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable, str(script), tag],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        first = int(ns.stdout.readline())
+        [init] = _proc.children_map().get(ns.pid, [])
+        [read] = run_inside(init, tag, "processes", {"scope": {"cmdline": [re.escape(tag) + "-first$"]}})["processes"]
+        assert read["pid"] == first
+        ns.stdin.write("\n")
+        ns.stdin.flush()
+        assert int(ns.stdout.readline()) == first, "the kernel gave the second process the first one's PID"
+        res = run_inside(init, tag, "processes", {"scope": {"pids": [{"pid": first, "start_time": read["start_time"]}]},
+                                                  "state": "absent", "grace_period": 1})
+        assert not res.get("failed"), res
+        assert res["count"] == 0 and res["terminated"] == [] and res["changed"] is False
+        [now] = run_inside(init, tag, "processes", {"scope": {"cmdline": [re.escape(tag) + "-second$"]}})["processes"]
+        assert now["pid"] == first and now["start_time"] != read["start_time"]
+    finally:
+        ns.kill()
+        ns.wait()
+
+
+@NEEDS_ROOT
+def test_a_listed_namespace_init_or_kernel_thread_is_never_signalled(ns, run_module):
+    """scope.pids goes through the one protection rule: a container's init listed by its PID and
+    start time is refused, a kernel thread (the host's kthreadd) is never looked at."""
+    init = ns.host["init"]
+    entries = [{"pid": init, "start_time": _proc.start_time(init)}]
+    kthread = _proc.describe(2)
+    if kthread is not None and kthread["kthread"]:
+        entries.append({"pid": 2, "start_time": kthread["start_time"]})
+    res = run_module(processes.main, {"scope": {"pids": entries}, "state": "absent", "grace_period": 1})
+    assert res["count"] == 0 and res["terminated"] == []
+    assert [(p["pid"], "init of its container's PID namespace" in p["reason"]) for p in res["protected"]] == [(init, True)]
+    inside = ns.run_inside("processes", {"scope": {"pids": [{"pid": 1, "start_time": _proc.start_time(init)}]},
+                                         "state": "absent"})
+    assert inside["count"] == 0 and [p["pid"] for p in inside["protected"]] == [1]
+    assert _alive(init) and _alive(ns.host["job"])
+
+
+def test_gpu_state_stops_a_listed_holder_and_leaves_one_whose_start_time_differs(tmp_path, run_module):
+    """gpu_state's scope.pids: the holder listed with its start time is stopped; the one listed
+    with another start time (its PID reused since the read) is out of scope, with the reason."""
+    state = gpu_standin.make_state(tmp_path / "gpu", gpus=1, release_delay=0.1)
+    smi = gpu_standin.install_nvidia_smi(tmp_path / "bin", state)
+    code = "import os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); time.sleep(120)"
+    holders = [subprocess.Popen([sys.executable, "-c", code, gpu_standin.device(state, 0)]) for _i in range(2)]
+    try:
+        time.sleep(0.5)
+        listed, other = holders
+        scope = {"pids": [{"pid": listed.pid, "start_time": _proc.start_time(listed.pid)},
+                          {"pid": other.pid, "start_time": _proc.start_time(other.pid) + 1}]}
+        res = run_module(gpu_state.main, {
+            "nvidia_smi": smi, "vantage": "container", "state": "idle", "timeout": 0.5, "poll_interval": 0.05,
+            "device_patterns": [os.path.join(state, "dev", "nvidia*")], "scope": scope, "grace_period": 5})
+        assert [(t["pid"], t["outcome"]) for t in res["terminated"]] == [(listed.pid, "terminated")]
+        [left] = res["out_of_scope"]
+        assert left["pid"] == other.pid and "the PID was reused" in left["reason"]
+        assert listed.wait(timeout=5) == -15 and other.poll() is None
+    finally:
+        for h in holders:
+            if h.poll() is None:
+                h.kill()
+            h.wait()
 
 
 # --------------------------------------------------------------------------- the kill role

@@ -179,3 +179,55 @@ def test_process_naming_itself_with_bytes_that_are_not_utf8_is_still_seen(run_mo
     done = run_module(processes.main, {"scope": {"cmdline": [tag + "$"]}, "state": "absent", "grace_period": 5})
     assert done["terminated"][0]["outcome"] == "terminated"
     assert job.wait(timeout=5) == -15
+
+
+def _start_time(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def test_pids_scope_stops_the_listed_process_and_nothing_else(run_module, tag, procs):
+    """A process named by PID and start time, as a read returned it, is stopped; a process of
+    the same command line beside it is not listed and survives."""
+    job, twin = spawn(tag), spawn(tag)
+    procs += [job, twin]
+    time.sleep(0.2)
+    scope = {"pids": [{"pid": job.pid, "start_time": _start_time(job.pid)}]}
+    q = run_module(processes.main, {"scope": scope})
+    assert [(p["pid"], p["start_time"]) for p in q["processes"]] == [(job.pid, _start_time(job.pid))]
+    done = run_module(processes.main, {"scope": scope, "state": "absent", "grace_period": 5})
+    assert [(t["pid"], t["outcome"]) for t in done["terminated"]] == [(job.pid, "terminated")]
+    assert job.wait(timeout=5) == -15
+    assert twin.poll() is None, "a process not listed must survive"
+    again = run_module(processes.main, {"scope": scope, "state": "absent"})
+    assert again["changed"] is False and again["count"] == 0
+
+
+def test_a_listed_pid_whose_start_time_differs_is_not_signalled(run_module, tag, procs):
+    """The entry was read from an earlier process of that PID: the PID now names another one
+    (its start time differs), which is out of scope and never signalled."""
+    other = spawn(tag)
+    procs.append(other)
+    time.sleep(0.2)
+    stale = {"pid": other.pid, "start_time": _start_time(other.pid) - 1}
+    done = run_module(processes.main, {"scope": {"pids": [stale]}, "state": "absent", "grace_period": 1})
+    assert done["changed"] is False and done["count"] == 0 and done["terminated"] == []
+    time.sleep(0.2)
+    assert other.poll() is None
+
+
+def test_pids_combine_with_the_other_criteria_and_are_checked(run_module, tag, procs):
+    job = spawn(tag)
+    procs.append(job)
+    time.sleep(0.2)
+    entry = {"pid": job.pid, "start_time": _start_time(job.pid)}
+    # Every criterion must match: the listed PID is not in scope when its command line is not.
+    q = run_module(processes.main, {"scope": {"pids": [entry], "cmdline": [tag + "-not-this$"]}})
+    assert q["count"] == 0
+    q = run_module(processes.main, {"scope": {"pids": [entry], "cmdline": [tag + "$"]}})
+    assert [p["pid"] for p in q["processes"]] == [job.pid]
+    bad = run_module(processes.main, {"scope": {"pids": [{"pid": 0, "start_time": 5}]}})
+    assert bad["failed"] and "pid must be at least 1" in bad["msg"]
+    missing = run_module(processes.main, {"scope": {"pids": [{"pid": job.pid}]}})
+    assert missing["failed"] and "start_time" in missing["msg"]
+    assert job.poll() is None

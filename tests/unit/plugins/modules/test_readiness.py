@@ -552,8 +552,8 @@ def test_a_worker_whose_job_was_killed_is_a_leftover_and_is_stopped(run_module, 
         assert live["ok"] is False and live["state"] == "none" and res["ready"] is False
         assert [h["pid"] for h in live["leftovers"]] == [worker] and "--tag worker" in live["leftovers"][0]["cmdline"]
         assert "1 GPU holder(s) left by a job that is gone (parent is init): pid %d " % worker in live["summary"]
-        # What the repair role asks of processes: the leftover by its whole command line.
-        scope = {"cmdline": ["^" + re.escape(h["cmdline"]) + "$" for h in live["leftovers"]]}
+        # What the repair role asks of processes: the leftover by its PID and start time.
+        scope = {"pids": [{"pid": h["pid"], "start_time": h["start_time"]} for h in live["leftovers"]]}
         done = run_module(processes.main, {"scope": scope, "state": "absent", "grace_period": 5})
         assert [t["pid"] for t in done["terminated"]] == [worker]
         deadline = time.monotonic() + 10
