@@ -265,7 +265,7 @@ class GpuState(object):
 
     def _ensure_idle(self, result, selected, wanted, scope, grace, timeout, interval, check_mode):
         if scope is None or scope.empty():
-            raise ProcError("state=idle needs a scope (name, cmdline, users, vmids or tmux_session): "
+            raise ProcError("state=idle needs a scope (name, cmdline, users, vmids, pids or tmux_session): "
                             "the module never terminates processes outside one")
         own = ancestors(proc=self.proc)
         targets, out_of_scope, protected, seen = [], [], [], set()

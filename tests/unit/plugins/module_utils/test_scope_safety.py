@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -69,10 +70,17 @@ def everyday(tmp_path_factory):
         d = tmp_path_factory.mktemp("sshd")
         key = str(d / "host_key")
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
-        started = subprocess.Popen([shutil.which("sshd"), "-D", "-f", "/dev/null", "-h", key, "-p", "0",
-                                    "-o", "ListenAddress=127.0.0.1"], stderr=subprocess.DEVNULL)
-        time.sleep(0.5)
-        rows = real_processes()
+        with socket.socket() as probe:  # a free loopback port: sshd refuses port 0
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        started = subprocess.Popen([shutil.which("sshd"), "-D", "-f", "/dev/null", "-h", key, "-p", str(port),
+                                    "-o", "ListenAddress=127.0.0.1"], stderr=subprocess.PIPE)
+        for _ in range(50):
+            rows = real_processes()
+            if any(comm == "sshd" for comm, _a, _c in rows) or started.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert started.poll() is None, "sshd did not start: %s" % started.stderr.read().decode(errors="replace")
     assert any(comm == "sshd" for comm, _a, _c in rows), "no sshd to test against"
     yield rows
     if started is not None:
@@ -145,10 +153,17 @@ def test_the_broad_patterns_of_the_report_are_refused_and_nothing_is_signalled(r
 
 
 def test_allow_broad_is_passed_through_and_pid1_stays_protected(run_module):
-    res = run_module(processes.main, {"scope": {"cmdline": ["."], "allow_broad": True}, "state": "absent"},
-                     check_mode=True)
-    assert res["changed"] is True and res["count"] > 5
+    # Processes of its own that a broad scope must reach, whatever else runs on this machine.
+    decoys = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) for _ in range(3)]
+    try:
+        res = run_module(processes.main, {"scope": {"cmdline": ["."], "allow_broad": True}, "state": "absent"},
+                         check_mode=True)
+    finally:
+        for decoy in decoys:
+            decoy.kill()
+            decoy.wait()
     pids = {p["pid"] for p in res["processes"]}
+    assert res["changed"] is True and {d.pid for d in decoys} <= pids
     assert 1 not in pids and os.getpid() not in pids
     reasons = {p["pid"]: p["reason"] for p in res["protected"]}
     assert "init of the node's PID namespace" in reasons[1]
