@@ -74,12 +74,13 @@ def parse_metadata(data, what="METADATA", problems=None):
     """
     if problems is None:
         problems = []
-    text = _decode(data, what, problems)
-    # Only the header block: cut at the first blank line before splitting (one pass each).
-    for blank in ("\n\n", "\r\n\r\n", "\r\r"):
-        end = text.find(blank)
+    # Only the header block, cut at the first blank line before decoding: the body (the long
+    # description) is never read, so a body that is not UTF-8 is not this file's problem here.
+    for blank in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        end = data.find(blank)
         if end >= 0:
-            text = text[:end]
+            data = data[:end]
+    text = _decode(data, what, problems)
     fields = {"requires_dist": []}
     last = None
     malformed = 0

@@ -57,3 +57,17 @@ def test_common_and_unusual_rows():
     ]
     assert [rel for _abs, rel in cheap] == expected
     assert cheap[1][0] == os.path.normpath(os.path.join(os.path.dirname(cheap[0][0]), "..", "..", "..", "bin", "torchrun"))
+
+
+def test_a_body_that_is_not_utf8_is_no_problem_of_the_headers():
+    # As typer's METADATA on a real GPU machine: headers fine, the long description ending in
+    # the first byte of a three-byte character. Only the headers are read, so nothing is blamed.
+    data = (b"Metadata-Version: 2.4\nName: typer\nVersion: 0.27.2\nRequires-Dist: click>=8.0.0\n\n"
+            b"# Typer \xe2\x9c\xa8 done\n" + b"x" * 1000 + b"\xe2\x9c")
+    problems = []
+    fields = _dist.parse_metadata(data, "typer-0.27.2.dist-info/METADATA", problems)
+    assert (fields["name"], fields["version"], fields["requires_dist"]) == ("typer", "0.27.2", ["click>=8.0.0"])
+    assert problems == []
+    # A header that is not UTF-8 still is.
+    _dist.parse_metadata(b"Name: caf\xe9\nVersion: 1\n\nbody", "m", problems)
+    assert problems and "not valid UTF-8" in problems[0]
