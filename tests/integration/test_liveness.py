@@ -86,11 +86,19 @@ class Container(object):
             assert time.monotonic() < deadline, "timed out waiting for %s" % what
             time.sleep(0.2)
 
-    def clean(self):
-        """Leave the container as the fleet made it: no job, no tmux server, no job log."""
+    def gpu_used(self):
+        """MiB used on the container's GPUs, as its nvidia-smi reports them."""
+        out = self.sh("nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits")
+        return sum(int(v) for v in out.split())
+
+    def clean(self, used_before):
+        """Leave the container as the fleet made it: no job, no tmux server, no job log, and its
+        GPU memory back to what it was (the driver frees it a moment after a holder dies, and the
+        next test's reads must not see it still held)."""
         for pid in self.jobs() + [int(p) for p in self.sh("cat /root/liveness-pids 2>/dev/null || true").split()]:
             self.sh("kill -9 %d 2>/dev/null || true" % pid)
         self.sh("tmux kill-server 2>/dev/null || true; rm -f %s /root/liveness-pids" % LOG)
+        self.wait(lambda: self.gpu_used() <= used_before, "the GPU memory of %s released" % self.name)
 
 
 def _flat(text):
@@ -106,6 +114,7 @@ def scene(fleet, ansible_cli, tmp_path_factory):
     extra = work / "expect-cuda.yml"  # this fleet's venvs hold no torch: the CUDA they are held to
     extra.write_text(json.dumps({"all": {"hosts": {c.name: {"gpufleet_expected_cuda": "12.8"} for c in (stalled, beside)}}}))
     seen = {"stalled": stalled, "beside": beside}
+    used_before = {c.name: c.gpu_used() for c in (stalled, beside)}
 
     def playbook(name, *args):
         return ansible_cli("ansible-playbook", "-i", INVENTORY, "-i", str(extra), os.path.join(PLAYBOOKS, name),
@@ -151,7 +160,7 @@ def scene(fleet, ansible_cli, tmp_path_factory):
         yield seen
     finally:
         for c in (stalled, beside):
-            c.clean()
+            c.clean(used_before[c.name])
 
 
 def test_preflight_reports_the_stalled_job_and_the_leftover(scene):
