@@ -14,8 +14,8 @@ description:
   - ansible-core runs every task of every host in a worker process forked from the controller's
     main process. It loads its own connection plugins before the first fork, but not a
     collection's, so every worker imports P(gpufleet.hygiene.pct#connection) again and parses its
-    documentation for its options - about 20 ms of CPU per host and task on a 2-core controller,
-    over two seconds of a preflight of 32 containers there.
+    documentation for its options, once per host and task (the cost is measured in the
+    collection's docs/benchmarks.md).
   - This callback loads the C(gpufleet.hygiene.pct) connection plugin in the main process when the
     playbook starts, so that every worker inherits it. It prints nothing and changes no result.
   - The P(gpufleet.hygiene.proxmox_lxc#inventory) inventory plugin does the same after discovery;

@@ -5,9 +5,9 @@
 
 ansible-core forks a worker for every host and task. Before the first fork it loads its own
 connection plugins (and so defines their options), but not a collection's: each worker then
-imports gpufleet.hygiene.pct again and parses its documentation for its options, about 20 ms
-of CPU per host and task (docs/benchmarks.md). Loaded here once, before the forks, every worker
-inherits it. Callers: the proxmox_lxc inventory plugin and the preload callback.
+imports gpufleet.hygiene.pct again and parses its documentation for its options, a cost paid
+per host and task (measured in docs/benchmarks.md). Loaded here once, before the forks, every
+worker inherits it. Callers: the proxmox_lxc inventory plugin and the preload callback.
 """
 
 from __future__ import annotations

@@ -234,7 +234,7 @@ def container_main(head):
         if head.get("brief"):
             result = __import__(RECORD, fromlist=["brief"]).brief(result, args)
     except Exception as exc:  # noqa: BLE001 - reported to the sender as this target's failure, with the traceback
-        import traceback  # only now: importing it costs every target a few ms
+        import traceback  # only now: a read that succeeds never needs it
 
         result = {"changed": False, "failed": True, "msg": "readiness failed in the container: %s: %s" % (type(exc).__name__, exc),
                   "exception": traceback.format_exc()}
