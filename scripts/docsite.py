@@ -5,7 +5,7 @@
 """Build the collection's documentation site (antsibull-docs, then Sphinx) and check it.
 
     python scripts/docsite.py DEST     the site in DEST/html; fails on any Sphinx warning and
-                                       when a module, plugin, role or extra doc has no page
+                                       when a module, plugin, role, extra doc or guide has no page
 
 Run from the repository root with .venv's tools (ansible.cfg resolves the collection from the
 checkout). Nothing is fetched: references to Ansible's own documentation resolve through a
@@ -14,8 +14,10 @@ small local inventory of the labels antsibull-docs' pages use.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +39,59 @@ ANSIBLE_LABELS = [
     ("common_return_values", "std:label", "reference_appendices/common_return_values.html"),
     ("ansible_configuration_settings", "std:label", "reference_appendices/config.html"),
 ] + [("%s_plugins" % kind, "std:label", "plugins/%s.html" % kind) for kind in ("action", "callback", "connection", "inventory", "filter")]
+
+
+DOCS = os.path.join(ROOT, "docs")
+# The Markdown guides in docs/ render (MyST) as pages under docsite/guides/, beside guides.rst whose
+# toctree names them; the images and data they link to go with them.
+GUIDES_DIR = ("docsite", "guides")
+GUIDE_ASSETS = ("img", "data")
+# A Markdown link's target: ](target) or ](target "title"), possibly after a line break.
+LINK = re.compile(r"(\]\(\s*)([^)\s#]+)")
+
+
+def guides():
+    """Every guide, relative to docs/, without its .md."""
+    return sorted(os.path.relpath(p, DOCS)[:-3] for p in glob.glob(os.path.join(DOCS, "**", "*.md"), recursive=True))
+
+
+def repository():
+    with open(os.path.join(ROOT, "galaxy.yml")) as f:
+        return yaml.safe_load(f)["repository"].rstrip("/")
+
+
+def copy_guides(rst):
+    """Copy the guides into the Sphinx source tree; a link to a file of the repository outside docs/
+    (../README.md, a source file) points at that file in the repository instead."""
+    dest = os.path.join(rst, *GUIDES_DIR)
+    for asset in GUIDE_ASSETS:
+        shutil.copytree(os.path.join(DOCS, asset), os.path.join(dest, asset))
+    base = repository() + "/blob/main/"
+
+    def outside(name):
+        def rewrite(m):
+            target = m.group(2)
+            if "://" in target or target.startswith("mailto:"):
+                return m.group(0)
+            path = os.path.normpath(os.path.join(os.path.dirname(os.path.join(DOCS, name)), target))
+            if os.path.commonpath([path, DOCS]) == DOCS:
+                return m.group(0)
+            return m.group(1) + base + os.path.relpath(path, ROOT)
+        return rewrite
+
+    # guides.rst names each guide as ``docs/NAME.md`` (it reads so wherever the extra docs are shown);
+    # on the site each name links to the guide's page, and a toctree holds them all.
+    page = os.path.join(rst, *GUIDES_DIR) + ".rst"
+    with open(page) as f:
+        text = re.sub(r"^``docs/(\S+)\.md``$", r":doc:`%s/\1`" % GUIDES_DIR[1], f.read(), flags=re.MULTILINE)
+    with open(page, "w") as f:
+        f.write(text + "\n.. toctree::\n   :hidden:\n\n" + "".join("   %s/%s\n" % (GUIDES_DIR[1], g) for g in guides()))
+    for guide in guides():
+        with open(os.path.join(DOCS, guide + ".md")) as f:
+            text = LINK.sub(outside(guide + ".md"), f.read())
+        os.makedirs(os.path.dirname(os.path.join(dest, guide)), exist_ok=True)
+        with open(os.path.join(dest, guide + ".md"), "w") as f:
+            f.write(text)
 
 
 def ansible_envvars():
@@ -79,6 +134,7 @@ def expected_pages():
         for section in yaml.safe_load(f)["sections"]:
             for entry in section["toctree"]:
                 pages.add("docsite/%s.html" % (entry["ref"] if isinstance(entry, dict) else entry))
+    pages |= {"/".join(GUIDES_DIR + (g + ".html",)) for g in guides()}
     return pages
 
 
@@ -95,10 +151,13 @@ def main(dest):
     write_inventory(inventory)
     with open(os.path.join(src, "conf.py"), "a") as f:
         f.write("\nintersphinx_mapping = {'ansible_devel': (%r, %r)}\n" % (ANSIBLE_DOCS, inventory))
+        # The guides are Markdown; links between them name a heading by its GitHub-style slug.
+        f.write("extensions.append('myst_parser')\nmyst_heading_anchors = 6\n")
     rst = os.path.join(src, "rst")
     os.chmod(rst, 0o755)  # antsibull-docs wants its output folder writable by itself alone
     run(os.path.join(BIN, "antsibull-docs"), "--config-file", "antsibull-docs.cfg", "collection", "--cleanup", "everything",
         "--fail-on-error", "--use-current", "--squash-hierarchy", "--dest-dir", "rst", COLLECTION, cwd=src)
+    copy_guides(rst)
     html = os.path.join(dest, "html")
     run(os.path.join(BIN, "sphinx-build"), "-b", "html", "-c", src, "-W", "--keep-going", "-q", rst, html)
     built = {os.path.relpath(os.path.join(d, n), html) for d, _dirs, names in os.walk(html) for n in names if n.endswith(".html")}
