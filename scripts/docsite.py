@@ -38,7 +38,9 @@ ANSIBLE_DOCS = "https://docs.ansible.com/projects/ansible/devel/"
 ANSIBLE_LABELS = [
     ("common_return_values", "std:label", "reference_appendices/common_return_values.html"),
     ("ansible_configuration_settings", "std:label", "reference_appendices/config.html"),
-] + [("%s_plugins" % kind, "std:label", "plugins/%s.html" % kind) for kind in ("action", "callback", "connection", "inventory", "filter")]
+] + [("%s_plugins" % kind, "std:label", "plugins/%s.html" % kind) for kind in ("action", "callback", "connection", "inventory", "filter")
+] + [("ansible_collections.ansible.builtin.%s" % page, "std:label", "collections/ansible/builtin/%s.html" % page)
+     for page in ("inventory_hostnames_lookup", "stat_module", "wait_for_module")]
 
 
 DOCS = os.path.join(ROOT, "docs")

@@ -88,7 +88,7 @@ class Container(object):
 
     def gpu_used(self):
         """MiB used on the container's GPUs, as its nvidia-smi reports them."""
-        out = self.sh("nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits")
+        out = self.sh("/opt/gpufleet/bin/nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits")
         return sum(int(v) for v in out.split())
 
     def clean(self, used_before):
