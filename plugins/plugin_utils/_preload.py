@@ -12,19 +12,30 @@ worker inherits it. Callers: the proxmox_lxc inventory plugin and the preload ca
 
 from __future__ import annotations
 
-from ansible.plugins.loader import connection_loader
+from ansible.plugins.loader import action_loader, connection_loader
 from ansible.utils.display import Display
 
 CONNECTION = "gpufleet.hygiene.pct"
+# The action every container's read runs: it imports the readers' module_utils (to validate their
+# options and build their payload), which each forked worker would otherwise import again.
+ACTIONS = ("gpufleet.hygiene.readiness",)
 
 display = Display()
 
 
-def preload_connection(name=CONNECTION):
-    """Load the connection plugin `name` (its class and its options); True when it loaded. A
-    plugin that does not load here is left to the first task that uses it, which says why."""
+def _load(loader, name):
     try:
-        return connection_loader.get(name, class_only=True) is not None
+        return loader.get(name, class_only=True) is not None
     except Exception as exc:  # noqa: BLE001 - only a head start; the task's own load reports the error
         display.vvv("gpufleet.hygiene: %s not loaded ahead of the tasks: %s" % (name, exc))
         return False
+
+
+def preload_connection(name=CONNECTION, actions=ACTIONS):
+    """Load the connection plugin `name` (its class and its options) and the action plugins
+    `actions`; True when the connection loaded. A plugin that does not load here is left to the
+    first task that uses it, which says why."""
+    loaded = _load(connection_loader, name)
+    for action in actions:
+        _load(action_loader, action)
+    return loaded
