@@ -45,8 +45,8 @@ ORDINARY = (
     ("crond", "/usr/sbin/crond -n"),
     ("agetty", "/sbin/agetty -o -p -- \\u --noclear tty1 linux"),
     ("agetty", "/sbin/agetty -o -p -- \\u --keep-baud 115200,57600,38400,9600 - vt220"),
-    ("dbus-daemon", ("/usr/bin/dbus-daemon --system --address=systemd: --nofork --nopidfile --systemd-activation "
-                    "--syslog-only")),
+    ("dbus-daemon",
+     "/usr/bin/dbus-daemon --system --address=systemd: --nofork --nopidfile --systemd-activation --syslog-only"),
     ("dbus-daemon", "@dbus-daemon --system --address=systemd: --nofork --nopidfile --systemd-activation"),
     ("rsyslogd", "/usr/sbin/rsyslogd -n -iNONE"),
     ("chronyd", "/usr/sbin/chronyd -F 1"),
@@ -54,8 +54,8 @@ ORDINARY = (
     ("qmgr", "qmgr -l -t unix -u"),
     ("polkitd", "/usr/lib/polkit-1/polkitd --no-debug"),
     ("networkd-dispat", "/usr/bin/python3 /usr/bin/networkd-dispatcher --run-startup-triggers"),
-    ("unattended-upgr", ("/usr/bin/python3 /usr/share/unattended-upgrades/unattended-upgrade-shutdown "
-                        "--wait-for-signal")),
+    ("unattended-upgr",
+     "/usr/bin/python3 /usr/share/unattended-upgrades/unattended-upgrade-shutdown --wait-for-signal"),
     ("lxcfs", "/usr/bin/lxcfs /var/lib/lxcfs"),
     ("lxc-start", "/usr/bin/lxc-start -F -n 100"),
     ("pvedaemon", "pvedaemon"),
@@ -69,8 +69,8 @@ ORDINARY = (
     ("node_exporter", "/usr/local/bin/node_exporter --web.listen-address=0.0.0.0:9100 --collector.textfile"),
     ("zabbix_agentd", "/usr/sbin/zabbix_agentd -c /etc/zabbix/zabbix_agentd.conf"),
     ("nv-hostengine", "/usr/bin/nv-hostengine -n --service-account nvidia-dcgm"),
-    ("containerd-shim", ("/usr/bin/containerd-shim-runc-v2 -namespace moby -id 3f2a9c -address "
-                        "/run/containerd/containerd.sock")),
+    ("containerd-shim",
+     "/usr/bin/containerd-shim-runc-v2 -namespace moby -id 3f2a9c -address /run/containerd/containerd.sock"),
     ("nvidia-persiste", "/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose"),
     # people's shells and tools
     ("bash", "-bash"),

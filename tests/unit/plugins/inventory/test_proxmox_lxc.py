@@ -53,8 +53,8 @@ def test_a_container_pct_lists_as_ct_vmid_has_no_hostname():
     plugin = inventory_loader.get("gpufleet.hygiene.proxmox_lxc")
     plugin.inventory = InventoryData()
     plugin.set_options(direct={"plugin": "gpufleet.hygiene.proxmox_lxc", "nodes": ["pve3"]})
-    plugin._populate({"nodes": {"pve3": {"node": {"name": "pve3", "host": "10.0.0.3", "port": 22, "user": "root"},
-                                          "containers": rows}}, "failed": []})
+    node = {"name": "pve3", "host": "10.0.0.3", "port": 22, "user": "root"}
+    plugin._populate({"nodes": {"pve3": {"node": node, "containers": rows}}, "failed": []})
     hosts = {name: host.get_vars() for name, host in plugin.inventory.hosts.items()}
     assert sorted(hosts) == ["pve3", "pve3-300", "train-301"]
     assert hosts["pve3-300"]["pve_name"] == "" and hosts["pve3-300"]["ansible_pct_vmid"] == 300

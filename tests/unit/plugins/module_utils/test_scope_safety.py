@@ -75,7 +75,7 @@ def everyday(tmp_path_factory):
             port = probe.getsockname()[1]
         started = subprocess.Popen([shutil.which("sshd"), "-D", "-f", "/dev/null", "-h", key, "-p", str(port),
                                     "-o", "ListenAddress=127.0.0.1"], stderr=subprocess.PIPE)
-        for _ in range(50):
+        for _attempt in range(50):
             rows = real_processes()
             if any(comm == "sshd" for comm, _a, _c in rows) or started.poll() is not None:
                 break
@@ -154,7 +154,7 @@ def test_the_broad_patterns_of_the_report_are_refused_and_nothing_is_signalled(r
 
 def test_allow_broad_is_passed_through_and_pid1_stays_protected(run_module):
     # Processes of its own that a broad scope must reach, whatever else runs on this machine.
-    decoys = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) for _ in range(3)]
+    decoys = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) for _decoy in range(3)]
     try:
         res = run_module(processes.main, {"scope": {"cmdline": ["."], "allow_broad": True}, "state": "absent"},
                          check_mode=True)

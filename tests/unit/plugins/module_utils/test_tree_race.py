@@ -160,6 +160,7 @@ def test_clearing_through_handles_never_reaches_outside(stage, monkeypatch, open
     assert counts["escapes"] == 0
     assert counts["swaps"] > 1000  # the loop really ran beside the clears
     assert counts["clears"] > 0 and counts["refused"] > 0  # both outcomes happened: the race was live
-    assert snapshot(os.path.join(stage["victim"], "cache")) == {"KEEPSAFE01": ("d", None), "ABCDEF99": ("d", None),
-                                         "KEEPSAFE01/sentinel.bin": ("f", VICTIM["KEEPSAFE01/sentinel.bin"]),
-                                         "ABCDEF99/kernel.cubin": ("f", VICTIM["ABCDEF99/kernel.cubin"])}
+    assert snapshot(os.path.join(stage["victim"], "cache")) == {
+        "KEEPSAFE01": ("d", None), "ABCDEF99": ("d", None),
+        "KEEPSAFE01/sentinel.bin": ("f", VICTIM["KEEPSAFE01/sentinel.bin"]),
+        "ABCDEF99/kernel.cubin": ("f", VICTIM["ABCDEF99/kernel.cubin"])}

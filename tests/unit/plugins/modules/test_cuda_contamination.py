@@ -410,7 +410,7 @@ def test_a_failed_restore_keeps_the_venv_not_clean_until_the_files_are_back(run_
     assert len(records) == 1 and os.stat(os.path.join(state_dir, records[0])).st_uid == os.geteuid()
 
     # Every later read says so, naming the missing file and the fix, as pip_inventory's check does.
-    for _ in range(2):
+    for _round in range(2):
         again = run_module(cuda_contamination.main, dict(venv=venv))
         assert again["clean"] is False and again["contaminants"] == []
         [pending] = again["restore_pending"]

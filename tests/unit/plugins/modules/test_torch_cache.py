@@ -261,7 +261,7 @@ def test_directories_that_are_not_caches_are_refused_with_the_rule(run_module, n
         pytest.skip(f"{path} is not on this machine")
     kind = {"TRITON_CACHE_DIR": "triton", "CUDA_CACHE_PATH": "cuda", "TORCH_EXTENSIONS_DIR": "torch_extensions",
             "TORCHINDUCTOR_CACHE_DIR": "inductor"}[var]
-    watched = {p: listing(p) for p in {path, not_caches["home"], not_caches["venv"]}}
+    watched = {p: listing(p) for p in (path, not_caches["home"], not_caches["venv"])}
     env = {"HOME": not_caches["home"], "USER": "trainer", var: path}
     for venv in (not_caches["venv"], None):  # the venv given, or only its pyvenv.cfg to tell
         result = run_module(torch_cache.main, dict(state="absent", environment=env, caches=[kind], venv=venv),
