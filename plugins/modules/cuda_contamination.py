@@ -93,6 +93,19 @@ options:
     description: Seconds to wait for another run that is changing the same venv.
     type: int
     default: 60
+  evidence_cache:
+    description:
+      - Keep each package's evidence (what its RECORD, METADATA and shared objects say) between
+        reads, so that an unchanged venv is not read again. V(true) keeps it in
+        C(/var/cache/gpufleet-hygiene/evidence), an absolute path in that directory instead, V(false) nowhere.
+      - A package is read again when its dist-info, RECORD, METADATA or a shared object read for it
+        changed (inode, size, mtime or ctime); files shared by several packages are hashed on every read.
+      - Used only when the module runs as root and the directory and every directory above it are
+        root's and writable by no one else; otherwise the venv is read in full, as with V(false).
+        See docs/contamination.md.
+    type: raw
+    default: true
+    version_added: 0.3.0
 notes:
   - Packages visible through C(--system-site-packages) are scanned, but only packages inside
     the venv are removed; the others are listed in RV(kept) with the reason.
@@ -277,6 +290,7 @@ def main():
             installer=dict(type="str", default="auto", choices=["auto", "uv", "pip"]),
             scan_binaries=dict(type="bool", default=True),
             lock_timeout=dict(type="int", default=60),
+            evidence_cache=dict(type="raw", default=True),
         ),
         supports_check_mode=True,
     )
@@ -286,7 +300,7 @@ def main():
             p["venv"], module.run_command, expected_cuda=p["expected_cuda"], protect=p["protect"],
             also_remove=p["also_remove"], find_links=p["find_links"], no_index=p["no_index"],
             installer=p["installer"], scan_binaries=p["scan_binaries"], lock_timeout=p["lock_timeout"],
-            check_mode=module.check_mode)
+            check_mode=module.check_mode, evidence_cache=p["evidence_cache"])
         result = job.run(remove=p["remove"])
     except GpufleetError as exc:
         fail(module, exc)

@@ -53,6 +53,11 @@ options:
   expected_cuda:
     description: As M(gpufleet.hygiene.cuda_contamination) O(gpufleet.hygiene.cuda_contamination#module:expected_cuda).
     type: str
+  evidence_cache:
+    description: As M(gpufleet.hygiene.cuda_contamination) O(gpufleet.hygiene.cuda_contamination#module:evidence_cache).
+    type: raw
+    default: true
+    version_added: 0.3.0
   baseline:
     description:
       - A requirements/lock file to compare the venv's packages with (M(gpufleet.hygiene.pip_inventory)

@@ -37,6 +37,7 @@ ARGUMENT_SPEC = dict(
     device_patterns=dict(type="list", elements="str", default=["/dev/nvidia*"]),
     venv=dict(type="path"),
     expected_cuda=dict(type="str"),
+    evidence_cache=dict(type="raw", default=True),
     baseline=dict(type="path"),
     verify_files=dict(type="bool", default=False),
     caches=dict(type="bool", default=True),
@@ -117,7 +118,8 @@ def read_liveness(p, result):
 
 def read_venv(p, env, check_mode, warnings):
     try:
-        result = Contamination(env, env.run, expected_cuda=p["expected_cuda"], check_mode=check_mode).scan()[0]
+        result = Contamination(env, env.run, expected_cuda=p["expected_cuda"], check_mode=check_mode,
+                               evidence_cache=p.get("evidence_cache", True)).scan()[0]
     except GpufleetError as exc:
         return failed(exc.msg, **exc.partial)
     result["changed"] = False

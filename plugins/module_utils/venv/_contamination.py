@@ -30,6 +30,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import
     valid_project_name,
     valid_version,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._evcache import EvidenceCache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import (
     Installer,
     has_pip,
@@ -243,7 +244,7 @@ class Contamination(object):
 
     def __init__(self, venv, run, expected_cuda=None, protect=("torch",), also_remove=(),
                  find_links=None, no_index=False, installer="auto", scan_binaries=True,
-                 lock_timeout=60, check_mode=False, path_env=None):
+                 lock_timeout=60, check_mode=False, path_env=None, evidence_cache=True):
         self.env = Venv.of(venv, run)
         self.venv = self.env.path
         self.run_cmd = run
@@ -261,6 +262,7 @@ class Contamination(object):
         self.no_index = no_index
         self.installer_pref = installer
         self.scan_binaries = scan_binaries
+        self.evidence_cache = evidence_cache
         self.lock_timeout = lock_timeout
         self.check_mode = check_mode
         self.path_env = path_env
@@ -286,7 +288,12 @@ class Contamination(object):
     def scan(self):
         dists = self.env.distributions
         ref, warnings = reference(dists, self.expected_cuda)
-        contaminants, unknown, clobbered, shared = scan(dists, ref["cuda_major"], self.scan_binaries)
+        cache = EvidenceCache.open(self.evidence_cache, self.venv)
+        try:
+            contaminants, unknown, clobbered, shared = scan(dists, ref["cuda_major"], self.scan_binaries, cache)
+        finally:
+            if cache is not None:
+                cache.close()
         problems = list(self.env.problems)
         for dist in dists:
             problems.extend(dist.problems)

@@ -209,11 +209,12 @@ def reference(dists, expected_cuda):
     return {"cuda_major": major, "cuda_version": version, "source": source}, warnings
 
 
-def classify(dist, scan_binaries=True):
-    """Evidence for one distribution: ``(layer, {major: [reasons]}, notes)``.
+def classify(dist, scan_binaries=True, before_read=None):
+    """Evidence for one distribution: ``(layer, {major: [reasons]})``.
 
     ``layer`` is the strongest layer that said anything (None: unknown). Only that layer
-    decides; weaker layers are not read once a stronger one has spoken.
+    decides; weaker layers are not read once a stronger one has spoken. ``before_read(path)``
+    is called before each shared object's DT_NEEDED is read (the evidence cache keys on them).
     """
     found = label_cuda(dist.version)
     if found:
@@ -246,6 +247,8 @@ def classify(dist, scan_binaries=True):
         # shared objects, and reading them all would make one package most of the scan.
         found = 0
         for abs_path, rel in shared_objects:
+            if before_read is not None:
+                before_read(abs_path)
             for soname in dt_needed(abs_path, dist.problems, rel) or ():
                 major = soname_cuda(soname)
                 if major is not None:
@@ -279,13 +282,9 @@ def _cached_digest(cache, path, algo):
     return cache[algo]
 
 
-def find_clobbered(dists):
-    """Files owned by several packages whose content no longer matches an owner's RECORD.
-
-    Only paths listed by two or more packages are hashed, so a large venv costs little.
-    Returns ``(clobbered, shared)``: ``clobbered`` is a list of dicts; ``shared`` maps each
-    shared absolute path to its owners as ``[(dist, digest_or_None)]``.
-    """
+def shared_paths(dists):
+    """Paths listed by two or more packages, with each owner's RECORD row:
+    ``{abs_path: [(dist, rel, algo, digest)]}``. Only RECORD is read (no installed file)."""
     # Paths in two or more packages, found with set operations (no loop per file in Python).
     seen, twice = set(), set()
     for dist in dists:
@@ -310,6 +309,12 @@ def find_clobbered(dists):
                     entries.append((dist, row[1], row[2], row[3]))
                     break
         shared[abs_path] = entries
+    return shared
+
+
+def judge_shared(shared):
+    """Of the shared paths, those whose content no longer matches an owner's RECORD: each
+    file is hashed now, on every read (a clobbering is never taken from a cache)."""
     clobbered = []
     for abs_path, group in sorted(shared.items()):
         actual = {}
@@ -333,23 +338,81 @@ def find_clobbered(dists):
                 "state": state,
                 "overwritten_by": [d.name for d in matching],
             })
-    return clobbered, shared
+    return clobbered
 
 
-def scan(dists, ref_major, scan_binaries=True):
-    """Classify every distribution against the reference major.
+def find_clobbered(dists):
+    """Files owned by several packages whose content no longer matches an owner's RECORD.
+
+    Only paths listed by two or more packages are hashed, so a large venv costs little.
+    Returns ``(clobbered, shared)``: ``clobbered`` is a list of dicts; ``shared`` maps each
+    shared absolute path to its owners as ``[(dist, rel, algo, digest)]``.
+    """
+    shared = shared_paths(dists)
+    return judge_shared(shared), shared
+
+
+def _kept_shared(dists, cache, keys):
+    """shared_paths(), taken from the evidence cache when no package and no site directory
+    changed, else read and kept."""
+    key = cache.shared_key(dists, keys)
+    kept = cache.shared_paths(key)
+    if kept is not None:
+        entries, problems = kept
+        for dist, told in zip(dists, problems):
+            dist.replay(told)
+        return dict((abs_path, [(dists[i], rel, algo, digest) for i, rel, algo, digest in group])
+                    for abs_path, group in entries)
+    starts = [len(d.problems) for d in dists]
+    shared = shared_paths(dists)
+    index = dict((id(d), i) for i, d in enumerate(dists))
+    entries = [[abs_path, [[index[id(d)], rel, algo, digest] for d, rel, algo, digest in group]]
+               for abs_path, group in shared.items()]
+    cache.keep_shared(key, entries, [d.problems[n:] for d, n in zip(dists, starts)])
+    return shared
+
+
+def _kept_classify(dist, key, scan_binaries, cache):
+    """classify(), taken from the evidence cache when the package and every shared object
+    read for it are unchanged, else derived and kept."""
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._evcache import identity
+
+    kept = cache.package(dist, key, scan_binaries)
+    if kept is not None:
+        layer, majors, problems = kept
+        dist.replay(problems)
+        return layer, majors
+    read = []
+    start = len(dist.problems)
+    layer, majors = classify(dist, scan_binaries, lambda path: read.append([path, identity(path)]))
+    cache.keep_package(dist, key, scan_binaries, layer, majors, dist.problems[start:], read)
+    return layer, majors
+
+
+def scan(dists, ref_major, scan_binaries=True, cache=None):
+    """Classify every distribution against the reference major; with ``cache`` (an open
+    _evcache.EvidenceCache) what an unchanged package says is taken from it.
 
     Returns ``(contaminants, unknown, clobbered, shared)``.
     """
     contaminants = []
     unknown = []
-    clobbered, shared = find_clobbered(dists)
+    if cache is None:
+        keys = None
+        shared = shared_paths(dists)
+    else:
+        keys = [cache.package_key(d) for d in dists]
+        shared = _kept_shared(dists, cache, keys)
+    clobbered = judge_shared(shared)
     by_victim_overwriter = {}
     for item in clobbered:
         for name in item["overwritten_by"]:
             by_victim_overwriter.setdefault(canonical_name(name), []).append(item)
-    for dist in dists:
-        layer, majors = classify(dist, scan_binaries)
+    for i, dist in enumerate(dists):
+        if cache is None:
+            layer, majors = classify(dist, scan_binaries)
+        else:
+            layer, majors = _kept_classify(dist, keys[i], scan_binaries, cache)
         if layer is None:
             unknown.append(dist.name)
             continue

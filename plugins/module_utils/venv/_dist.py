@@ -15,9 +15,6 @@ import errno
 import os
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._lockfile import LockError, parse_lock
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._names import canonical_name
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import privileged_run, run_as
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import (
     Skipped,
     decode,
@@ -26,6 +23,9 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import 
     read_optional,
     read_text,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._lockfile import LockError, parse_lock
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._names import canonical_name
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import privileged_run, run_as
 
 # re, csv, hashlib, base64 and json are imported where used: a plain inventory needs none
 # of them, and on a target every millisecond of start-up is paid per host.
@@ -225,6 +225,24 @@ class Distribution(object):
         self._record_data = None
         self._paths = None
         self._installer = False
+        self._told = []  # problems a kept read told (venv/_evcache.py), not to be told twice
+
+    def replay(self, problems):
+        """Tell ``problems`` that a kept (cached) read of this package found; a live read of
+        the same files later in the run does not tell them again."""
+        self.problems.extend(problems)
+        self._told.extend(problems)
+
+    def _untell(self, start):
+        """Drop the problems found since ``start`` that a replay already told."""
+        if self._told and len(self.problems) > start:
+            fresh = self.problems[start:]
+            del self.problems[start:]
+            for problem in fresh:
+                if problem in self._told:
+                    self._told.remove(problem)
+                else:
+                    self.problems.append(problem)
 
     def _read(self, fname, kind, stop=None, missing_ok=False):
         """A file of the dist-info directory through the file layer; None (and a problem,
@@ -253,8 +271,10 @@ class Distribution(object):
     def record(self):
         """RECORD rows as ``(abs_path, rel_path, algo, digest, size)``; [] when missing."""
         if self._record is None:
+            start = len(self.problems)
             what = "%s/RECORD" % os.path.basename(self.info_dir)
             self._record = parse_record(self._record_bytes(), what, self.problems, self.site_dir)
+            self._untell(start)
         return self._record
 
     @property
@@ -265,29 +285,31 @@ class Distribution(object):
         shared), so this is the cheap pass: one split per line.
         """
         if self._paths is None:
-            if self._record is not None:
-                self._paths = [(r[0], r[1]) for r in self._record]
-                return self._paths
-            data = self._record_bytes()
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
-            if text is None or '"' in text:
-                self._paths = [(r[0], r[1]) for r in self.record]  # quoting or bad bytes: the full parser
-                return self._paths
-            prefix = self.site_dir.rstrip("/") + "/"
-            rels = [line.rsplit(",", 2)[0] for line in record_lines(text)]  # as parse_record splits
-            if text.startswith("/") or "\n/" in text or ".." in text or "./" in text or "//" in text:
-                # Some path needs normalising (absolute, `..`, `.`, doubled slashes): per line.
-                self._paths = [
-                    (os.path.normpath(os.path.join(self.site_dir, rel)), rel)
-                    if rel[0] == "/" or ".." in rel or "./" in rel or "//" in rel else (prefix + rel, rel)
-                    for rel in rels if rel]
-            else:
-                # The common case, in bulk: every path is relative and already normal.
-                self._paths = [(prefix + rel, rel) for rel in rels if rel]
+            start = len(self.problems)
+            self._paths = self._read_paths()
+            self._untell(start)
         return self._paths
+
+    def _read_paths(self):
+        if self._record is not None:
+            return [(r[0], r[1]) for r in self._record]
+        data = self._record_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is None or '"' in text:
+            return [(r[0], r[1]) for r in self.record]  # quoting or bad bytes: the full parser
+        prefix = self.site_dir.rstrip("/") + "/"
+        rels = [line.rsplit(",", 2)[0] for line in record_lines(text)]  # as parse_record splits
+        if text.startswith("/") or "\n/" in text or ".." in text or "./" in text or "//" in text:
+            # Some path needs normalising (absolute, `..`, `.`, doubled slashes): per line.
+            return [
+                (os.path.normpath(os.path.join(self.site_dir, rel)), rel)
+                if rel[0] == "/" or ".." in rel or "./" in rel or "//" in rel else (prefix + rel, rel)
+                for rel in rels if rel]
+        # The common case, in bulk: every path is relative and already normal.
+        return [(prefix + rel, rel) for rel in rels if rel]
 
     def as_dict(self):
         return {
