@@ -53,11 +53,6 @@ options:
   expected_cuda:
     description: As M(gpufleet.hygiene.cuda_contamination) O(gpufleet.hygiene.cuda_contamination#module:expected_cuda).
     type: str
-  evidence_cache:
-    description: As M(gpufleet.hygiene.cuda_contamination) O(gpufleet.hygiene.cuda_contamination#module:evidence_cache).
-    type: raw
-    default: true
-    version_added: 0.3.0
   baseline:
     description:
       - A requirements/lock file to compare the venv's packages with (M(gpufleet.hygiene.pip_inventory)
@@ -118,6 +113,11 @@ options:
     type: float
     default: 120
     version_added: 0.2.0
+  evidence_cache:
+    description: As M(gpufleet.hygiene.cuda_contamination) O(gpufleet.hygiene.cuda_contamination#module:evidence_cache).
+    type: raw
+    default: true
+    version_added: 0.3.0
   brief:
     description:
       - Return only what the verify role records - RV(ready), RV(running_job), RV(checks), RV(gpus),

@@ -37,7 +37,6 @@ ARGUMENT_SPEC = dict(
     device_patterns=dict(type="list", elements="str", default=["/dev/nvidia*"]),
     venv=dict(type="path"),
     expected_cuda=dict(type="str"),
-    evidence_cache=dict(type="raw", default=True),
     baseline=dict(type="path"),
     verify_files=dict(type="bool", default=False),
     caches=dict(type="bool", default=True),
@@ -48,6 +47,7 @@ ARGUMENT_SPEC = dict(
     stall_after=dict(type="int", default=DEFAULT_STALL_AFTER),
     strict_baseline=dict(type="bool", default=False),
     read_timeout=dict(type="float", default=120),
+    evidence_cache=dict(type="raw", default=True),
 )
 
 # The readiness module's own options on top of those (node_readiness has its own, for all its containers).
