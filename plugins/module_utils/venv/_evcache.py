@@ -247,15 +247,23 @@ class EvidenceCache(object):
 
     # ------------------------------------------------------------------ shared paths
     def shared_key(self, dists, keys):
-        return {"sites": [[s, identity(s)] for s in sorted(set(d.site_dir for d in dists))],
-                "packages": [[d.info_dir, k] for d, k in zip(dists, keys)]}
+        """The list of packages, each one's key and each site directory's identity, with a
+        digest of them all (``"digest"``), which is what is kept and compared."""
+        import hashlib
+        import json
+
+        key = {"sites": [[s, identity(s)] for s in sorted(set(d.site_dir for d in dists))],
+               "packages": [[d.info_dir, k] for d, k in zip(dists, keys)]}
+        text = json.dumps(key, separators=(",", ":")).encode("utf-8", "surrogateescape")
+        key["digest"] = hashlib.sha256(text).hexdigest()
+        return key
 
     def shared_paths(self, key):
         """The kept ``(entries, problems)``: entries ``[abs_path, [[index, rel, algo, digest]]]``,
         problems one list per package; or None (a miss)."""
         doc = self.shared
         try:
-            if not isinstance(doc, dict) or _jsonable(key) != doc["key"]:
+            if not isinstance(doc, dict) or key["digest"] != doc["key"]:
                 return None
             entries, problems = doc["entries"], doc["problems"]
             count = len(key["packages"])
@@ -273,14 +281,6 @@ class EvidenceCache(object):
         if any(k is None for _d, ks in key["packages"] for k in ks[1:3]) or not self._keep(idents):
             self.shared = None
             return
-        self.shared = {"key": _jsonable(key), "entries": entries, "problems": problems}
+        self.shared = {"key": key["digest"], "entries": entries, "problems": problems}
         self.dirty = True
 
-
-def _jsonable(obj):
-    """``obj`` as JSON gives it back (tuples as lists), to compare a key with a loaded one."""
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(o) for o in obj]
-    if isinstance(obj, dict):
-        return dict((k, _jsonable(v)) for k, v in obj.items())
-    return obj
