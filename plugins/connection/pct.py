@@ -342,6 +342,7 @@ import re
 import selectors
 import shlex
 import subprocess
+import tempfile
 import time
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound, AnsibleOptionsError
@@ -531,13 +532,16 @@ class Connection(ConnectionBase):
             return  # no lock (or no ssh): each connection opens its own master, as ssh would
 
     def _open_master(self):
-        # The task's own command meets any problem of this one and says what it is.
-        try:
-            res = subprocess.run(self._ssh_argv("true"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 timeout=self.get_option("connect_timeout") + 5, check=False)
-        except subprocess.TimeoutExpired:
-            return None, b"", b""
-        return res.returncode, b"", res.stderr
+        # The task's own command meets any problem of this one and says what it is. Its stderr is a
+        # file, not a pipe: a master that keeps it (ssh -v) must not hold this call until it exits.
+        with tempfile.TemporaryFile() as err:
+            try:
+                res = subprocess.run(self._ssh_argv("true"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                     timeout=self.get_option("connect_timeout") + 5, check=False)
+            except subprocess.TimeoutExpired:
+                return None, b"", b""
+            err.seek(0)
+            return res.returncode, b"", err.read(65536)
 
     @contextlib.contextmanager
     def _session(self):

@@ -763,7 +763,8 @@ def test_opening_the_master_is_tried_again_when_refused(monkeypatch, tmp_path, n
         rc = answers.pop(0)
         if rc == 0:
             open(next(a for a in argv if a.startswith("ControlPath=")).split("=", 1)[1], "w").close()
-        return subprocess.CompletedProcess(argv, rc, None, KEX_CLOSED if rc else b"")
+        kwargs["stderr"].write(KEX_CLOSED if rc else b"")
+        return subprocess.CompletedProcess(argv, rc)
 
     rec.run = run
     patch_popen(monkeypatch, rec)
