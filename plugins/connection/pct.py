@@ -14,6 +14,11 @@ description:
     containers of that node and by every task; no PTY; pipelining on by default. When many
     containers of a node connect at once, the first opens the master (under a lock file beside
     the socket) while the others wait for it, so a cold start costs one SSH handshake per node.
+  - At most O(max_sessions) sessions of one node's master are open at once, across every fork of the
+    run (a lock file per session slot beside the socket), below the node's sshd C(MaxSessions); a
+    command that sshd refused before it started (a connection dropped past C(MaxStartups)) is tried
+    again after a pause, at most O(refusal_retries) times. A command that may have started is never
+    run again.
   - Files are streamed over stdin (C(put_file)) and stdout (C(fetch_file)), never held in memory.
   - Every argument that reaches the node's shell is quoted; the vmid must be an integer.
   - Commands start in the container under C(env -i) with C(PATH), C(HOME=/root) and
@@ -176,6 +181,46 @@ options:
     ini:
       - section: gpufleet_pct
         key: control_path_dir
+  max_sessions:
+    description:
+      - Most sessions (commands, file transfers) open at once over one node's master connection,
+        counted across every fork of the run and every run that shares O(control_path_dir). Each
+        holds one of this many slot lock files (C(<control_path_dir>/pct-<hash>.slots/)) for as
+        long as it runs; the others wait for a free slot.
+      - Keep it below the node's sshd C(MaxSessions) (OpenSSH's default is 10), since the master's own
+        session and sessions still closing on the node count there too.
+      - A command waits for a slot at most O(command_timeout) seconds (no limit when that is V(0)),
+        then fails as unreachable. V(0) turns the limit off.
+    type: int
+    default: 8
+    vars:
+      - name: ansible_pct_max_sessions
+    env:
+      - name: GPUFLEET_PCT_MAX_SESSIONS
+    ini:
+      - section: gpufleet_pct
+        key: max_sessions
+  refusal_retries:
+    description:
+      - How many times a command that the node's sshd refused before it started is tried again,
+        after a pause that doubles each time (a quarter of a second, then half, ... at most 4 s,
+        with jitter). V(0) never tries again.
+      - Tried again only when ssh exited 255 with no output and its identification exchange with the
+        node failed (C(kex_exchange_identification:) or C(ssh_exchange_identification:), as when
+        sshd drops connections past C(MaxStartups)); nothing was authenticated, so nothing ran. A
+        session the master refused (C(Session open refused by peer)) makes ssh fall back to a
+        connection of its own (C(ControlSocket ... already exists, disabling multiplexing)), which
+        runs the command or meets that same refusal; any other failure, the command's own exit
+        status included, is never tried again.
+    type: int
+    default: 5
+    vars:
+      - name: ansible_pct_refusal_retries
+    env:
+      - name: GPUFLEET_PCT_REFUSAL_RETRIES
+    ini:
+      - section: gpufleet_pct
+        key: refusal_retries
   host_key_checking:
     description:
       - Check the node's SSH host key (C(StrictHostKeyChecking=yes)). On by default.
@@ -290,11 +335,14 @@ EXAMPLES = r"""
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import os
+import random
 import re
 import selectors
 import shlex
 import subprocess
+import tempfile
 import time
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound, AnsibleOptionsError
@@ -333,6 +381,48 @@ def control_path(directory, user, host, port):
     return os.path.join(directory, "pct-%s" % digest)
 
 
+# ssh's words when the node's sshd closed the connection before the identification exchange
+# (MaxStartups drops it there): before authentication, so no command can have started.
+_NOT_STARTED = ("kex_exchange_identification:", "ssh_exchange_identification:")
+
+
+def refused_before_start(rc, stdout, stderr):
+    """True when ssh provably never started the command: it exited 255 with no output and its
+    connection to the node ended in the identification exchange. A session refused by the
+    master alone proves nothing: ssh then runs the command over a connection of its own."""
+    if rc != 255 or stdout:
+        return False
+    text = to_text(stderr or b"", errors="surrogate_or_replace")
+    return any(line.strip().startswith(_NOT_STARTED) for line in text.splitlines())
+
+
+def retry_delay(attempt, base=0.25, cap=4.0):
+    """Seconds before try number attempt + 1: doubling from base up to cap, with jitter so that the
+    forks refused together do not come back together."""
+    return min(cap, base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+
+
+def acquire_slot(directory, limit, timeout=None, poll=0.01):
+    """Hold one of limit slot files in directory (flock, exclusive); return its descriptor, or None
+    when none came free within timeout seconds (None: no limit). The lock goes with the descriptor:
+    on close, or when the process dies. Close-on-exec, so that no ssh (a master forked into the
+    background above all) keeps a slot."""
+    deadline = None if not timeout else time.monotonic() + timeout
+    first = os.getpid() % limit  # the forks start on different slots
+    while True:
+        for i in range(limit):
+            fd = os.open(os.path.join(directory, str((first + i) % limit)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                os.close(fd)
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        time.sleep(poll)
+        poll = min(poll * 2, 0.1)
+
+
 class Connection(ConnectionBase):
     """Run commands in a Proxmox VE container through its node (ssh + pct exec)."""
 
@@ -353,14 +443,13 @@ class Connection(ConnectionBase):
             raise AnsibleOptionsError("gpufleet.hygiene.pct: node_host is required (ansible_pct_node_host)")
         user = self.get_option("node_user")
         port = self.get_option("node_port")
-        cpdir = os.path.expanduser(self.get_option("control_path_dir"))
         argv = [
             self.get_option("ssh_executable"), "-T",
             "-o", "BatchMode=yes",
             "-o", "ConnectTimeout=%d" % self.get_option("connect_timeout"),
             "-o", "ControlMaster=auto",
             "-o", "ControlPersist=%ds" % self.get_option("control_persist"),
-            "-o", "ControlPath=%s" % control_path(cpdir, user, host, port),
+            "-o", "ControlPath=%s" % self._control_path(),
         ]
         if self.get_option("host_key_checking"):
             argv += ["-o", "StrictHostKeyChecking=yes"]
@@ -378,6 +467,10 @@ class Connection(ConnectionBase):
         if remote_command is not None:
             argv.append(remote_command)
         return argv
+
+    def _control_path(self):
+        cpdir = os.path.expanduser(self.get_option("control_path_dir"))
+        return control_path(cpdir, self.get_option("node_user"), self.get_option("node_host"), self.get_option("node_port"))
 
     def _in_container(self, argv):
         """ssh argv running argv in the container (or, with run_on=node, on the node itself); the
@@ -434,12 +527,60 @@ class Connection(ConnectionBase):
                 if os.path.exists(socket):
                     return
                 display.vvv("PCT MASTER %s@%s:%s" % (user, host, port), host=host)
-                # The task's own command meets any problem of this one and says what it is.
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    subprocess.run(self._ssh_argv("true"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   timeout=self.get_option("connect_timeout") + 5, check=False)
+                self._with_session(self._open_master)
         except OSError:
             return  # no lock (or no ssh): each connection opens its own master, as ssh would
+
+    def _open_master(self):
+        # The task's own command meets any problem of this one and says what it is. Its stderr is a
+        # file, not a pipe: a master that keeps it (ssh -v) must not hold this call until it exits.
+        with tempfile.TemporaryFile() as err:
+            try:
+                res = subprocess.run(self._ssh_argv("true"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                     timeout=self.get_option("connect_timeout") + 5, check=False)
+            except subprocess.TimeoutExpired:
+                return None, b"", b""
+            err.seek(0)
+            return res.returncode, b"", err.read(65536)
+
+    @contextlib.contextmanager
+    def _session(self):
+        """Hold one of the node's max_sessions session slots (shared by every fork) for the block."""
+        limit = self.get_option("max_sessions")
+        if limit <= 0:
+            yield
+            return
+        directory = self._control_path() + ".slots"
+        wait = self.get_option("command_timeout") or None
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            fd = acquire_slot(directory, limit, wait)
+        except OSError as exc:
+            raise AnsibleConnectionFailure("gpufleet.hygiene.pct: cannot take a session slot in %s: %s" % (directory, exc)) from exc
+        if fd is None:
+            raise AnsibleConnectionFailure(
+                "gpufleet.hygiene.pct: waited %ss for one of the %d sessions (max_sessions) of %s; every one stayed busy"
+                % (wait, limit, self._node_label()))
+        try:
+            yield
+        finally:
+            os.close(fd)
+
+    def _with_session(self, attempt):
+        """attempt() -> (rc, stdout, stderr), run holding one of the node's sessions; run again
+        after a pause while the node's sshd refused it before the command started."""
+        retries = max(0, self.get_option("refusal_retries"))
+        for tried in itertools.count(1):
+            with self._session():
+                rc, out, err = attempt()
+            if tried > retries or not refused_before_start(rc, out, err):
+                return rc, out, err
+            delay = retry_delay(tried)
+            display.vvv("PCT RETRY %d/%d in %.2fs, refused by %s before the command started: %s" % (
+                tried, retries, delay, self._node_label(), to_text(err, errors="surrogate_or_replace").strip()),
+                host=self.get_option("node_host"))
+            time.sleep(delay)
+        return None  # not reached: itertools.count never ends
 
     def _popen(self, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE):
         display.vvv("PCT EXEC %s" % _pct.shell_line(argv), host=self.get_option("node_host"))
@@ -463,13 +604,18 @@ class Connection(ConnectionBase):
             raise AnsibleConnectionFailure(
                 "gpufleet.hygiene.pct: privilege escalation (become) is not done on the node; the node's login reads "
                 "the containers (set become: false on that task)")
-        proc = self._popen(self._in_container([self._shell_executable(), "-c", cmd]))
-        b_out, b_err = self._ensure_become_success(proc, sudoable)
-        stdout, stderr = self._communicate(proc, in_data)
-        stdout, stderr = b_out + (stdout or b""), b_err + (stderr or b"")
-        if proc.returncode:
-            self._raise_for_failure(proc.returncode, stdout, stderr)
-        return proc.returncode, stdout, stderr
+        argv = self._in_container([self._shell_executable(), "-c", cmd])
+
+        def attempt():
+            proc = self._popen(argv)
+            b_out, b_err = self._ensure_become_success(proc, sudoable)
+            stdout, stderr = self._communicate(proc, in_data)
+            return proc.returncode, b_out + (stdout or b""), b_err + (stderr or b"")
+
+        rc, stdout, stderr = self._with_session(attempt)
+        if rc:
+            self._raise_for_failure(rc, stdout, stderr)
+        return rc, stdout, stderr
 
     def _ensure_become_success(self, proc, sudoable):
         """Wait for the become plugin's success marker (sending a password if prompted); strip it."""
@@ -538,15 +684,21 @@ class Connection(ConnectionBase):
 
     def _status(self, timeout):
         """(what `pct status` says of the container, its kind of failure, its exit status, its text)."""
-        proc = self._popen(self._on_node(_pct.status_argv(self._vmid, self.get_option("pct_path"))))
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            out, err = b"", b"no answer"
+        argv = self._on_node(_pct.status_argv(self._vmid, self.get_option("pct_path")))
+
+        def attempt():
+            proc = self._popen(argv)
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                out, err = b"", b"no answer"
+            return proc.returncode, out, err
+
+        rc, out, err = self._with_session(attempt)
         text = to_text(out + err, errors="surrogate_or_replace").strip()
-        return _pct.parse_status(text), _pct.enter_failure(self._vmid, proc.returncode, out, to_text(err)), proc.returncode, text
+        return _pct.parse_status(text), _pct.enter_failure(self._vmid, rc, out, to_text(err)), rc, text
 
     def _explain_silent_failure(self, rc):
         """A command failed with no output at all: its transport may have died under it (the
@@ -573,13 +725,20 @@ class Connection(ConnectionBase):
         display.vvv("PUT %s TO %s" % (in_path, out_path), host=self.get_option("node_host"))
         try:
             with open(to_bytes(in_path, errors="surrogate_or_strict"), "rb") as src:
-                # The file descriptor is ssh's stdin: the file streams through, never read whole here.
-                proc = self._popen(self._in_container(["/bin/sh", "-c", "cat > %s" % shlex.quote(out_path)]), stdin=src)
-                stdout, stderr = self._communicate(proc)
+                argv = self._in_container(["/bin/sh", "-c", "cat > %s" % shlex.quote(out_path)])
+
+                def attempt():
+                    src.seek(0)  # a refused try read nothing; start the stream over all the same
+                    # The file descriptor is ssh's stdin: the file streams through, never read whole here.
+                    proc = self._popen(argv, stdin=src)
+                    stdout, stderr = self._communicate(proc)
+                    return proc.returncode, stdout, stderr
+
+                rc, stdout, stderr = self._with_session(attempt)
         except OSError as exc:
             raise AnsibleFileNotFound("gpufleet.hygiene.pct: cannot read local file %s: %s" % (in_path, exc.strerror)) from exc
-        if proc.returncode:
-            self._raise_for_failure(proc.returncode, stdout, stderr)
+        if rc:
+            self._raise_for_failure(rc, stdout, stderr)
             raise AnsibleError("gpufleet.hygiene.pct: failed to write %s in container %s: %s" % (out_path, self._vmid, to_text(stderr).strip()))
 
     def fetch_file(self, in_path, out_path):
@@ -588,13 +747,22 @@ class Connection(ConnectionBase):
         b_out = to_bytes(out_path, errors="surrogate_or_strict")
         try:
             with open(b_out, "wb") as dst:
-                proc = self._popen(self._in_container(["cat", "--", in_path]), stdout=dst)
-                _stdout, stderr = self._communicate(proc)
+                argv = self._in_container(["cat", "--", in_path])
+
+                def attempt():
+                    dst.seek(0)
+                    dst.truncate()
+                    proc = self._popen(argv, stdout=dst)
+                    _stdout, stderr = self._communicate(proc)
+                    # What reached the file is the command's output: none, when ssh never started it.
+                    return proc.returncode, b"x" if os.fstat(dst.fileno()).st_size else b"", stderr
+
+                rc, _written, stderr = self._with_session(attempt)
         except OSError as exc:
             raise AnsibleError("gpufleet.hygiene.pct: cannot write local file %s: %s" % (out_path, exc.strerror)) from exc
-        if proc.returncode:
+        if rc:
             os.unlink(b_out)
-            self._raise_for_failure(proc.returncode, b"", stderr)
+            self._raise_for_failure(rc, b"", stderr)
             msg = "gpufleet.hygiene.pct: failed to read %s in container %s: %s" % (in_path, self._vmid, to_text(stderr).strip())
             if "No such file or directory" in to_text(stderr):
                 raise AnsibleFileNotFound(msg)

@@ -6,6 +6,7 @@
 The connection test playbook runs with pipelining on and off and with both methods;
 then the failure modes: stopped and missing containers, a node that is down, a failed
 login, an unknown or wrong host key, no pct on the node, a vmid that is not an integer.
+Last, sixteen containers of one node at once against sshd's default limits.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import re
 import subprocess
 
 import pytest
-from conftest import INVENTORY, PORT, REPO, STATE
+import simfleet  # tests/lib, on pytest's pythonpath (pytest.ini)
+from conftest import INVENTORY, PORT, REPO, STATE, VENV_BIN
 
 PLAYBOOK = os.path.join(REPO, "tests", "integration", "targets", "connection_pct", "test_connection.yml")
 LARGE = 32 * 1024 * 1024
@@ -119,10 +121,11 @@ def test_one_master_per_node(ansible_cli, tmp_path):
         res = ansible_cli("ansible", "-i", INVENTORY, "train-200,train-201", "-m", "ansible.builtin.command",
                           "-a", "true", "-e", "ansible_pct_control_path_dir=%s" % cp)
         assert res.returncode == 0, res.stdout
-        sockets = sorted(n for n in os.listdir(cp) if not n.endswith(".lock"))
+        sockets = sorted(n for n in os.listdir(cp) if "." not in n)
         assert len(sockets) == 2          # pve1 and pve2: two nodes, three containers, two runs
-        # Each node's lock, taken by the connection that opened its master (the others waited).
-        assert sorted(os.listdir(cp)) == sorted(sockets + [s + ".lock" for s in sockets])
+        # Each node's lock, taken by the connection that opened its master (the others waited), and
+        # its session slots (max_sessions).
+        assert sorted(os.listdir(cp)) == sorted(sockets + [s + ".lock" for s in sockets] + [s + ".slots" for s in sockets])
         procs = subprocess.run(["ps", "-ww", "-eo", "args"], stdout=subprocess.PIPE, text=True, check=True).stdout
         masters = [line for line in procs.splitlines() if line.startswith("ssh: %s/" % cp) and "[mux]" in line]
         assert len(masters) == 2, procs
@@ -131,7 +134,9 @@ def test_one_master_per_node(ansible_cli, tmp_path):
 
 
 def close_masters(cp):
-    for sock in glob.glob(str(cp / "pct-*[!k]")):  # not the .lock files
+    for sock in glob.glob(str(cp / "pct-*")):
+        if "." in os.path.basename(sock):
+            continue  # a node's .lock file or .slots directory
         subprocess.run(["ssh", "-o", "ControlPath=%s" % sock, "-O", "exit", "x"], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -201,3 +206,74 @@ def test_started_container_becomes_reachable(ansible_cli):
     finally:
         res = ansible_cli("ansible", "-i", INVENTORY, "pve1", "-m", "ansible.builtin.command", "-a", "pct stop 101")
         assert res.returncode == 0, res.stdout
+
+
+# ------------------------------------------------------------------ sshd's default limits
+
+BUSY_STATE = os.path.abspath(os.environ.get("GPUFLEET_SESSIONS_STATE", "/var/tmp/gpufleet-sim-sessions"))
+BUSY_PORT = os.environ.get("GPUFLEET_SESSIONS_PORT", "2890")
+BUSY_PLAY = """
+- name: Every container of one node at once
+  hosts: pve_containers
+  gather_facts: false
+  tasks:
+    - name: Hold a session on the node for a while, in all of them together
+      ansible.builtin.command:
+        argv: [/bin/sh, -c, "sleep {{ hold }}; cat /etc/hostname"]
+      register: held
+      changed_when: false
+    - name: Each answered from inside itself
+      ansible.builtin.assert:
+        that: held.stdout == inventory_hostname
+"""
+
+
+@pytest.fixture(scope="module")
+def busy_node(tmp_path_factory):
+    """One node, sixteen containers, the node's sshd at OpenSSH's defaults."""
+    work = tmp_path_factory.mktemp("sessions")
+    (work / "play.yml").write_text(BUSY_PLAY)
+    with simfleet.running(BUSY_STATE, nodes=1, containers=16, scenario="basic", inventory=work / "inventory",
+                          port=BUSY_PORT) as (info, env):
+        yield {"info": info, "env": env, "work": work, "inventory": str(work / "inventory" / "fleet.yml")}
+
+
+def busy_play(node, name, forks, hold, **options):
+    """Run the play over all sixteen containers with a fresh master; every ssh client's own
+    messages (refusals included) go to a log of this run (ssh -E). (output, log text)"""
+    cp, log = node["work"] / ("cp-" + name), node["work"] / ("ssh-%s.log" % name)
+    extra = dict({"hold": hold, "ansible_pct_control_path_dir": str(cp), "ansible_pct_ssh_extra_args": "-E %s" % log}, **options)
+    env = dict(node["env"], ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    try:
+        res = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", node["inventory"], str(node["work"] / "play.yml"),
+                              "-f", str(forks), "-e", json.dumps(extra)], cwd=REPO, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300, check=False)
+    finally:
+        close_masters(cp)
+    return res, log.read_text() if log.exists() else ""
+
+
+def test_sshd_runs_with_openssh_default_limits(busy_node):
+    config = os.path.join(BUSY_STATE, "nodes", "pve1", "sshd_config")
+    effective = subprocess.run(["/usr/sbin/sshd", "-T", "-f", config], stdout=subprocess.PIPE, text=True, check=True).stdout
+    assert "maxsessions 10\n" in effective and "maxstartups 10:30:100\n" in effective, effective
+    assert len(busy_node["info"]["nodes"][0]["containers"]) == 16
+
+
+def test_sixteen_forks_on_one_node_stay_within_its_sessions(busy_node):
+    """Sixteen containers of one node through one master at once, with the default max_sessions:
+    every one succeeds, and the node's sshd never refused a session nor dropped a connection."""
+    res, log = busy_play(busy_node, "limited", forks=16, hold=2)
+    assert res.returncode == 0, res.stdout[-6000:]
+    rc = recap(res.stdout)
+    assert len(rc) == 16 and all(v.startswith("ok=2 ") and "unreachable=0" in v and "failed=0" in v for v in rc.values()), rc
+    assert "Session open refused" not in log and "disabling multiplexing" not in log, log
+    assert "exchange_identification" not in log, log
+
+
+def test_without_the_limit_the_node_refuses_sessions(busy_node):
+    """The control: the same play with the limit above sshd's MaxSessions and no retries meets
+    the node's refusals (ssh then falls back to connections of its own), so the test above
+    would fail without max_sessions."""
+    _res, log = busy_play(busy_node, "unlimited", forks=16, hold=5, ansible_pct_max_sessions=16, ansible_pct_refusal_retries=0)
+    assert "mux_client_request_session: session request failed: Session open refused by peer" in log, log

@@ -11,6 +11,7 @@ login shell would, with a pct that prints the argv it received.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shlex
@@ -509,3 +510,265 @@ def test_run_on_node_refuses_become(popen, tmp_path):
     on_node(conn)
     with pytest.raises(AnsibleConnectionFailure, match=r"privilege escalation \(become\) is not done on the node"):
         conn.exec_command("echo hi")
+
+
+# ------------------------------------------------------------------ the node's sshd limits
+
+def plugin_module():
+    return sys.modules[type(make_conn()).__module__]
+
+
+KEX_CLOSED = b"kex_exchange_identification: Connection closed by remote host\r\nConnection closed by 127.0.1.1 port 22\r\n"
+KEX_RESET = b"kex_exchange_identification: read: Connection reset by peer\r\nConnection reset by 127.0.1.1 port 22\r\n"
+MUX_REFUSED = b"mux_client_request_session: session request failed: Session open refused by peer\r\n"
+FALLBACK = b"ControlSocket /root/.ansible/cp/pct-0123 already exists, disabling multiplexing\r\n"
+
+
+@pytest.mark.parametrize("rc, stdout, stderr, want", [
+    # Past MaxStartups sshd drops the connection before the identification exchange: nothing ran.
+    (255, b"", KEX_CLOSED, True),
+    (255, b"", KEX_RESET, True),
+    (255, b"", b"ssh_exchange_identification: read: Connection reset by peer\r\n", True),
+    # The master refused the session; ssh fell back to its own connection, which MaxStartups dropped.
+    (255, b"", MUX_REFUSED + FALLBACK + KEX_CLOSED, True),
+    # The fallback connection ran the command: whatever it did is its own.
+    (255, b"", MUX_REFUSED + FALLBACK, False),
+    (0, b"ok\n", MUX_REFUSED + FALLBACK, False),
+    (1, b"", MUX_REFUSED + FALLBACK, False),
+    # Output means the command ran; any other exit status is the command's.
+    (255, b"partial", KEX_CLOSED, False),
+    (1, b"", KEX_CLOSED, False),
+    # A reset after the session opened, a login or host key failure, a node that is down: never again.
+    (255, b"", b"Read from remote host pve1: Connection reset by peer\r\nclient_loop: send disconnect: Broken pipe\r\n", False),
+    (255, b"", b"Connection reset by 127.0.1.1 port 22\r\n", False),
+    (255, b"", b"root@pve1: Permission denied (publickey).\r\n", False),
+    (255, b"", b"Host key verification failed.\r\n", False),
+    (255, b"", b"ssh: connect to host pve1 port 22: Connection refused\r\n", False),
+    (255, b"", b"", False),
+    (255, b"", None, False),
+])
+def test_refused_before_start_only_when_nothing_can_have_run(rc, stdout, stderr, want):
+    assert plugin_module().refused_before_start(rc, stdout, stderr) is want
+
+
+def test_retry_delay_doubles_up_to_its_cap_with_jitter():
+    delay = plugin_module().retry_delay
+    for attempt, top in [(1, 0.25), (2, 0.5), (3, 1.0), (4, 2.0), (5, 4.0), (9, 4.0)]:
+        seen = [delay(attempt) for _n in range(50)]
+        assert all(top / 2 <= d <= top for d in seen), (attempt, seen)
+        assert len(set(seen)) > 1  # jitter: forks refused together do not come back together
+
+
+def test_slots_are_shared_by_descriptors_and_freed_on_close(tmp_path):
+    acquire = plugin_module().acquire_slot
+    held = [acquire(str(tmp_path), 2, timeout=1) for _n in range(2)]
+    assert None not in held
+    assert sorted(os.listdir(tmp_path)) == ["0", "1"]
+    started = time.monotonic()
+    assert acquire(str(tmp_path), 2, timeout=0.3) is None
+    assert time.monotonic() - started >= 0.3
+    os.close(held.pop())
+    again = acquire(str(tmp_path), 2, timeout=1)
+    assert again is not None
+    # No ssh started while a slot is held keeps it (a ControlPersist master lives on in the background).
+    assert fcntl.fcntl(again, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+    for fd in held + [again]:
+        os.close(fd)
+
+
+def test_a_slot_held_by_another_process_is_busy_until_it_dies(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        "fds = [os.open(os.path.join(sys.argv[1], n), os.O_RDWR | os.O_CREAT) for n in ('0', '1')]\n"
+        "[fcntl.flock(fd, fcntl.LOCK_EX) for fd in fds]\n"
+        "print('held', flush=True); time.sleep(60)\n"), str(tmp_path)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        assert plugin_module().acquire_slot(str(tmp_path), 2, timeout=0.2) is None
+    finally:
+        holder.kill()
+        holder.wait()
+    fd = plugin_module().acquire_slot(str(tmp_path), 2, timeout=2)
+    assert fd is not None
+    os.close(fd)
+
+
+def _hold_a_slot(directory, limit, log, seconds):
+    fd = plugin_module().acquire_slot(directory, limit, timeout=30)
+    with open(log, "a") as f:
+        f.write("+ %f\n" % time.monotonic())
+    time.sleep(seconds)
+    with open(log, "a") as f:
+        f.write("- %f\n" % time.monotonic())
+    os.close(fd)
+
+
+def test_forked_workers_never_hold_more_slots_than_the_limit(tmp_path):
+    """Twelve forks (as ansible's workers are), three slots: never more than three at once, and
+    three at once indeed (the limit is a limit, not a lock)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    slots, log = tmp_path / "slots", tmp_path / "log"
+    slots.mkdir()
+    workers = [ctx.Process(target=_hold_a_slot, args=(str(slots), 3, str(log), 0.2)) for _n in range(12)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert [w.exitcode for w in workers] == [0] * 12
+    events = sorted((float(t), sign) for sign, t in (line.split() for line in log.read_text().splitlines()))
+    assert len(events) == 24
+    # A release logged at the same instant as the next take sorts first ("+" > "-" is false): count honestly.
+    level, peak = 0, 0
+    for _t, sign in sorted(events, key=lambda e: (e[0], e[1] == "+")):
+        level += 1 if sign == "+" else -1
+        peak = max(peak, level)
+    assert peak == 3
+
+
+def test_a_command_holds_one_of_the_node_sessions_while_it_runs(monkeypatch, tmp_path):
+    seen = []
+
+    class Probe(Recorder):
+        def __call__(self, argv, **kwargs):
+            cp = next(a for a in argv if a.startswith("ControlPath=")).split("=", 1)[1]
+            seen.append(plugin_module().acquire_slot(cp + ".slots", 1, timeout=0.05))
+            return super().__call__(argv, **kwargs)
+
+    patch_popen(monkeypatch, Probe(stdout=b"ok\n"))
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path), ansible_pct_max_sessions=1)
+    conn._connect()
+    assert conn.exec_command("true")[1] == b"ok\n"
+    assert seen == [None]  # the one slot was the command's
+    fd = plugin_module().acquire_slot(str(tmp_path / os.path.basename(conn._control_path())) + ".slots", 1, timeout=0.05)
+    assert fd is not None  # and it is free again
+    os.close(fd)
+
+
+def test_no_limit_with_max_sessions_0(popen, tmp_path):
+    popen(stdout=b"ok\n")
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path), ansible_pct_max_sessions=0)
+    conn._connect()
+    assert conn.exec_command("true")[1] == b"ok\n"
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".slots")]
+
+
+def test_waiting_for_a_session_is_bounded(popen, tmp_path):
+    rec = popen(stdout=b"ok\n")
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path), ansible_pct_max_sessions=1, ansible_pct_command_timeout=1)
+    conn._connect()
+    busy = plugin_module().acquire_slot(conn._control_path() + ".slots", 1)
+    try:
+        with pytest.raises(AnsibleConnectionFailure, match=r"waited 1s for one of the 1 sessions \(max_sessions\) of node "
+                                                           r"root@pve1\.example\.com:22"):
+            conn.exec_command("true")
+    finally:
+        os.close(busy)
+    assert rec.calls == []  # ssh never ran
+
+
+@pytest.fixture
+def no_pause(monkeypatch):
+    pauses = []
+    monkeypatch.setattr(plugin_module(), "retry_delay", lambda attempt: pauses.append(attempt) or 0.0)
+    return pauses
+
+
+def test_a_command_refused_before_it_started_is_tried_again(monkeypatch, tmp_path, no_pause):
+    rec = Sequence([(255, b"", KEX_CLOSED), (255, b"", MUX_REFUSED + FALLBACK + KEX_RESET), (0, b"ran once\n", b"")])
+    patch_popen(monkeypatch, rec)
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))
+    conn._connect()
+    assert conn.exec_command("echo ran once", in_data=b"module") == (0, b"ran once\n", b"")
+    assert len(rec.calls) == 3 and no_pause == [1, 2]
+    assert len({tuple(argv) for argv, _kw in rec.calls}) == 1  # the same command each time
+
+
+def test_refusals_past_the_retries_are_reported(monkeypatch, tmp_path, no_pause):
+    rec = Sequence([(255, b"", KEX_CLOSED)] * 3)
+    patch_popen(monkeypatch, rec)
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path), ansible_pct_refusal_retries=2)
+    conn._connect()
+    with pytest.raises(AnsibleConnectionFailure, match=r"node root@pve1\.example\.com:22 is unreachable: "
+                                                       r"kex_exchange_identification: Connection closed by remote host"):
+        conn.exec_command("true")
+    assert len(rec.calls) == 3 and no_pause == [1, 2]
+
+
+@pytest.mark.parametrize("answer", [
+    (255, b"", MUX_REFUSED + FALLBACK),                      # the fallback connection may have run it
+    (255, b"", b"Read from remote host pve1: Connection reset by peer\r\n"),
+    (255, b"half", KEX_CLOSED),
+])
+def test_a_command_that_may_have_started_is_never_run_again(monkeypatch, tmp_path, no_pause, answer):
+    rec = Sequence([answer, (0, b"status: running\n", b"")])
+    patch_popen(monkeypatch, rec)
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))
+    conn._connect()
+    try:
+        assert conn.exec_command("true")[0] == 255
+    except AnsibleConnectionFailure as exc:  # a reset after the session opened: the connection was lost
+        assert "Connection reset by peer" in str(exc)
+    assert [shlex.split(argv[-1])[:2] for argv, _kw in rec.calls][0] == ["pct", "exec"]
+    assert all("exec" not in shlex.split(argv[-1]) for argv, _kw in rec.calls[1:])  # at most the status probe
+    assert no_pause == []
+
+
+def test_refusal_retries_0_tries_once(monkeypatch, tmp_path, no_pause):
+    rec = Sequence([(255, b"", KEX_CLOSED)])
+    patch_popen(monkeypatch, rec)
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path), ansible_pct_refusal_retries=0)
+    conn._connect()
+    with pytest.raises(AnsibleConnectionFailure, match="is unreachable"):
+        conn.exec_command("true")
+    assert len(rec.calls) == 1 and no_pause == []
+
+
+def test_file_transfers_are_tried_again_from_the_start(monkeypatch, tmp_path, no_pause):
+    """The refused try consumed its stdin all the same: the next one still streams the whole file."""
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(300000))
+    received = tmp_path / "received.bin"
+    calls = []
+
+    def popen(argv, **kwargs):
+        calls.append(argv)
+        script = ("import shutil, sys\n"
+                  "shutil.copyfileobj(sys.stdin.buffer, open(%r, 'wb') if %r else open('/dev/null', 'wb'))\n"
+                  "sys.stderr.buffer.write(%r); sys.exit(%d)\n") % (
+            str(received), len(calls) == 2, KEX_CLOSED if len(calls) == 1 else b"", 255 if len(calls) == 1 else 0)
+        return subprocess.Popen([sys.executable, "-c", script], **kwargs)
+
+    patch_popen(monkeypatch, popen)
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))
+    open(conn._control_path(), "w").close()  # the node's master is up
+    conn._connect()
+    conn.put_file(str(src), "/tmp/dst.bin")
+    assert len(calls) == 2 and no_pause == [1]
+    assert received.read_bytes() == src.read_bytes()
+    rec = Sequence([(255, b"", KEX_RESET), (0, b"whole file\n", b"")])
+    patch_popen(monkeypatch, rec)
+    conn.fetch_file("/etc/hostname", str(tmp_path / "back"))
+    assert (tmp_path / "back").read_bytes() == b"whole file\n"
+    assert len(rec.calls) == 2 and no_pause == [1, 1]
+
+
+def test_opening_the_master_is_tried_again_when_refused(monkeypatch, tmp_path, no_pause):
+    rec = Recorder(stdout=b"ok\n")
+    answers = [255, 255, 0]
+
+    def run(argv, **kwargs):
+        rec.masters.append(list(argv))
+        rc = answers.pop(0)
+        if rc == 0:
+            open(next(a for a in argv if a.startswith("ControlPath=")).split("=", 1)[1], "w").close()
+        kwargs["stderr"].write(KEX_CLOSED if rc else b"")
+        return subprocess.CompletedProcess(argv, rc)
+
+    rec.run = run
+    patch_popen(monkeypatch, rec)
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))
+    conn._connect()
+    assert len(rec.masters) == 3 and no_pause == [1, 2]
+    assert os.path.exists(conn._control_path())
