@@ -480,12 +480,28 @@ def _names(info, smi_name=None):
     return names
 
 
+ORDINARY_COMMS = frozenset(comm for comm, _cmdline in ORDINARY)
+
+
 def ordinary_processes(proc=PROC):
-    """``(comm, cmdline)`` of the everyday processes no scope pattern may match: the table and
-    this module's own process as it runs here. Not PID 1 nor the ancestors: they are protected
-    anyway, and in a one-process container PID 1 may be the job, which a pattern names rightly."""
+    """``(comm, cmdline)`` of the everyday processes no scope pattern may match: the table, the
+    root's processes running here under one of the table's names (a real sshd's title names its own
+    config path, which no table foresees) and this module's own process. Not PID 1 nor the
+    ancestors: they are protected anyway, and in a one-process container PID 1 may be the job,
+    which a pattern names rightly."""
     rows = list(ORDINARY)
-    info = describe(os.getpid(), proc)
+    own = os.getpid()
+    for pid in all_pids(proc):
+        try:
+            if pid in (1, own) or _read("%s/%d/comm" % (proc, pid)).rstrip("\n") not in ORDINARY_COMMS:
+                continue
+        except (IOError, OSError):
+            continue  # gone meanwhile
+        info = describe(pid, proc)
+        # Root's only: a user's process that calls itself sshd must not make the job's scope refused.
+        if info is not None and info["uid"] == 0 and info["cmdline"]:
+            rows.append((info["comm"], info["cmdline"]))
+    info = describe(own, proc)
     if info is not None and info["cmdline"]:
         rows.append((info["comm"], info["cmdline"]))
     return rows

@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -42,7 +43,7 @@ def _raw(pid, name):
 
 
 def real_processes():
-    """(comm, argv0 basename, cmdline) of this machine's PID 1, its sshd processes and its other
+    """(comm, argv0 basename, cmdline) of this machine's init, its sshd processes and its other
     everyday daemons, read straight from /proc (not through the module's own reader)."""
     wanted = {"sshd", "cron", "crond", "agetty", "dbus-daemon", "systemd", "init", "rsyslogd", "systemd-journal"}
     rows = []
@@ -55,7 +56,9 @@ def real_processes():
             argv = [a.decode("utf-8", "replace") for a in _raw(pid, "cmdline").split(b"\0") if a]
         except OSError:
             continue
-        if argv and (pid == 1 or comm in wanted):
+        # PID 1 counts only as an everyday init (systemd, init): the scope leaves PID 1 out of
+        # its table (protected anyway; in a one-process container it may be the job itself).
+        if argv and comm in wanted:
             # A process that sets its title (sshd) has spaces in argv[0]: its name is the first word.
             rows.append((comm, os.path.basename(argv[0].split(" ")[0]), " ".join(argv)))
     return rows
@@ -115,6 +118,34 @@ def test_a_cmdline_pattern_that_matches_a_real_everyday_process_is_refused(every
     if hits:
         assert _refused("cmdline", pattern), "%r matches %r and was accepted" % (pattern, hits[0])
         assert _refused("cmdline", pattern, allow_broad=True) is None or re.search(pattern, "")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts a process as another user")
+def test_a_running_daemon_s_own_title_counts_as_everyday_but_only_root_s():
+    """A root daemon named as a table row (sshd here) with a command line no row foresees is
+    everyday too; the same name run by an ordinary user changes nothing."""
+    # Outside pytest's own 0700 base: nobody must reach the program.
+    fake = os.path.join(tempfile.mkdtemp(prefix="gpufleet-daemon-", dir="/tmp"), "sshd")
+    os.chmod(os.path.dirname(fake), 0o755)
+    shutil.copy(shutil.which("bash"), fake)
+    marker = "gpufleet-%s/sshd_config" % uuid.uuid4().hex[:8]
+    pattern = re.escape(marker)
+    as_nobody = subprocess.Popen([fake, "-c", "sleep 300; :", marker], user="nobody")
+    try:
+        time.sleep(0.2)
+        assert _refused("cmdline", pattern) is None
+    finally:
+        as_nobody.kill()
+        as_nobody.wait()
+    as_root = subprocess.Popen([fake, "-c", "sleep 300; :", marker])
+    try:
+        time.sleep(0.2)
+        assert marker in (_refused("cmdline", pattern) or "")
+        assert _refused("cmdline", pattern, allow_broad=True) is None
+    finally:
+        as_root.kill()
+        as_root.wait()
+        shutil.rmtree(os.path.dirname(fake))
 
 
 @SETTINGS
