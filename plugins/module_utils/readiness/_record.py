@@ -37,7 +37,13 @@ def failed_checks(p, msg):
             names.append("packages")
         if p.get("caches", True):
             names.append("caches_fresh")
-    return [{"name": name, "severity": "fail", "ok": False, "error": True, "summary": msg} for name in names]
+    if p.get("gpu_health"):
+        names.append("gpu_healthy")
+    checks = [{"name": name, "severity": "fail", "ok": False, "error": True, "summary": msg} for name in names]
+    for check in checks[-1:]:
+        if check["name"] == "gpu_healthy":  # its record's shape: the error's text, no GPU read
+            check.update(error=msg, gpus=[], driver={"version": None, "pin": p.get("gpu_driver_pin")}, findings=[])
+    return checks
 
 
 def nothing_read(checks=()):
