@@ -46,6 +46,16 @@ def failed_checks(p, msg):
     return checks
 
 
+def health_detail(check):
+    """What the reports keep of a gpu_healthy check besides its verdict: the error's text, each
+    GPU's reading and findings, the driver and the host's findings (absent ones empty)."""
+    error = check.get("error")
+    return {"error": error if isinstance(error, str) else None,
+            "gpus": [g for g in check.get("gpus") or () if isinstance(g, dict)],
+            "driver": dict(check.get("driver") or {"version": None, "pin": None}),
+            "findings": [f for f in check.get("findings") or () if isinstance(f, dict)]}
+
+
 def nothing_read(checks=()):
     """The record's keys (RECORD_KEYS) of a host of which nothing was read: not ready, these checks."""
     return {"ready": False, "running_job": False, "checks": list(checks), "gpus": [], "contaminants": [], "caches": []}
