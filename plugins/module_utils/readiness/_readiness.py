@@ -109,7 +109,8 @@ def read_gpus(p, nvidia_smi, check_mode, warnings):
 
 def read_gpu_health(p, nvidia_smi):
     """The cheap health read (NVML, else one nvidia-smi query): never raises for a GPU in trouble."""
-    health = read_health(source="auto", nvidia_smi=nvidia_smi, timeout=p["command_timeout"], pin=p.get("gpu_driver_pin"))
+    source = "query" if p["nvidia_smi"] else "auto"  # as gpu_state: a named nvidia-smi is what is asked
+    health = read_health(source=source, nvidia_smi=nvidia_smi, timeout=p["command_timeout"], pin=p.get("gpu_driver_pin"))
     health["changed"] = False
     return health
 

@@ -470,3 +470,67 @@ def test_the_check_record_shape():
                       "persistence_mode", "mig"}
     assert set(g["findings"][0]) == {"code", "severity", "what", "action"}
     assert check["driver"] == {"version": "580.159.04", "pin": "580.159.04"}
+
+
+# --------------------------------------------------------------------------- readiness, the record and the reports
+
+
+def test_readiness_judges_gpu_healthy_only_when_asked():
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness, _record
+    result = {"gpu_state": {"gpus": [], "idle": True}, "processes": {"skipped": True},
+              "cuda_contamination": {"skipped": True}, "pip_inventory": {"skipped": True}, "torch_cache": {"skipped": True},
+              "gpu_health": {"skipped": True}}
+    assert [c["name"] for c in _readiness.judge(result, False)] == ["gpu_idle"]
+    result["gpu_health"] = read_health(source="nvml", lib=StubNvml())
+    checks = _readiness.judge(result, False)
+    assert [c["name"] for c in checks] == ["gpu_idle", "gpu_healthy"] and checks[1]["ok"] is False
+    late = _readiness.check_health({"failed": True, "msg": "gpu_health did not finish"})
+    assert late["ok"] is False and late["error"] == "gpu_health did not finish"
+    failed = _record.failed_checks({"gpu_health": True, "gpu_driver_pin": "580"}, "container stopped")
+    assert [c["name"] for c in failed] == ["gpu_idle", "gpu_healthy"]
+    assert failed[1]["error"] == "container stopped" and failed[1]["driver"] == {"version": None, "pin": "580"}
+
+
+def host_with_health():
+    text = edit("<remapped_row_pending>No", "<remapped_row_pending>Yes")
+    text = edit("<clocks_event_reason_hw_slowdown>Not Active", "<clocks_event_reason_hw_slowdown>Active", text)
+    text = edit("<current_link_width>16x", "<current_link_width>8x", text)
+    _driver, gpus, host = health_of_xml(text, events=_xid.parse_dmesg(DMESG), kernel_log=True)
+    check = check_record({"gpus": gpus, "findings": host, "error": None, "healthy": False,
+                          "driver": {"version": "580.159.04", "pin": None}})
+    return {"host": "train-101", "node": "pve1", "vmid": 101, "ready": False, "running_job": False, "remediated": False,
+            "error": None, "checks": [check], "gpus": [], "contaminants": [], "caches": []}
+
+
+def test_prometheus_gpu_health_metrics():
+    from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._prometheus import render_prometheus
+    from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import build_run, parse_timestamp
+    from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema import normalize_hosts
+    hosts, warnings = normalize_hosts([host_with_health()])
+    assert warnings == []
+    text = render_prometheus(build_run(hosts, "t", parse_timestamp("2026-12-01T15:00:00Z")))
+    lines = set(text.splitlines())
+    gl = 'host="train-101",node="pve1",gpu="0"'
+    for line in ('gpufleet_hygiene_gpu_healthy{%s} 0' % gl,
+                 'gpufleet_hygiene_gpu_xid_events{%s,xid="13"} 1' % gl,
+                 'gpufleet_hygiene_gpu_xid_events{%s,xid="79"} 1' % gl,
+                 'gpufleet_hygiene_gpu_ecc_uncorrected{%s,kind="volatile"} 0' % gl,
+                 'gpufleet_hygiene_gpu_ecc_uncorrected{%s,kind="aggregate"} 0' % gl,
+                 'gpufleet_hygiene_gpu_remapped_rows{%s,state="pending"} 1' % gl,
+                 'gpufleet_hygiene_gpu_remapped_rows{%s,state="failed"} 0' % gl,
+                 'gpufleet_hygiene_gpu_throttle{%s,reason="hw_slowdown"} 1' % gl,
+                 'gpufleet_hygiene_gpu_throttle{%s,reason="hw_thermal_slowdown"} 0' % gl,
+                 'gpufleet_hygiene_gpu_pcie_degraded{%s} 1' % gl,
+                 '# TYPE gpufleet_hygiene_gpu_healthy gauge'):
+        assert line in lines, line
+
+
+def test_junit_names_the_failing_findings_and_what_to_do():
+    from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._junit import render_junit
+    from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import KNOWN_CHECKS, build_run, parse_timestamp
+    from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema import normalize_hosts
+    assert KNOWN_CHECKS[-1] == "gpu_healthy"
+    hosts, _warnings = normalize_hosts([host_with_health()])
+    xml = render_junit(build_run(hosts, "t", parse_timestamp("2026-12-01T15:00:00Z")))
+    assert 'name="gpu_healthy"' in xml and "GPU 0: remapped_rows_pending: a row remapping is pending" in xml
+    assert "GPU 0: xid_79: Xid 79 x1" in xml and "xid_48: Xid 48 on PCI 0000:41:00" in xml
