@@ -495,7 +495,7 @@ def run_query(nvidia_smi, timeout):
         try:
             gpu_text = Pending(query_argv(nvidia_smi), timeout).wait()
         except GpuError as exc:
-            if exc.kind != "usage":
+            if exc.kind != "usage" or "clocks_event_reasons" not in str(exc):
                 raise
             gpu_text = Pending(query_argv(nvidia_smi, LEGACY_FIELDS), timeout).wait()
     except BaseException:
