@@ -41,13 +41,13 @@ THROTTLE_REASONS = tuple(name for _bit, name in THROTTLE_BITS)
 # The reasons that are findings: (severity, what, action). Idle, application and display clocks are not.
 THROTTLE_FINDINGS = {
     "hw_slowdown": ("warn", ("hardware slowdown active: clocks cut by half or more (temperature, power brake or a failing "
-                            "power supply)"), "check the node's cooling and power; drain the GPU if it persists under load"),
+                             "power supply)"), "check the node's cooling and power; drain the GPU if it persists under load"),
     "hw_thermal_slowdown": ("warn", "hardware thermal slowdown active: the GPU is too hot",
                             "check the node's airflow and fans; drain the GPU if it persists"),
     "hw_power_brake_slowdown": ("warn", "hardware power brake active: the power supply or the chassis asked to cut power",
                                 "check the node's power supplies and power capping"),
     "sw_thermal_slowdown": ("warn", ("software thermal slowdown active: the driver lowers clocks to stay under its "
-                                    "temperature target"), "check the node's cooling"),
+                                     "temperature target"), "check the node's cooling"),
     "sw_power_cap": ("info", "power cap reached: clocks lowered to stay within the power limit",
                      "none if the limit is intended; otherwise check the power limit (nvidia-smi -q -d POWER)"),
     "sync_boost": ("info", "sync boost: clocks held to those of the slowest GPU of its sync group",
@@ -375,8 +375,8 @@ def _xml_gpu(index, el):
             _field(gpu, "ecc." + counter, None)
             continue
         # Hopper splits SRAM (parity, SECDED) and DRAM; older schemas have a device_memory/total split.
-        unc = [_int(_find_text(el, base + "/" + tag)) for tag in ("sram_uncorrectable", "sram_uncorrectable_parity",
-                                                                     "sram_uncorrectable_secded", "dram_uncorrectable")]
+        unc_tags = ("sram_uncorrectable", "sram_uncorrectable_parity", "sram_uncorrectable_secded", "dram_uncorrectable")
+        unc = [_int(_find_text(el, base + "/" + tag)) for tag in unc_tags]
         if all(v is None for v in unc):
             unc = [_int(_find_text(el, base + "/double_bit/total"))]
         cor = [_int(_find_text(el, base + "/" + tag)) for tag in ("sram_correctable", "dram_correctable")]

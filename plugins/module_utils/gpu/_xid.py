@@ -27,7 +27,7 @@ import time
 # application's own fault and asks to look, not to act on the GPU.
 XID_CODES = {
     13: ("warn", ("Graphics Engine Exception: a kernel faulted (often the application: out-of-range access, illegal "
-                 "instruction)"), "restart the application; if it recurs on this GPU only, run diagnostics (dcgmi diag)"),
+                  "instruction)"), "restart the application; if it recurs on this GPU only, run diagnostics (dcgmi diag)"),
     31: ("warn", "GPU memory page fault (MMU fault): the application accessed an invalid address",
          "restart the application; if it recurs across applications, reset the GPU and run diagnostics"),
     43: ("warn", "GPU stopped processing: the application hit a fault and its channel was reset; the GPU stays usable",

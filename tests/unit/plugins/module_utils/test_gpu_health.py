@@ -106,8 +106,8 @@ def test_throttle_reasons_are_findings_that_warn():
     text = edit("<clocks_event_reason_sync_boost>Not Active", "<clocks_event_reason_sync_boost>Active", text)
     _driver, [g], _host = health_of_xml(text)
     assert g["throttle"] == ["gpu_idle", "hw_thermal_slowdown", "sync_boost"]
-    assert [(f["code"], f["severity"]) for f in g["findings"]] == [("throttle_hw_thermal_slowdown", "warn"),
-                                                                  ("throttle_sync_boost", "info")]
+    assert [(f["code"], f["severity"]) for f in g["findings"]] == [
+        ("throttle_hw_thermal_slowdown", "warn"), ("throttle_sync_boost", "info")]
     assert g["healthy"]  # a slowdown slows the job; it does not make the GPU unusable
 
 
@@ -137,39 +137,39 @@ def test_persistence_mode_off_warns():
 
 MIG_ON = "<current_mig>Enabled</current_mig>\n\t\t\t<pending_mig>Enabled</pending_mig>"
 MIG_DEVICES = """<mig_devices>
-			<mig_device>
-				<index>0</index>
-				<gpu_instance_id>1</gpu_instance_id>
-				<compute_instance_id>0</compute_instance_id>
-				<fb_memory_usage>
-					<total>71040 MiB</total>
-					<reserved>0 MiB</reserved>
-					<used>40960 MiB</used>
-					<free>30080 MiB</free>
-				</fb_memory_usage>
-			</mig_device>
-			<mig_device>
-				<index>1</index>
-				<gpu_instance_id>2</gpu_instance_id>
-				<compute_instance_id>0</compute_instance_id>
-				<fb_memory_usage>
-					<total>71040 MiB</total>
-					<reserved>0 MiB</reserved>
-					<used>0 MiB</used>
-					<free>71040 MiB</free>
-				</fb_memory_usage>
-			</mig_device>
-		</mig_devices>"""
+            <mig_device>
+                <index>0</index>
+                <gpu_instance_id>1</gpu_instance_id>
+                <compute_instance_id>0</compute_instance_id>
+                <fb_memory_usage>
+                    <total>71040 MiB</total>
+                    <reserved>0 MiB</reserved>
+                    <used>40960 MiB</used>
+                    <free>30080 MiB</free>
+                </fb_memory_usage>
+            </mig_device>
+            <mig_device>
+                <index>1</index>
+                <gpu_instance_id>2</gpu_instance_id>
+                <compute_instance_id>0</compute_instance_id>
+                <fb_memory_usage>
+                    <total>71040 MiB</total>
+                    <reserved>0 MiB</reserved>
+                    <used>0 MiB</used>
+                    <free>71040 MiB</free>
+                </fb_memory_usage>
+            </mig_device>
+        </mig_devices>""".replace("    ", "\t")
 PROCESSES = """<processes>
-			<process_info>
-				<gpu_instance_id>1</gpu_instance_id>
-				<compute_instance_id>0</compute_instance_id>
-				<pid>1731</pid>
-				<type>C</type>
-				<process_name>python3</process_name>
-				<used_memory>40950 MiB</used_memory>
-			</process_info>
-		</processes>"""
+            <process_info>
+                <gpu_instance_id>1</gpu_instance_id>
+                <compute_instance_id>0</compute_instance_id>
+                <pid>1731</pid>
+                <type>C</type>
+                <process_name>python3</process_name>
+                <used_memory>40950 MiB</used_memory>
+            </process_info>
+        </processes>""".replace("    ", "\t")
 
 
 def test_mig_enabled_without_instances_is_a_finding():
