@@ -118,6 +118,23 @@ options:
     type: raw
     default: true
     version_added: 0.3.0
+  gpu_health:
+    description:
+      - Also read the GPUs' health (uncorrectable ECC errors, pending or failed row remapping and page retirement,
+        clock slowdowns, PCIe link, persistence mode, MIG, the driver against O(gpu_driver_pin)) and judge it in the
+        C(gpu_healthy) check (see docs/gpu_health.md). The cheap read - NVML through C(libnvidia-ml.so.1), else one
+        C(nvidia-smi --query-gpu) run beside the other reads; the kernel log and C(nvidia-smi -q -x) are
+        M(gpufleet.hygiene.gpu_health)'s, not read here.
+      - Off by default - where NVML cannot be loaded it costs one more nvidia-smi run per container.
+    type: bool
+    default: false
+    version_added: 0.3.0
+  gpu_driver_pin:
+    description:
+      - The driver version the fleet pins (V(580.159.04), or a prefix such as V(580)); with O(gpu_health), another
+        version fails C(gpu_healthy) with the finding C(driver_pin_mismatch).
+    type: str
+    version_added: 0.3.0
   brief:
     description:
       - Return only what the verify role records - RV(ready), RV(running_job), RV(checks), RV(gpus),
@@ -211,6 +228,13 @@ gpu_state:
   returned: unless O(brief=true) or O(record)
   type: dict
   sample: {changed: false, gpus: [], idle: true, gpu_available: true, vantage: container, backend: nvidia-smi, query_seconds: 0.05}
+gpu_health:
+  description:
+    - M(gpufleet.hygiene.gpu_health)' result (its cheap read, no kernel log) when O(gpu_health=true);
+      C(skipped=true) otherwise.
+  returned: unless O(brief=true) or O(record)
+  type: dict
+  version_added: 0.3.0
 cuda_contamination:
   description:
     - M(gpufleet.hygiene.cuda_contamination)' result (a scan, nothing removed).
@@ -239,14 +263,14 @@ checks:
       by the job), C(job_live) (with O(job_patterns) - the job, if one runs, makes progress, and no GPU
       holder outlived its job; docs/checks.md), C(venv_clean) (no package built for another CUDA major than torch), C(packages) (no
       drift from O(baseline), files as in RECORD), C(caches_fresh) (no compile cache built for other
-      versions). A check whose read was skipped is left out; a read that failed fails its check with
-      the read's message.
+      versions), C(gpu_healthy) (with O(gpu_health) - no GPU with a finding of severity C(fail); docs/gpu_health.md).
+      A check whose read was skipped is left out; a read that failed fails its check with the read's message.
   returned: always
   type: list
   elements: dict
   contains:
     name:
-      description: V(gpu_idle), V(job_live), V(venv_clean), V(packages) or V(caches_fresh).
+      description: V(gpu_idle), V(job_live), V(venv_clean), V(packages), V(caches_fresh) or V(gpu_healthy).
       type: str
     severity:
       description: V(fail).
@@ -258,7 +282,8 @@ checks:
       description:
         - The read behind the check failed (for V(gpu_idle) - nvidia-smi hung or failed, a GPU fell
           off the bus), so the check could not judge; RV(checks[].summary) carries the read's message.
-      type: bool
+        - For V(gpu_healthy), the message itself (null when the GPUs were read).
+      type: raw
     summary:
       description: One line saying what was found.
       type: str
@@ -271,6 +296,23 @@ checks:
           descendant of one, their parent the container's init - each C(pid), C(start_time), C(cmdline).
       type: list
       elements: dict
+    gpus:
+      description:
+        - For V(gpu_healthy), each GPU's C(index), C(uuid), C(name), C(healthy), C(findings) (C(code), C(severity),
+          C(what), C(action)), C(ecc), C(remapped_rows), C(retired_pages), C(throttle), C(pcie), C(persistence_mode),
+          C(mig) and C(xid_events); see M(gpufleet.hygiene.gpu_health).
+      type: list
+      elements: dict
+      version_added: 0.3.0
+    driver:
+      description: For V(gpu_healthy), the driver's C(version) and the C(pin) it is held to.
+      type: dict
+      version_added: 0.3.0
+    findings:
+      description: For V(gpu_healthy), the host's own findings (the read's failure, the driver pin).
+      type: list
+      elements: dict
+      version_added: 0.3.0
   sample:
     - {name: gpu_idle, severity: fail, ok: false, error: false, summary: "GPU 0: 40960 MiB used, held by pid 1731 python3"}
     - {name: venv_clean, severity: fail, ok: true, error: false, summary: 14 packages consistent with CUDA 12.8}

@@ -20,6 +20,7 @@ import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import CACHE_NAMES, TorchCache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import check_record, read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import DEFAULT_STALL_AFTER, liveness
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, find_processes
@@ -48,6 +49,8 @@ ARGUMENT_SPEC = dict(
     strict_baseline=dict(type="bool", default=False),
     read_timeout=dict(type="float", default=120),
     evidence_cache=dict(type="raw", default=True),
+    gpu_health=dict(type="bool", default=False),
+    gpu_driver_pin=dict(type="str"),
 )
 
 # The readiness module's own options on top of those (node_readiness has its own, for all its containers).
@@ -55,7 +58,7 @@ BRIEF_OPTION = dict(type="bool", default=False)
 # Whose reading it is: the result is then the verify role's record of it (_record.record()).
 RECORD_OPTION = dict(type="dict", options=dict(host=dict(type="str", required=True), node=dict(type="raw"), vmid=dict(type="raw")))
 
-READS = ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache")
+READS = ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache", "gpu_health")
 
 
 def bad_option(p):
@@ -103,6 +106,14 @@ def read_gpus(p, nvidia_smi, check_mode, warnings):
         return failed(exc.msg, **exc.partial)
     warnings.extend(state.notes)
     return result
+
+
+def read_gpu_health(p, nvidia_smi):
+    """The cheap health read (NVML, else one nvidia-smi query): never raises for a GPU in trouble."""
+    source = "query" if p["nvidia_smi"] else "auto"  # as gpu_state: a named nvidia-smi is what is asked
+    health = read_health(source=source, nvidia_smi=nvidia_smi, timeout=p["command_timeout"], pin=p.get("gpu_driver_pin"))
+    health["changed"] = False
+    return health
 
 
 def read_liveness(p, result):
@@ -276,7 +287,7 @@ def check_job(live, job):
 
 def judge(result, allow_running_job, strict_baseline=False):
     """The verify role's checks of one reading: [gpu_idle, job_live, venv_clean, packages,
-    caches_fresh], a check whose read was skipped left out (job_live without job_patterns)."""
+    caches_fresh, gpu_healthy], a check whose read was skipped left out (job_live without job_patterns)."""
     checks = [check_gpu(result["gpu_state"], result["processes"], allow_running_job)]
     if not result["processes"].get("skipped"):
         checks.append(check_job(result.get("liveness", {}), result["processes"]))
@@ -286,7 +297,19 @@ def judge(result, allow_running_job, strict_baseline=False):
         checks.append(check_packages(result["pip_inventory"], strict_baseline))
     if not result["torch_cache"].get("skipped"):
         checks.append(check_caches(result["torch_cache"]))
+    health = result.get("gpu_health", {"skipped": True})
+    if not health.get("skipped"):
+        checks.append(check_health(health))
     return checks
+
+
+def check_health(health):
+    """gpu_healthy: every GPU without a fail finding (_health.check_record), or the read's failure."""
+    if "gpus" not in health:  # the read itself did not finish (read_timeout)
+        msg = health.get("msg", "gpu_health failed")
+        return {"name": "gpu_healthy", "severity": "fail", "ok": False, "error": msg, "summary": msg, "gpus": [],
+                "driver": {"version": None, "pin": None}, "findings": []}
+    return check_record(health)
 
 
 def _late(name, seconds):
@@ -340,7 +363,17 @@ def read(p, run, which, check_mode=False):
             crashed.append(exc)
 
     # Daemon threads: one still blocked at the deadline does not keep the process alive.
-    readers = [threading.Thread(target=target, daemon=True) for target in (read_gpus_into_gpu, read_the_rest)]
+    def read_health_into_health():
+        try:
+            keep("gpu_health", read_gpu_health(p, nvidia_smi))
+        except Exception as exc:  # noqa: BLE001 - raised again in the calling thread
+            crashed.append(exc)
+
+    # The health read has a thread of its own when asked: NVML or nvidia-smi waits on the driver too.
+    targets = (read_gpus_into_gpu, read_the_rest) + ((read_health_into_health,) if p.get("gpu_health") else ())
+    if not p.get("gpu_health"):
+        keep("gpu_health", skipped("gpu_health=false"))
+    readers = [threading.Thread(target=target, daemon=True) for target in targets]
     for reader in readers:
         reader.start()
     for reader in readers:

@@ -37,7 +37,23 @@ def failed_checks(p, msg):
             names.append("packages")
         if p.get("caches", True):
             names.append("caches_fresh")
-    return [{"name": name, "severity": "fail", "ok": False, "error": True, "summary": msg} for name in names]
+    if p.get("gpu_health"):
+        names.append("gpu_healthy")
+    checks = [{"name": name, "severity": "fail", "ok": False, "error": True, "summary": msg} for name in names]
+    for check in checks[-1:]:
+        if check["name"] == "gpu_healthy":  # its record's shape: the error's text, no GPU read
+            check.update(error=msg, gpus=[], driver={"version": None, "pin": p.get("gpu_driver_pin")}, findings=[])
+    return checks
+
+
+def health_detail(check):
+    """What the reports keep of a gpu_healthy check besides its verdict: the error's text, each
+    GPU's reading and findings, the driver and the host's findings (absent ones empty)."""
+    error = check.get("error")
+    return {"error": error if isinstance(error, str) else None,
+            "gpus": [g for g in check.get("gpus") or () if isinstance(g, dict)],
+            "driver": dict(check.get("driver") or {"version": None, "pin": None}),
+            "findings": [f for f in check.get("findings") or () if isinstance(f, dict)]}
 
 
 def nothing_read(checks=()):

@@ -39,6 +39,14 @@ def _text(parent, tag, text, attrs=None):
     el.text = _x(text)
 
 
+def _findings(check):
+    """gpu_healthy's findings of severity fail, one line each with what to do."""
+    lines = ["GPU %s: %s: %s -> %s" % (g.get("index"), f["code"], f["what"], f["action"])
+             for g in check.get("gpus", []) for f in g.get("findings", []) if f.get("severity") == "fail"]
+    lines += ["%s: %s -> %s" % (f["code"], f["what"], f["action"]) for f in check.get("findings", []) if f.get("severity") == "fail"]
+    return "".join("\n" + line for line in lines)
+
+
 def render_junit(run):
     """An unreachable host is an error; a failed check a failure; a warning passes (noted in system-out)."""
     suite = ET.Element("testsuite")
@@ -54,7 +62,8 @@ def render_junit(run):
             state = check_state(c)
             if state == "fail":
                 failures += 1
-                _text(tc, "failure", "%s on %s: %s" % (c["name"], h["host"], c["summary"]), {"message": _x(c["summary"]), "type": "fail"})
+                _text(tc, "failure", "%s on %s: %s%s" % (c["name"], h["host"], c["summary"], _findings(c)),
+                      {"message": _x(c["summary"]), "type": "fail"})
             elif state == "warn":
                 _text(tc, "system-out", "warning: %s" % c["summary"])
             elif c["summary"]:

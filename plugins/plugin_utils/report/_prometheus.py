@@ -9,6 +9,7 @@ Private to gpufleet.hygiene (not a public API).
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import THROTTLE_REASONS
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import started
 
 MIB = 1024 * 1024
@@ -29,7 +30,14 @@ METRICS = (
     ("gpu_processes", "Processes holding the GPU."),
     ("cache_size_bytes", "Size of a compile cache."),
     ("cache_fresh", "1 when the compile cache matches the environment it was built for (absent when unknown)."),
+    ("gpu_healthy", "1 when the GPU has no health finding of severity fail (the gpu_healthy check), 0 otherwise."),
+    ("gpu_xid_events", "Xid events of the GPU in the kernel log read, by Xid code."),
+    ("gpu_ecc_uncorrected", "Uncorrectable ECC errors of the GPU, volatile (since the last reset) and aggregate (lifetime)."),
+    ("gpu_remapped_rows", "1 when a row remapping of the GPU is pending (state=pending) or has failed (state=failed)."),
+    ("gpu_throttle", "1 when the clock event (throttle) reason is active on the GPU, 0 when not."),
+    ("gpu_pcie_degraded", "1 when the GPU's PCIe link runs below its maximum width, or generation while busy."),
 )
+PCIE_FINDINGS = ("pcie_width_degraded", "pcie_gen_degraded")
 
 
 def label_value(value):
@@ -68,11 +76,37 @@ def _host_samples(add, h):
         if g["utilization_pct"] is not None:
             add("gpu_utilization_ratio", gl, g["utilization_pct"] / 100.0)
         add("gpu_processes", gl, len(g["processes"]))
+    for c in h["checks"]:
+        if c["name"] == "gpu_healthy":
+            _health_samples(add, h, c)
     for c in h["caches"]:
         cl = base + [("cache", c["name"])]
         add("cache_size_bytes", cl, c["size_bytes"])
         if c["fresh"] is not None:
             add("cache_fresh", cl, c["fresh"])
+
+
+def _health_samples(add, h, check):
+    """The gpu_healthy check's GPUs, labelled {host, node, gpu} (the dashboards and alerts key on these)."""
+    for g in check.get("gpus", []):
+        gl = [("host", h["host"]), ("node", h["node"]), ("gpu", g.get("index"))]
+        add("gpu_healthy", gl, bool(g.get("healthy")))
+        for xid, count in sorted((g.get("xid_events") or {}).items(), key=lambda kv: int(kv[0])):
+            add("gpu_xid_events", gl + [("xid", xid)], count)
+        ecc = g.get("ecc") or {}
+        for kind in ("volatile", "aggregate"):
+            if ecc.get(kind + "_uncorrected") is not None:
+                add("gpu_ecc_uncorrected", gl + [("kind", kind)], ecc[kind + "_uncorrected"])
+        rows = g.get("remapped_rows") or {}
+        for state in ("pending", "failed"):
+            if rows.get(state) is not None:
+                add("gpu_remapped_rows", gl + [("state", state)], bool(rows[state]))
+        active = g.get("throttle") or []
+        for reason in THROTTLE_REASONS:  # every reason of each GPU, so an alert can match on == 1
+            add("gpu_throttle", gl + [("reason", reason)], reason in active)
+        pcie = g.get("pcie") or {}
+        if pcie.get("width") is not None or pcie.get("gen") is not None:
+            add("gpu_pcie_degraded", gl, any(f.get("code") in PCIE_FINDINGS for f in g.get("findings", [])))
 
 
 def render_prometheus(run):

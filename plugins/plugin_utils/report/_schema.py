@@ -13,7 +13,7 @@ import json
 import re
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import HOST_KEYS
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import HOST_KEYS, health_detail
 
 SEVERITIES = ("fail", "warn")
 # The keys every registered task result has, which a record registered from a task (readiness
@@ -108,12 +108,15 @@ def _check(where, k, c):
     severity = where.str(k + ".severity", c.get("severity", "fail"))
     if severity not in SEVERITIES:
         where.fail(k + ".severity", "must be 'fail' or 'warn', got %s" % json.dumps(severity))
-    return {
+    out = {
         "name": name,
         "ok": where.bool(k + ".ok", c.get("ok")),
         "severity": severity,
         "summary": where.text(k + ".summary", c.get("summary", "")),
     }
+    if name == "gpu_healthy":  # its per-GPU detail feeds the GPU health metrics and the page
+        out.update(health_detail(c))
+    return out
 
 
 def _gpu(where, k, g):
