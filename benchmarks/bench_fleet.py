@@ -586,6 +586,7 @@ def main():
             meta["before"] = bench.prepare_before(args.before)
             plan.append(("B0", largest))
         verdicts = {}
+        warmup = {}
         for r in range(args.rounds + 1):
             k = r % len(plan)
             for c, s in plan[k:] + plan[:k]:
@@ -601,7 +602,13 @@ def main():
                     results["load"].append(round(load, 2))
                 verdicts.setdefault(label(s), {})[c] = found
                 log("round %d %-2s %-5s %6.2f s (load %.1f)" % (r, c, label(s), wall, load))
-        results["retries"] = dict(bench.retries)
+                results["retries"] = dict(bench.retries)
+                # Every run as it comes (runs.json beside the results): a long run stopped
+                # half-way keeps what it measured, and the warm-up's walls are kept apart.
+                with open(os.path.join(WORK, "runs.json"), "w") as f:
+                    json.dump({"meta": meta, "round": r, "warmup": warmup, "runs": results["runs"]}, f, indent=1)
+                if not r:
+                    warmup["%s@%s" % (c, label(s))] = round(wall, 3)
 
         for name, todo, fn in (("profile", args.profile, lambda: profile(bench, largest, site, args.before)),
                                ("remediate", args.remediate_rounds, lambda: remediate(bench, largest, args.remediate_rounds))):
