@@ -126,6 +126,9 @@ def run_bounded(argv, timeout, **kw):
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, **kw)
     try:
         out, _err = proc.communicate(timeout=timeout)
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGKILL)  # in its own session: the interrupt never reached it
+        raise
     except subprocess.TimeoutExpired as exc:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _err = proc.communicate()
@@ -538,6 +541,10 @@ def main():
         ap.error("--configs takes %s (got %s); --rounds at least 1" % (", ".join(CONFIGS), ",".join(unknown)))
     if os.geteuid() != 0:
         raise SystemExit("bench: needs root (the simulated fleet does)")
+    # Stopped by SIGINT or SIGTERM (also when started in the background, where SIGINT is
+    # ignored), the fleet still comes down: both raise KeyboardInterrupt through the finally below.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     largest = max(sizes, key=lambda s: (s[0] * s[1], s))
     max_nodes = max(n for n, _m in sizes)
     max_cts = max(m for _n, m in sizes)
