@@ -6,7 +6,8 @@
 Usage (as root, after tests/sim/setup-host.sh):
 
     .venv/bin/python benchmarks/bench_fleet.py [--sizes 1x1,2x2,4x4,8x4] [--rounds 3]
-        [--configs A,B,C,D] [--before REF] [--remediate-rounds 3] [--profile]
+        [--configs A,A2,B,C,D,P] [--before REF] [--remediate-rounds 3] [--profile]
+    .venv/bin/python benchmarks/bench_fleet.py --table RESULTS.json   # the markdown tables again
 
 It brings up one simulated fleet of the largest size (scenario `incident`: torch +cu128 venvs,
 one container with the CUDA-13 contamination, one with a stale GPU holder, one with a stale
@@ -20,6 +21,10 @@ warm-up and not counted):
      ssh node 'pct exec ID -- bash -c "nvidia-smi --query-gpu=index,memory.used --format=csv,noheader;
      <venv>/bin/uv pip list --python <venv>/bin/python | grep -iE cu13"'
      (the fleet's venvs have no pip: uv is the seeds' other way to list them);
+  A2 the same one-liners over one ssh master per node, lxc-attach in the container, in parallel
+     (at most sshd's default MaxSessions per master);
+  P  pyinfra 3 doing A's work: the nodes its hosts, one server.shell per container;
+  T  the transport floor: one ssh handshake per node, `lxc-attach -- true` per container;
   B  playbooks/preflight.yml (every check: job processes, GPUs and their holders, CUDA
      contamination with evidence, compile caches), the pct connection with --method;
   C  a straightforward playbook of two ansible.builtin.shell tasks doing A's work over
@@ -37,7 +42,9 @@ gpufleet_allow_running_job=true: the relaunched jobs are the fleet's own) are ru
 on the clean fleet; remediate must change nothing. With --profile, B (and B0) run once more
 with ansible.posix's profile_tasks callback, and once under py-spy (controller side).
 
-Prints a table of medians and ratios; writes the results (JSON) and the plot.
+Before the rounds it measures one container read's CPU in-process (the work floor). Prints
+markdown tables of medians, ratios, distances to the floors and costs per added container;
+writes the results (JSON) and the plot.
 """
 
 from __future__ import annotations
