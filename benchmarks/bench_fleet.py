@@ -6,7 +6,8 @@
 Usage (as root, after tests/sim/setup-host.sh):
 
     .venv/bin/python benchmarks/bench_fleet.py [--sizes 1x1,2x2,4x4,8x4] [--rounds 3]
-        [--configs A,B,C,D] [--before REF] [--remediate-rounds 3] [--profile]
+        [--configs A,A2,B,C,D,P] [--before REF] [--remediate-rounds 3] [--profile]
+    .venv/bin/python benchmarks/bench_fleet.py --table RESULTS.json   # the markdown tables again
 
 It brings up one simulated fleet of the largest size (scenario `incident`: torch +cu128 venvs,
 one container with the CUDA-13 contamination, one with a stale GPU holder, one with a stale
@@ -20,6 +21,10 @@ warm-up and not counted):
      ssh node 'pct exec ID -- bash -c "nvidia-smi --query-gpu=index,memory.used --format=csv,noheader;
      <venv>/bin/uv pip list --python <venv>/bin/python | grep -iE cu13"'
      (the fleet's venvs have no pip: uv is the seeds' other way to list them);
+  A2 the same one-liners over one ssh master per node, lxc-attach in the container, in parallel
+     (at most sshd's default MaxSessions per master);
+  P  pyinfra 3 doing A's work: the nodes its hosts, one server.shell per container;
+  T  the transport floor: one ssh handshake per node, `lxc-attach -- true` per container;
   B  playbooks/preflight.yml (every check: job processes, GPUs and their holders, CUDA
      contamination with evidence, compile caches), the pct connection with --method;
   C  a straightforward playbook of two ansible.builtin.shell tasks doing A's work over
@@ -37,7 +42,9 @@ gpufleet_allow_running_job=true: the relaunched jobs are the fleet's own) are ru
 on the clean fleet; remediate must change nothing. With --profile, B (and B0) run once more
 with ansible.posix's profile_tasks callback, and once under py-spy (controller side).
 
-Prints a table of medians and ratios; writes the results (JSON) and the plot.
+Before the rounds it measures one container read's CPU in-process (the work floor). Prints
+markdown tables of medians, ratios, distances to the floors and costs per added container;
+writes the results (JSON) and the plot.
 """
 
 from __future__ import annotations
@@ -48,9 +55,11 @@ import concurrent.futures
 import json
 import os
 import platform
+import random
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -61,7 +70,12 @@ from _fleetbench import BIN, PEER_COLLECTIONS, ROOT, Fleet, ansible_env, ensure_
 
 WORK = os.path.join(ROOT, "build", "bench-fleet")
 TOOLS = os.path.join(ROOT, "build", "bench-tools")
-TOOL_PACKAGES = ["mitogen==0.3.54", "matplotlib", "py-spy"]
+TOOL_PACKAGES = ["mitogen==0.3.54", "matplotlib", "py-spy", "pyinfra==3.10.0"]
+# sshd's defaults (OpenSSH): sessions per connection, and unauthenticated connections before it
+# starts refusing some. A2 keeps within the first; A retries what the second refuses.
+MAX_SESSIONS = 10
+SSH_RETRIES = 8
+HERE = os.path.dirname(os.path.abspath(__file__))
 PLAYBOOK = os.path.join(ROOT, "playbooks", "preflight.yml")
 REMEDIATE = os.path.join(ROOT, "playbooks", "remediate.yml")
 
@@ -80,14 +94,58 @@ SHELL_PLAYBOOK = """\
       failed_when: cu13.rc > 1
 """
 
+PYINFRA_INVENTORY = """\
+# pyinfra inventory of the benchmark's fleet (written by benchmarks/bench_fleet.py)
+import json
+
+pve_nodes = [tuple(h) for h in json.loads(%r)]
+"""
+
+PYINFRA_DEPLOY = """\
+# The seeds' one-liners as pyinfra operations, one per container, on its node (bench_fleet.py P)
+from pyinfra import host
+from pyinfra.operations import server
+
+for vmid, command in host.data.gpufleet_one_liners:
+    server.shell(name="one-liner %s" % vmid, commands=[command])
+"""
+
 NAMES = {
     "A": "A seeds' one-liners (ssh + pct exec per container, parallel)",
+    "A2": "A2 one-liners over one ssh master per node (lxc-attach, parallel)",
+    "P": "P pyinfra 3 (one-liners per container, over ssh to the nodes)",
     "B": "B preflight.yml (pct connection)",
     "C": "C shell tasks over proxmox_pct_remote",
     "D": "D preflight.yml under Mitogen (lxc via node)",
     "B0": "B0 preflight.yml before",
+    "T": "transport floor (ssh per node + lxc-attach true per container)",
 }
+CONFIGS = ("A", "A2", "B", "C", "D", "P")
+# ssh's words when sshd refuses a connection (MaxStartups) or a session (MaxSessions) before the command ran.
+REFUSED = re.compile(r"kex_exchange_identification|Connection (closed|reset) by|session open refused|open failed|"
+                     r"mux_client_request_session")
 RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
+
+
+def run_bounded(argv, timeout, **kw):
+    """subprocess.run with stdout and stderr together, its whole process group killed after
+    `timeout` seconds (a run that hangs is a failed run, not a stalled benchmark)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, **kw)
+    try:
+        out, _err = proc.communicate(timeout=timeout)
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGKILL)  # in its own session: the interrupt never reached it
+        raise
+    except subprocess.TimeoutExpired as exc:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _err = proc.communicate()
+        raise RuntimeError("%s: no answer within %d s (--run-timeout)\n%s" % (shlex.join(argv[-2:]), timeout, out[-3000:])) from exc
+    return subprocess.CompletedProcess(argv, proc.returncode, out, None)
+
+
+def mem_available_mib():
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("MemAvailable:"))
 
 
 def parse_sizes(text):
@@ -119,7 +177,13 @@ class Bench(object):
             f.write(SHELL_PLAYBOOK)
         self.env = ansible_env(self.home, [PEER_COLLECTIONS])
         self.mitogen_env = None
+        self.pyinfra_env = dict(os.environ, HOME=self.home)
         self.inventories = {}
+        self.retries = collections.Counter()
+        self.cm_dir = os.path.join(WORK, "cm")
+        os.makedirs(self.cm_dir, mode=0o700, exist_ok=True)
+        with open(os.path.join(WORK, "pyinfra_deploy.py"), "w") as f:
+            f.write(PYINFRA_DEPLOY)
 
     # ------------------------------------------------------------------ inventories
 
@@ -161,12 +225,62 @@ class Bench(object):
             "D": {"all": {"children": {"pve_nodes": {"hosts": {k: self.node_vars[k] for k in node_names}},
                                        "pve_containers": {"hosts": mito}}}},
         }
+        paths["P"] = os.path.join(WORK, "pyinfra-inventory-%s.py" % label(size))
+        with open(paths["P"], "w") as f:
+            f.write(PYINFRA_INVENTORY % json.dumps(self.pyinfra_hosts(size), indent=1))
         for key, doc in docs.items():
             paths[key] = os.path.join(WORK, "inventory-%s-%s.yml" % (key, label(size)))
             with open(paths[key], "w") as f:
                 json.dump(doc, f, indent=1)
         self.inventories[size] = paths
         assert len(hosts) == n * size[1], "the fleet is smaller than %s" % label(size)
+
+    def pyinfra_hosts(self, size):
+        """pyinfra's hosts are the nodes (it has no connector into a Proxmox container): each
+        carries the seeds' one-liners of its containers, A's commands as they are."""
+        out = []
+        for hosts in self.by_node(size):
+            h = hosts[0]
+            lines = [[c["ansible_pct_vmid"], "pct exec %d -- bash -c %s; test $? -le 1" % (
+                c["ansible_pct_vmid"], shlex.quote(self.one_liner(c)))] for c in hosts]
+            out.append([h["pve_node"], {
+                "ssh_hostname": h["ansible_pct_node_host"], "ssh_port": h["ansible_pct_node_port"], "ssh_user": "root",
+                "ssh_key": h["ansible_pct_private_key_file"], "ssh_known_hosts_file": h["ansible_pct_known_hosts_file"],
+                "ssh_strict_host_key_checking": "yes", "gpufleet_one_liners": lines}])
+        return out
+
+    # ------------------------------------------------------------------ floors
+
+    def read_cpu(self, samples=8, rounds=5):
+        """The work floor's measure: one container read's CPU in-process (benchmarks/_readcpu.py run
+        in the container with the collection's module_utils copied in), in the first two
+        containers of up to `samples` / 2 nodes (a sick one and a healthy one each)."""
+        picked = [h for hosts in self.nodes[:max(1, samples // 2)] for h in hosts[:2]][:samples]
+        out = []
+        for h in picked:
+            rootfs = os.path.join(h["ansible_pct_lxc_path"], str(h["ansible_pct_vmid"]), "rootfs")
+            dest = os.path.join(rootfs, "tmp", "gpufleet-bench")
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.copytree(os.path.join(ROOT, "plugins", "module_utils"),
+                            os.path.join(dest, "ansible_collections", "gpufleet", "hygiene", "plugins", "module_utils"),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copy(os.path.join(HERE, "_readcpu.py"), dest)
+            job = h.get("gpufleet_job") or {}
+            opts = {"venv": h.get("gpufleet_venv") or None, "nvidia_smi": h.get("gpufleet_nvidia_smi") or None,
+                    "job_patterns": job.get("patterns", []), "job_users": job.get("users", []),
+                    "job_log": job.get("log") or None, "require_gpu": h.get("gpufleet_require_gpu", True)}
+            argv = ["lxc-attach", "-n", str(h["ansible_pct_vmid"]), "-P", h["ansible_pct_lxc_path"], "--",
+                    "/usr/bin/python3", "/tmp/gpufleet-bench/_readcpu.py", "/tmp/gpufleet-bench", json.dumps(opts), str(rounds)]
+            res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+            shutil.rmtree(dest, ignore_errors=True)
+            if res.returncode != 0:
+                raise RuntimeError("read CPU in %s: rc %d: %s" % (h["name"], res.returncode, res.stderr[-2000:]))
+            one = json.loads(res.stdout)
+            one["host"] = h["name"]
+            out.append(one)
+            log("read CPU %s: %.0f ms own + %.0f ms nvidia-smi, %.0f ms wall" % (
+                h["name"], 1000 * one["self_s"], 1000 * one["children_s"], 1000 * one["wall_s"]))
+        return out
 
     # ------------------------------------------------------------------ runs
 
@@ -176,8 +290,7 @@ class Bench(object):
 
     def playbook(self, argv, env, hosts, expect_rc=(0, 2), cwd=ROOT, changed_ok=True):
         t0 = time.perf_counter()
-        out = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             check=False)
+        out = run_bounded(argv, self.args.run_timeout, cwd=cwd, env=env)
         wall = time.perf_counter() - t0
         self.record(argv, out.stdout, wall, cwd)
         recap = {m.group(1): [int(x) for x in m.groups()[1:]] for m in RECAP.finditer(out.stdout)}
@@ -192,30 +305,104 @@ class Bench(object):
                 raise RuntimeError("%s changed %s on a clean fleet; log %s" % (argv[-1], changed, self.logfile))
         return wall, {h: recap[h][3] > 0 for h in names}
 
-    def run_a(self, size):
-        hosts = self.hosts(size)
+    def by_node(self, size):
+        n, m = size
+        return [hosts[:m] for hosts in self.nodes[:n]]
 
-        def one(h):
-            venv = h["gpufleet_venv"]
-            inner = "%s --query-gpu=index,memory.used --format=csv,noheader; %s/bin/uv pip list --python %s/bin/python | grep -iE cu13" % (
-                h["gpufleet_nvidia_smi"], venv, venv)
-            remote = "pct exec %d -- bash -c %s" % (h["ansible_pct_vmid"], shlex.quote(inner))
-            argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ControlMaster=no", "-o", "ControlPath=none",
-                    "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=" + h["ansible_pct_known_hosts_file"],
-                    "-o", "IdentitiesOnly=yes", "-i", h["ansible_pct_private_key_file"],
-                    "-p", str(h["ansible_pct_node_port"]), "root@" + h["ansible_pct_node_host"], remote]
+    def ssh_argv(self, h, remote, opts=("-o", "ControlMaster=no", "-o", "ControlPath=none")):
+        return ["ssh", "-T", "-o", "BatchMode=yes"] + list(opts) + [
+            "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=" + h["ansible_pct_known_hosts_file"],
+            "-o", "IdentitiesOnly=yes", "-i", h["ansible_pct_private_key_file"],
+            "-p", str(h["ansible_pct_node_port"]), "root@" + h["ansible_pct_node_host"]] + ([remote] if remote else [])
+
+    def ssh(self, config, argv):
+        """Run an ssh command; what sshd refuses before the command starts (MaxStartups drops a
+        connection, MaxSessions refuses a session) is tried again after a short wait, and counted."""
+        for attempt in range(SSH_RETRIES + 1):
             out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
-            # grep's 1 is "no CUDA 13 package": the clean answer. ssh's 255 or no GPU line is a failure.
-            if out.returncode > 1 or "MiB" not in out.stdout:
-                raise RuntimeError("A %s: rc %d: %s %s" % (h["name"], out.returncode, out.stdout, out.stderr))
-            return h["name"], "cu13" in out.stdout.lower()
+            if out.returncode != 255 or attempt == SSH_RETRIES or not REFUSED.search(out.stderr):
+                return out
+            self.retries[config] += 1
+            time.sleep(0.05 * (attempt + 1) + random.random() * 0.05)
+        return out
 
+    @staticmethod
+    def one_liner(h):
+        venv = h["gpufleet_venv"]
+        return "%s --query-gpu=index,memory.used --format=csv,noheader; %s/bin/uv pip list --python %s/bin/python | grep -iE cu13" % (
+            h["gpufleet_nvidia_smi"], venv, venv)
+
+    @staticmethod
+    def answer(config, h, out):
+        # grep's 1 is "no CUDA 13 package": the clean answer. ssh's 255 or no GPU line is a failure.
+        if out.returncode > 1 or "MiB" not in out.stdout:
+            raise RuntimeError("%s %s: rc %d: %s %s" % (config, h["name"], out.returncode, out.stdout, out.stderr))
+        return h["name"], "cu13" in out.stdout.lower()
+
+    def timed_pool(self, config, size, fn, items):
         t0 = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-            found = dict(pool.map(one, hosts))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(items)) as pool:
+            found = dict(kv for part in pool.map(fn, items) for kv in part)
         wall = time.perf_counter() - t0
-        self.record(["one-liners", label(size)], json.dumps(found), wall)
+        self.record([config, label(size)], json.dumps(found), wall)
         return wall, found
+
+    def run_a(self, size):
+        def one(h):
+            remote = "pct exec %d -- bash -c %s" % (h["ansible_pct_vmid"], shlex.quote(self.one_liner(h)))
+            return [self.answer("A", h, self.ssh("A", self.ssh_argv(h, remote)))]
+
+        return self.timed_pool("A", size, one, self.hosts(size))
+
+    def run_a2(self, size):
+        """One ssh master per node (its handshake timed), the one-liners through it with
+        lxc-attach, at most MAX_SESSIONS at a time per node (sshd's default MaxSessions)."""
+        def node(hosts):
+            sock = os.path.join(self.cm_dir, hosts[0]["pve_node"])
+            mux = ("-o", "ControlPath=" + sock)
+            master = self.ssh("A2", self.ssh_argv(hosts[0], None, mux + ("-o", "ControlMaster=yes", "-o", "ControlPersist=120",
+                                                                        "-f", "-N")))
+            if master.returncode != 0:
+                raise RuntimeError("A2 %s: master: rc %d: %s" % (hosts[0]["pve_node"], master.returncode, master.stderr))
+            try:
+                def one(h):
+                    remote = "lxc-attach -n %d -P %s -- bash -c %s" % (
+                        h["ansible_pct_vmid"], shlex.quote(h["ansible_pct_lxc_path"]), shlex.quote(self.one_liner(h)))
+                    return self.answer("A2", h, self.ssh("A2", self.ssh_argv(h, remote, mux + ("-o", "ControlMaster=no"))))
+
+                with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(hosts), MAX_SESSIONS)) as pool:
+                    return list(pool.map(one, hosts))
+            finally:
+                subprocess.run(self.ssh_argv(hosts[0], None, mux + ("-O", "exit")), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, check=False)
+
+        return self.timed_pool("A2", size, node, self.by_node(size))
+
+    def run_t(self, size):
+        """The transport floor: one fresh ssh handshake per node, one process start (`true`) in
+        each of its containers through lxc-attach, all in parallel, nothing read."""
+        def node(hosts):
+            ids = " ".join(str(h["ansible_pct_vmid"]) for h in hosts)
+            remote = ("set --; for id in %s; do lxc-attach -n $id -P %s -- true & set -- \"$@\" $!; done; "
+                      "rc=0; for p; do wait $p || rc=1; done; exit $rc") % (ids, shlex.quote(hosts[0]["ansible_pct_lxc_path"]))
+            out = self.ssh("T", self.ssh_argv(hosts[0], remote))
+            if out.returncode != 0:
+                raise RuntimeError("T %s: rc %d: %s" % (hosts[0]["pve_node"], out.returncode, out.stderr))
+            return [(h["name"], False) for h in hosts]
+
+        return self.timed_pool("T", size, node, self.by_node(size))
+
+    def run_p(self, size):
+        hosts = self.hosts(size)
+        argv = [os.path.join(TOOLS, "bin", "pyinfra"), "-y", "--parallel", str(size[0]), self.inventories[size]["P"],
+                os.path.join(WORK, "pyinfra_deploy.py")]
+        t0 = time.perf_counter()
+        out = run_bounded(argv, self.args.run_timeout, cwd=WORK, env=self.pyinfra_env)
+        wall = time.perf_counter() - t0
+        self.record(argv, out.stdout, wall)
+        if out.returncode != 0:
+            raise RuntimeError("P: rc %d; log %s\n%s" % (out.returncode, self.logfile, out.stdout[-3000:]))
+        return wall, {h["name"]: None for h in hosts}
 
     def run_b(self, size, extra_env=None, pre=()):
         hosts = self.hosts(size)
@@ -247,7 +434,8 @@ class Bench(object):
         return self.playbook(argv, env, hosts, cwd=src)
 
     def run(self, config, size):
-        return {"A": self.run_a, "B": self.run_b, "C": self.run_c, "D": self.run_d, "B0": self.run_b0}[config](size)
+        return {"A": self.run_a, "A2": self.run_a2, "B": self.run_b, "C": self.run_c, "D": self.run_d, "P": self.run_p,
+                "T": self.run_t, "B0": self.run_b0}[config](size)
 
     # ------------------------------------------------------------------ setup of B0 and D
 
@@ -334,30 +522,42 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1x1,2x2,4x4,8x4", help="NODESxCONTAINERS per node, comma separated")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--configs", default="A,B,C,D")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="among %s (the transport floor T always runs)" % ",".join(CONFIGS))
+    ap.add_argument("--read-samples", type=int, default=8, help="containers the work floor's read CPU is measured in")
     ap.add_argument("--before", metavar="REF", help="also run preflight.yml of this git revision (B0), largest size only")
     ap.add_argument("--remediate-rounds", type=int, default=3, help="preflight vs remediate on the clean fleet (0: skip)")
     ap.add_argument("--profile", action="store_true", help="profile_tasks and py-spy runs of B (and B0) at the largest size")
     ap.add_argument("--method", default="lxc-attach", choices=["lxc-attach", "pct"], help="the pct connection's method for B")
     ap.add_argument("--port", type=int, default=2750)
+    ap.add_argument("--run-timeout", type=int, default=900, help="seconds before a run is killed and counted as failed")
+    ap.add_argument("--up-jobs", type=int, default=4, help="nodes the fleet brings up in parallel")
     ap.add_argument("--state", default="/var/tmp/gpufleet-sim-bench-fleet")
     ap.add_argument("--results", default=os.path.join(WORK, "results.json"))
     ap.add_argument("--plot", default=os.path.join(ROOT, "docs", "img", "fleet-scaling.png"))
     ap.add_argument("--peer-wheel", help="a downloaded ansible 12.x wheel to take community.proxmox and ansible.posix from")
+    ap.add_argument("--table", metavar="RESULTS", help="print the markdown tables of a results file and exit")
     args = ap.parse_args()
+    if args.table:
+        with open(args.table) as f:
+            print(render(json.load(f)))
+        return 0
     sizes = parse_sizes(args.sizes)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in configs if c not in ("A", "B", "C", "D")]
+    unknown = [c for c in configs if c not in CONFIGS]
     if unknown or args.rounds < 1:
-        ap.error("--configs takes A, B, C, D (got %s); --rounds at least 1" % ",".join(unknown))
+        ap.error("--configs takes %s (got %s); --rounds at least 1" % (", ".join(CONFIGS), ",".join(unknown)))
     if os.geteuid() != 0:
         raise SystemExit("bench: needs root (the simulated fleet does)")
+    # Stopped by SIGINT or SIGTERM (also when started in the background, where SIGINT is
+    # ignored), the fleet still comes down: both raise KeyboardInterrupt through the finally below.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     largest = max(sizes, key=lambda s: (s[0] * s[1], s))
     max_nodes = max(n for n, _m in sizes)
     max_cts = max(m for _n, m in sizes)
 
     versions = ensure_peer(args.peer_wheel)
-    site = ensure_tools(TOOLS, TOOL_PACKAGES) if "D" in configs or args.plot or args.profile else None
+    site = ensure_tools(TOOLS, TOOL_PACKAGES) if {"D", "P"} & set(configs) or args.plot or args.profile else None
     os.makedirs(WORK, exist_ok=True)
     open(os.path.join(WORK, "runs.log"), "w").close()
     fleet = Fleet(args.state, os.path.join(WORK, "inventory"), args.port)
@@ -367,26 +567,40 @@ def main():
         "machine": "%s, %d CPUs, Python %s" % (platform.machine(), os.cpu_count(), platform.python_version()),
         "ansible_core": subprocess.run([os.path.join(BIN, "ansible"), "--version"], stdout=subprocess.PIPE, text=True,
                                        check=True).stdout.splitlines()[0],
-        "peers": versions, "method": args.method, "sizes": [label(s) for s in sizes], "rounds": args.rounds,
+        "peers": versions, "method": args.method, "cores": os.cpu_count(), "max_sessions": MAX_SESSIONS,
+        "sizes": [label(s) for s in sizes], "rounds": args.rounds,
         "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE, text=True,
                                  check=False).stdout.strip(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    avail = mem_available_mib()
     t_up = time.perf_counter()
     try:
-        fleet.up(max_nodes, max_cts, ["--scenario", "incident", "--gpus", "4"])
+        fleet.up(max_nodes, max_cts, ["--scenario", "incident", "--gpus", "4", "--jobs", str(args.up_jobs)])
         meta["fleet_up_s"] = round(time.perf_counter() - t_up, 1)
-        log("fleet up (%dx%d) in %.1f s" % (max_nodes, max_cts, meta["fleet_up_s"]))
+        meta["fleet_mem_mib"] = avail - mem_available_mib()
+        st = os.statvfs(args.state)
+        meta["fleet_disk"] = subprocess.run(["du", "-sx", "--block-size=1M", args.state], stdout=subprocess.PIPE, text=True,
+                                            check=False).stdout.split("\t")[0] + " MiB"
+        meta["fleet_inodes_free"] = st.f_ffree
+        log("fleet up (%dx%d) in %.1f s, %d MiB of memory, %s on disk" % (
+            max_nodes, max_cts, meta["fleet_up_s"], meta["fleet_mem_mib"], meta["fleet_disk"]))
         bench = Bench(args, fleet)
         for size in sizes:
             bench.write_inventories(size)
         if site and "D" in configs:
             bench.prepare_mitogen(site)
-        plan = [(c, s) for s in sizes for c in configs]
+        try:
+            results["read_cpu"] = bench.read_cpu(args.read_samples)
+        except RuntimeError as exc:
+            results["errors"].append("read CPU: %s" % str(exc)[:2000])
+            log("read CPU FAILED: %s" % str(exc)[:300])
+        plan = [(c, s) for s in sizes for c in configs + ["T"]]
         if args.before:
             meta["before"] = bench.prepare_before(args.before)
             plan.append(("B0", largest))
         verdicts = {}
+        warmup = {}
         for r in range(args.rounds + 1):
             k = r % len(plan)
             for c, s in plan[k:] + plan[:k]:
@@ -402,6 +616,13 @@ def main():
                     results["load"].append(round(load, 2))
                 verdicts.setdefault(label(s), {})[c] = found
                 log("round %d %-2s %-5s %6.2f s (load %.1f)" % (r, c, label(s), wall, load))
+                results["retries"] = dict(bench.retries)
+                # Every run as it comes (runs.json beside the results): a long run stopped
+                # half-way keeps what it measured, and the warm-up's walls are kept apart.
+                with open(os.path.join(WORK, "runs.json"), "w") as f:
+                    json.dump({"meta": meta, "round": r, "warmup": warmup, "runs": results["runs"]}, f, indent=1)
+                if not r:
+                    warmup["%s@%s" % (c, label(s))] = round(wall, 3)
 
         for name, todo, fn in (("profile", args.profile, lambda: profile(bench, largest, site, args.before)),
                                ("remediate", args.remediate_rounds, lambda: remediate(bench, largest, args.remediate_rounds))):
@@ -464,42 +685,108 @@ def remediate(bench, size, rounds):
     return out
 
 
+def slopes(med, sizes, configs):
+    """{config: {"NxM->N'xM'": seconds per added container}} between consecutive sizes (by containers)."""
+    out = {}
+    for c in configs:
+        pts = [(n * m, label((n, m)), med.get("%s@%s" % (c, label((n, m))))) for n, m in sizes]
+        pts = [p for p in pts if p[2] is not None]
+        out[c] = {"%s->%s" % (a[1], b[1]): (b[2] - a[2]) / (b[0] - a[0]) for a, b in zip(pts, pts[1:]) if b[0] > a[0]}
+    return out
+
+
+def floors(med, read_cpu, sizes, cores):
+    """{size: {"transport_s", "work_s"}}: T's median, and one read's CPU (the median over the
+    sampled containers, its own and nvidia-smi's) times the containers, over the cores."""
+    per_read = statistics.median(r["self_s"] + r["children_s"] for r in read_cpu) if read_cpu else None
+    out = {}
+    for n, m in sizes:
+        out[label((n, m))] = {"transport_s": med.get("T@%s" % label((n, m))),
+                              "work_s": per_read * n * m / cores if per_read is not None else None}
+    return out, per_read
+
+
+def cell(value, fmt):
+    return fmt % value if value is not None else ""
+
+
+def div(a, b):
+    return a / b if a is not None and b else None
+
+
+def render(doc):
+    """The markdown tables of a results document (also: --table results.json)."""
+    meta, med, fl = doc["meta"], doc["medians"], doc["floors"]
+    sizes = [tuple(int(x) for x in s.split("x")) for s in meta["sizes"]]
+    configs = meta["configs"]
+    cols = configs + (["B0"] if any(k.startswith("B0@") for k in med) else [])
+    lines = ["%s; %s; commit %s; peers %s; B's method %s; sshd's MaxSessions kept by A2: %s; %d rounds, medians of "
+             "the wall time of the whole run" % (meta["machine"], meta["ansible_core"], meta["commit"],
+                                                 ", ".join("%s %s" % kv for kv in sorted(meta["peers"].items())),
+                                                 meta["method"], meta.get("max_sessions"), meta["rounds"]), ""]
+    versus = [c for c in ("A", "A2", "P", "C", "D") if c in configs] if "B" in configs else []
+    lines += ["* %s" % NAMES[c] for c in cols + ["T"]] + ["* work floor: one read's CPU x containers / cores", ""]
+    head = ["size (nodes x containers)"] + cols + ["T floor", "work floor"] + ["B/%s" % c for c in versus]
+    lines += ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
+    for s in sizes:
+        key = label(s)
+        row = ["%s (%d)" % (key, s[0] * s[1])] + [cell(med.get("%s@%s" % (c, key)), "%.2f s") for c in cols]
+        row += [cell(fl[key]["transport_s"], "%.2f s"), cell(fl[key]["work_s"], "%.2f s")]
+        row += [cell(div(med.get("B@" + key), med.get("%s@%s" % (c, key))), "%.2fx") for c in versus]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Distance to the floors (each configuration's median over the transport floor / over the work floor):", ""]
+    lines += ["| size | " + " | ".join(configs) + " |", "| --- |" + " ---: |" * len(configs)]
+    for s in sizes:
+        key = label(s)
+        row = [key]
+        for c in configs:
+            t = div(med.get("%s@%s" % (c, key)), fl[key]["transport_s"])
+            w = div(med.get("%s@%s" % (c, key)), fl[key]["work_s"])
+            row.append("%s / %s" % (cell(t, "%.1fx"), cell(w, "%.1fx")) if t or w else "")
+        lines.append("| " + " | ".join(row) + " |")
+    pairs = sorted({p for c in doc["slopes"].values() for p in c}, key=lambda p: [int(x) for x in re.findall(r"\d+", p)])
+    if pairs:
+        lines += ["", "Cost per added container (ms, the slope of the medians between two sizes):", ""]
+        lines += ["| between | " + " | ".join(configs + ["T"]) + " |", "| --- |" + " ---: |" * (len(configs) + 1)]
+        for p in pairs:
+            lines.append("| %s | %s |" % (p.replace("->", " → "), " | ".join(
+                cell(1000 * doc["slopes"][c][p] if p in doc["slopes"].get(c, {}) else None, "%+.0f") for c in configs + ["T"])))
+    if doc.get("read_cpu_s") is not None:
+        lines += ["", "Work floor: one container's read costs %.0f ms of CPU in-process (median of %d containers, "
+                  "nvidia-smi's stand-in included), times the containers, over %d cores." % (
+                      1000 * doc["read_cpu_s"], len(doc["read_cpu"]), meta["cores"])]
+    if doc.get("retries"):
+        lines += ["", "ssh refused by sshd and tried again: " + ", ".join("%s %d" % kv for kv in sorted(doc["retries"].items()))]
+    return "\n".join(lines)
+
+
 def report(results, meta, sizes, configs, args, verdicts):
     runs = results["runs"]
     med = {k: statistics.median(v) for k, v in runs.items()}
-    cols = configs + (["B0"] if "B0@%s" % label(max(sizes, key=lambda s: s[0] * s[1])) in med else [])
     fits = {}
-    for c in configs:
-        pts = [(n, n * m, med["%s@%s" % (c, label((n, m)))]) for n, m in sizes]
+    for c in configs + ["T"]:
+        pts = [(n, n * m, med["%s@%s" % (c, label((n, m)))]) for n, m in sizes if "%s@%s" % (c, label((n, m))) in med]
         fits[c] = fit(pts) if len({(n, t) for n, t, _wall in pts}) >= 3 else None
-    print("\n%s; %s; %s; peers %s; B's method %s; %d rounds, medians of the wall time of the whole run\n" % (
-        meta["machine"], meta["ansible_core"], "commit " + meta["commit"], meta["peers"], meta["method"], args.rounds))
-    print("| size (nodes x containers) | " + " | ".join(NAMES[c] for c in cols) + " | B/A | B/C | B/D |")
-    print("| --- |" + " ---: |" * (len(cols) + 3))
-    for s in sizes:
-        cells = []
-        for c in cols:
-            key = "%s@%s" % (c, label(s))
-            cells.append("%.2f s" % med[key] if key in med else "")
-
-        def ratio(a, b, s=s):
-            ka, kb = "%s@%s" % (a, label(s)), "%s@%s" % (b, label(s))
-            return "%.2fx" % (med[ka] / med[kb]) if ka in med and kb in med else ""
-        print("| %s (%d) | %s | %s | %s | %s |" % (label(s), s[0] * s[1], " | ".join(cells), ratio("B", "A"),
-                                                   ratio("B", "C"), ratio("B", "D")))
+    fl, per_read = floors(med, results.get("read_cpu"), sizes, meta["cores"])
+    meta["configs"] = configs
+    doc = {"meta": meta, "runs": runs, "medians": {k: round(v, 3) for k, v in med.items()}, "fits": fits,
+           "floors": fl, "read_cpu": results.get("read_cpu", []), "read_cpu_s": per_read,
+           "slopes": slopes(med, sizes, configs + ["T"]), "retries": results.get("retries", {}),
+           "remediate": results.get("remediate"), "profile": results.get("profile") or {}, "load": results["load"],
+           "verdicts": verdicts, "errors": results["errors"]}
+    print("\n" + render(doc))
     print("\nFit wall = fixed + per_node * nodes + per_container * containers (least squares over the sizes):")
-    for c in configs:
+    for c in configs + ["T"]:
         f = fits[c]
         if f:
             print("  %-2s fixed %.2f s, per node %+.0f ms, per container %+.0f ms" % (
                 c, f["fixed_s"], 1000 * f["per_node_s"], 1000 * f["per_container_s"]))
-    rem = results.get("remediate")
+    rem = doc["remediate"]
     if rem and rem["preflight"]:
         p, r = statistics.median(rem["preflight"]), statistics.median(rem["remediate"])
         print("\nClean fleet (%s): preflight %.2f s, remediate %.2f s (nothing to do): %.2fx" % (
             label(max(sizes, key=lambda s: s[0] * s[1])), p, r, r / p))
-    prof = results.get("profile") or {}
-    for name, pr in prof.items():
+    for name, pr in doc["profile"].items():
         print("\nprofile_tasks, %s (%.2f s):" % (name, pr["wall_s"]))
         for task, sec in pr["tasks"]:
             print("  %6.2f s  %s" % (sec, task))
@@ -509,10 +796,9 @@ def report(results, meta, sizes, configs, args, verdicts):
                 print("  %5.1f%%  %s" % (100 * share, fn))
     for err in results["errors"]:
         print("\nFAILED: " + err.splitlines()[0])
-    print("\nload average (1 min) at the start of the counted runs: median %.1f, max %.1f" % (
-        statistics.median(results["load"]), max(results["load"])))
-    doc = {"meta": meta, "runs": runs, "medians": {k: round(v, 3) for k, v in med.items()}, "fits": fits,
-           "remediate": rem, "profile": prof, "load": results["load"], "verdicts": verdicts, "errors": results["errors"]}
+    if results["load"]:
+        print("\nload average (1 min) at the start of the counted runs: median %.1f, max %.1f" % (
+            statistics.median(results["load"]), max(results["load"])))
     os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
     with open(args.results, "w") as f:
         json.dump(doc, f, indent=1)
