@@ -48,6 +48,13 @@ def inventory_hosts(inventory, env=None):
     return sorted(hosts)
 
 
+def private_dir(out, name):
+    """A job's own private_data_dir (ansible-runner writes its env/ and artifacts/ there)."""
+    path = os.path.join(out, "runner", name)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 def run_slices(inventory, count, playbook, out, extravars=None, envvars=None):
     """Start every slice at once (ansible_runner.run_async), wait for all; return
     [{"number", "hosts", "report", "status", "rc"}] in slice order."""
@@ -59,7 +66,7 @@ def run_slices(inventory, count, playbook, out, extravars=None, envvars=None):
         mine = slice_hosts(hosts, number, count)
         report = os.path.join(out, "slices", str(number))
         thread, runner = ansible_runner.run_async(
-            private_data_dir=os.path.join(out, "runner", str(number)), playbook=SLICE_PLAYBOOK,
+            private_data_dir=private_dir(out, str(number)), playbook=SLICE_PLAYBOOK,
             inventory=os.path.abspath(inventory), limit=",".join(mine + ["localhost"]),
             extravars=dict(extravars or {}, gpufleet_playbook=playbook, gpufleet_slice_dir=report),
             envvars=envvars, quiet=True)
@@ -75,9 +82,9 @@ def merge(slices, out, report_dir, extravars=None, envvars=None):
     """Merge the slices' reports into report_dir; return the ansible-runner result."""
     import ansible_runner
 
+    # No inventory: the merge runs on the implicit localhost alone.
     return ansible_runner.run(
-        private_data_dir=os.path.join(out, "runner", "merge"), playbook=MERGE_PLAYBOOK,
-        inventory="localhost,", extravars=dict(extravars or {}, gpufleet_slice_reports=[s["report"] for s in slices],
+        private_data_dir=private_dir(out, "merge"), playbook=MERGE_PLAYBOOK, extravars=dict(extravars or {}, gpufleet_slice_reports=[s["report"] for s in slices],
                                                gpufleet_slice_count=len(slices), gpufleet_report_dir=report_dir),
         envvars=envvars, quiet=True)
 
