@@ -68,7 +68,8 @@ def run_slices(inventory, count, playbook, out, extravars=None, envvars=None):
         thread, runner = ansible_runner.run_async(
             private_data_dir=private_dir(out, str(number)), playbook=SLICE_PLAYBOOK,
             inventory=os.path.abspath(inventory), limit=",".join(mine + ["localhost"]),
-            extravars=dict(extravars or {}, gpufleet_playbook=playbook, gpufleet_slice_dir=report),
+            # hygiene's own report of the slice lands beside the slice's records, not in a shared place.
+            extravars=dict(extravars or {}, gpufleet_playbook=playbook, gpufleet_slice_dir=report, gpufleet_report_dir=report),
             envvars=envvars, quiet=True)
         started.append((number, mine, report, thread, runner))
     slices = []
@@ -83,9 +84,10 @@ def merge(slices, out, report_dir, extravars=None, envvars=None):
     import ansible_runner
 
     # No inventory: the merge runs on the implicit localhost alone.
+    merge_vars = dict(extravars or {}, gpufleet_slice_reports=[s["report"] for s in slices],
+                      gpufleet_slice_count=len(slices), gpufleet_report_dir=report_dir)
     return ansible_runner.run(
-        private_data_dir=private_dir(out, "merge"), playbook=MERGE_PLAYBOOK, extravars=dict(extravars or {}, gpufleet_slice_reports=[s["report"] for s in slices],
-                                               gpufleet_slice_count=len(slices), gpufleet_report_dir=report_dir),
+        private_data_dir=private_dir(out, "merge"), playbook=MERGE_PLAYBOOK, extravars=merge_vars,
         envvars=envvars, quiet=True)
 
 
