@@ -13,15 +13,18 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._merge import earliest_start, merge_slices
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._report import FORMATS, FleetReport
 
 ARGUMENT_SPEC = dict(
-    hosts=dict(type="list", elements="dict", required=True),
+    hosts=dict(type="list", elements="dict"),
     dest=dict(type="path", required=True),
     formats=dict(type="list", elements="str", choices=list(FORMATS), default=list(FORMATS)),
     title=dict(type="str", default="GPU fleet hygiene"),
     run_started=dict(type="str"),
     prometheus_file=dict(type="path"),
+    merge_from=dict(type="list", elements="path"),
+    merge_missing=dict(type="str", choices=["fail", "warn"], default="fail"),
 )
 
 
@@ -33,9 +36,14 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _validation, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        _validation, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC, required_one_of=[["hosts", "merge_from"]])
+        hosts, run_started, merged = p["hosts"] or [], p["run_started"], []
         try:
-            report = FleetReport(p["hosts"], p["dest"], formats=p["formats"], title=p["title"], run_started=p["run_started"],
+            if p["merge_from"] is not None:
+                hosts, slices, merged = merge_slices(p["merge_from"], hosts, missing=p["merge_missing"])
+                result["slices"] = slices
+                run_started = run_started or earliest_start(slices)
+            report = FleetReport(hosts, p["dest"], formats=p["formats"], title=p["title"], run_started=run_started,
                                  prometheus_file=p["prometheus_file"], check_mode=self._task.check_mode)
             result.update(report.apply())
         except GpufleetError as exc:
@@ -44,6 +52,6 @@ class ActionModule(ActionBase):
         diff = result.pop("diff")
         if self._task.diff and diff:
             result["diff"] = diff
-        if report.warnings:
-            result["warnings"] = report.warnings
+        if merged or report.warnings:
+            result["warnings"] = merged + report.warnings
         return result

@@ -66,9 +66,9 @@ options:
         C(contaminants) (C(name), C(version), C(cuda_major)), C(caches) (C(name), C(path),
         C(size_bytes), C(entries), C(fresh)), C(error) (str or null).
       - The full schema is in the collection's C(docs/reports.md).
+      - Required unless O(merge_from) is given; with it, these records are merged with the slices'.
     type: list
     elements: dict
-    required: true
   dest:
     description: Directory the report files are written to. Created when missing.
     type: path
@@ -99,6 +99,30 @@ options:
         the temporary file never does.
       - Requires V(prometheus) in O(formats).
     type: path
+  merge_from:
+    description:
+      - The reports of the slices of one sliced run (AWX job slicing, or concurrent
+        ansible-runner jobs each over a part of the inventory), merged into the report of the
+        whole run - each a C(report.json) the module wrote for one slice, or the directory
+        holding it.
+      - Every host must be in exactly one slice (or in O(hosts)); a host reported twice fails
+        the task and names both places.
+      - The merged records are the slices' records unchanged, in the report's usual order, so
+        the merged C(report.json) holds for every host what one unsliced run would have written.
+      - Without O(run_started), the merged report takes the earliest of the slices' C(run_started).
+    type: list
+    elements: path
+    version_added: 0.3.0
+  merge_missing:
+    description:
+      - What a path of O(merge_from) that does not exist does (a slice that never finished).
+      - V(fail) fails the task, naming every missing slice, and writes nothing.
+      - V(warn) writes the report from the slices found and names the missing ones in a warning
+        and in RV(slices).
+    type: str
+    choices: [fail, warn]
+    default: fail
+    version_added: 0.3.0
 notes:
   - The timestamp is the only value that differs between two runs over an unchanged fleet; that
     is deliberate - a new run is a change, and C(gpufleet_hygiene_last_run_timestamp_seconds) must
@@ -126,6 +150,15 @@ EXAMPLES = r"""
     prometheus_file: /var/lib/prometheus/node-exporter
   run_once: true
   register: report
+
+- name: Merge the reports of a run sliced three ways into the report of the whole run
+  gpufleet.hygiene.fleet_report:
+    merge_from:
+      - /srv/gpufleet/slices/1
+      - /srv/gpufleet/slices/2
+      - /srv/gpufleet/slices/3
+    dest: /var/lib/gpufleet-hygiene/report
+  run_once: true
 
 - name: Only the metrics and the JUnit file, for CI
   gpufleet.hygiene.fleet_report:
@@ -202,6 +235,26 @@ not_ready:
   type: list
   elements: str
   sample: [ct-pve1-102, ct-pve2-201]
+slices:
+  description: With O(merge_from), each slice's report, whether it was found and how many hosts it held.
+  returned: when O(merge_from) is given
+  type: list
+  elements: dict
+  contains:
+    path:
+      description: The slice's C(report.json).
+      type: str
+    found:
+      description: Whether it exists (V(false) only with O(merge_missing=warn)).
+      type: bool
+    hosts:
+      description: Hosts it held.
+      type: int
+    run_started:
+      description: The slice's own C(run_started), or null when it was not found.
+      type: str
+  sample:
+    - {"path": "/srv/gpufleet/slices/1/report.json", "found": true, "hosts": 334, "run_started": "2025-06-01T03:00:00Z"}
 run_started:
   description: The run's timestamp as written into the files (UTC, whole seconds).
   returned: success

@@ -1,0 +1,84 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""One run from the reports of its slices (AWX job slicing, or concurrent ansible-runner jobs).
+
+Each slice of a sliced run writes its own report.json; merged, their records make the report
+of the whole run, host for host, as one unsliced run would have written it. A host reported by
+two slices or a slice's report that is missing is an error: the merged report must hold every
+host exactly once.
+
+Private to gpufleet.hygiene (not a public API).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._report import FILENAMES, read_text
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import SCHEMA_VERSION, TIME_FORMAT, parse_timestamp
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema import ReportError
+
+
+def report_path(path):
+    """A slice is named by its report.json or by the directory that holds it."""
+    return os.path.join(path, FILENAMES["json"]) if os.path.isdir(path) else path
+
+
+def load_slice(path):
+    """The run a slice's report.json holds; ReportError when it is not one."""
+    text = read_text(path)
+    if text is None:
+        raise ReportError("slice report %s is missing" % path)
+    try:
+        run = json.loads(text)
+    except ValueError as exc:
+        raise ReportError("slice report %s is not JSON: %s" % (path, exc)) from exc
+    if not isinstance(run, dict) or not isinstance(run.get("hosts"), list):
+        raise ReportError("slice report %s is not a fleet report (no hosts list)" % path)
+    if run.get("schema_version") != SCHEMA_VERSION:
+        raise ReportError("slice report %s has schema_version %s, this collection writes %d"
+                          % (path, json.dumps(run.get("schema_version")), SCHEMA_VERSION))
+    return run
+
+
+def merge_slices(paths, hosts=(), missing="fail"):
+    """Merge the slices' reports (and the records in hosts, if any) into one list of records.
+
+    Returns (records, slices, warnings): slices describes each path (its report, whether it was
+    found, how many hosts it held, its run_started). A host in two places is an error; a missing
+    slice is one too unless missing is "warn", when it is named in a warning and left out.
+    """
+    if missing not in ("fail", "warn"):
+        raise ReportError("merge_missing must be 'fail' or 'warn', got %s" % json.dumps(missing))
+    records = list(hosts)
+    where = dict((r.get("host"), "hosts[%d]" % i) for i, r in enumerate(records) if isinstance(r, dict))
+    slices, warnings, absent = [], [], []
+    for path in map(report_path, paths):
+        if not os.path.exists(path):
+            absent.append(path)
+            slices.append({"path": path, "found": False, "hosts": 0, "run_started": None})
+            continue
+        run = load_slice(path)
+        for rec in run["hosts"]:
+            name = rec.get("host") if isinstance(rec, dict) else None
+            if name in where:
+                raise ReportError("host %s is in two slices: %s and %s (the slices must not overlap)"
+                                  % (json.dumps(name), where[name], path))
+            where[name] = path
+            records.append(rec)
+        slices.append({"path": path, "found": True, "hosts": len(run["hosts"]), "run_started": run.get("run_started")})
+    if absent:
+        msg = "%d of %d slice reports missing: %s" % (len(absent), len(slices), ", ".join(absent))
+        if missing == "fail":
+            raise ReportError(msg + " (a slice that did not finish; merge_missing=warn writes the report without it)")
+        warnings.append(msg + "; their hosts are not in the report")
+    return records, slices, warnings
+
+
+def earliest_start(slices):
+    """The start of the whole run: the earliest of the slices' run_started (None when none has one)."""
+    times = [parse_timestamp(s["run_started"]) for s in slices if s["found"] and s["run_started"]]
+    return min(times).strftime(TIME_FORMAT) if times else None
