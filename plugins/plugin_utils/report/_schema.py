@@ -10,12 +10,15 @@ Private to gpufleet.hygiene (not a public API).
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import HOST_KEYS
 
 SEVERITIES = ("fail", "warn")
+THROUGHPUT_KEYS = ("tokens_per_s", "baseline", "ratio")
+GPU_HEALTH_KEYS = (("gpus", list), ("driver", dict))
 # The keys every registered task result has, which a record registered from a task (readiness
 # with record, as the verify role registers it) carries along: accepted and left out, not warned about.
 RESULT_KEYS = ("changed", "failed", "failed_when_result", "failed_when_suppressed_exception", "msg", "rc", "unreachable",
@@ -108,12 +111,37 @@ def _check(where, k, c):
     severity = where.str(k + ".severity", c.get("severity", "fail"))
     if severity not in SEVERITIES:
         where.fail(k + ".severity", "must be 'fail' or 'warn', got %s" % json.dumps(severity))
-    return {
+    out = {
         "name": name,
         "ok": where.bool(k + ".ok", c.get("ok")),
         "severity": severity,
         "summary": where.text(k + ".summary", c.get("summary", "")),
     }
+    if c.get("throughput") is not None:  # job_live's last reading of the job's log
+        t = c["throughput"]
+        if not isinstance(t, dict):
+            where.fail(k + ".throughput", "must be a dict, got %s" % type(t).__name__)
+        out["throughput"] = dict((key, _number(where, "%s.throughput.%s" % (k, key), t.get(key))) for key in THROUGHPUT_KEYS)
+    # gpu_healthy's per-GPU findings and driver, kept as read for the HTML page's GPU health section.
+    for key, kind in GPU_HEALTH_KEYS:
+        if c.get(key) is not None:
+            if not isinstance(c[key], kind):
+                where.fail("%s.%s" % (k, key), "must be a %s, got %s" % (kind.__name__, type(c[key]).__name__))
+            out[key] = c[key]
+    return out
+
+
+def _number(where, key, value):
+    """An optional number (a float; digits as text are taken), finite and not negative."""
+    if value is None:
+        return None
+    try:
+        number = float(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not math.isfinite(number) or number < 0:
+        where.fail(key, "must be a number >= 0 or null, got %s" % json.dumps(value, default=repr))
+    return number
 
 
 def _gpu(where, k, g):
