@@ -155,7 +155,11 @@ def hostile_fleet():
     """Names and summaries an attacker controls (a container name, a process's argv)."""
     return [{
         "host": HOSTILE_NAME, "node": 'pve"1\\', "vmid": 100, "ready": False, "running_job": False, "remediated": False,
-        "checks": [{"name": "gpu_idle", "ok": False, "severity": "fail", "summary": '<img src=x onerror=alert(1)> held by "evil"'}],
+        "checks": [{"name": "gpu_idle", "ok": False, "severity": "fail", "summary": '<img src=x onerror=alert(1)> held by "evil"'},
+                   job_live("running", 1234.0),
+                   dict(gpu_healthy(findings={0: [{"code": "<u>x</u>", "severity": "fail", "what": '<svg onload="alert(3)">Xid</svg>',
+                                                   "action": "<a href=x>reset</a>"}]}),
+                        driver={"version": "<em>570</em>", "pin": "570.133.20"})],
         "gpus": [_gpu(0, 1000, [(4242, '<b onmouseover="alert(2)">python3</b>', 1000)])],
         "contaminants": [{"name": "<i>cupy</i>", "version": "13&1", "cuda_major": 13}],
         "caches": [{"name": "inductor", "path": "/tmp/<x>", "size_bytes": 1, "entries": 1, "fresh": False}],

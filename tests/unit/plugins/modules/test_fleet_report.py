@@ -473,7 +473,10 @@ def test_html_content(run_action, tmp_path):
         assert label in text
     assert "Run started 2025-06-01 03:00:00 UTC" in text
     assert "/opt/venv/bin/python3" in text and "61.2 / 140.4 GiB" in text
-    assert page.count('class="cell fail"') == 4 + 1 + 1  # four failed checks, the unreachable host, the legend
+    # four failed checks, the unreachable host, the legend, the unhealthy GPU in the GPU health section
+    assert page.count('class="cell fail"') == 4 + 1 + 1 + 1
+    assert '<div class="tps low" title="train-a3: last reading 12800.0 tok/s in the job&#39;s log, 64% of the 20000 baseline' in page
+    assert "<b>12,800</b><small>64% of 20,000</small>" in page and page.count('<td class="rate">') == 12
     assert 'class="stale"' in page and 'class="busy"' in page
 
 
