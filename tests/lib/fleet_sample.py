@@ -38,6 +38,7 @@ def _health(index, findings=(), throttle=()):
     return {
         "index": index, "uuid": "GPU-5e1c%04d-8a2f-4b1d-9c3e-%012d" % (index, index), "name": H200,
         "healthy": not any(f["severity"] == "fail" for f in findings), "findings": [dict(f) for f in findings],
+        "xid_events": dict((f["code"][4:], 1) for f in findings if f["code"].startswith("xid_")),
         "ecc": {"volatile_uncorrected": 0, "aggregate_uncorrected": 0}, "remapped_rows": {"pending": False, "failed": False},
         "throttle": list(throttle), "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
         "persistence_mode": True, "mig": {"enabled": False},
@@ -53,7 +54,7 @@ def gpu_healthy(gpus=(0,), findings=None, throttle=None):
     summary = "; ".join("GPU %s: %s" % (g["index"], f["what"]) for g in health for f in g["findings"]) or \
         "%d GPU(s) healthy, driver %s" % (len(health), DRIVER["version"])
     return {"name": "gpu_healthy", "ok": not bad, "severity": worst if bad else "fail", "summary": summary,
-            "gpus": health, "driver": dict(DRIVER)}
+            "error": None, "gpus": health, "driver": dict(DRIVER), "findings": []}
 
 
 def job_live(state="none", tokens_per_s=None):

@@ -119,23 +119,30 @@ def _health(h):
         return None
     driver = c.get("driver") if isinstance(c.get("driver"), dict) else {}
     version, pin = driver.get("version"), driver.get("pin")
-    gpus = []
+    gpus, findings = [], []
     for g in c["gpus"]:
         if not isinstance(g, dict):
             continue
-        findings = [f for f in (g.get("findings") or []) if isinstance(f, dict)]
-        healthy = g.get("healthy")
+        own = [_said(f, "GPU%s: " % g.get("index")) for f in (g.get("findings") or []) if isinstance(f, dict)]
+        findings.extend(own)
+        states = {f["state"] for f in own}
         gpus.append({
             "index": g.get("index"), "name": g.get("name") or "", "uuid": g.get("uuid") or "",
-            "state": "pass" if healthy and not findings else "warn" if healthy else "fail",
-            "findings": [{"state": "fail" if f.get("severity") == "fail" else "warn", "code": f.get("code") or "",
-                          "what": f.get("what") or "", "action": f.get("action") or ""} for f in findings],
+            "state": "fail" if not g.get("healthy") or "fail" in states else "warn" if "warn" in states else "pass",
         })
+    findings.extend(_said(f, "") for f in (c.get("findings") or []) if isinstance(f, dict))
     return {
-        "host": h["host"], "node": h["node"], "ok": c["ok"], "summary": c["summary"],
-        "driver": version or "unknown", "pin": pin, "pin_ok": not pin or version == pin,
-        "gpus": gpus,
+        "host": h["host"], "node": h["node"], "ok": c["ok"], "error": c.get("error") if isinstance(c.get("error"), str) else None,
+        "driver": version or "unknown", "pin": pin, "pin_ok": not pin or version == pin, "gpus": gpus,
+        # fail first, then warn, then info (which is no problem, so it shows only beside one)
+        "findings": sorted(findings, key=lambda f: ("fail", "warn", "na").index(f["state"])),
     }
+
+
+def _said(f, where):
+    """A gpu_healthy finding as the page says it: its state (fail, warn, or na for info), what, what to do."""
+    state = {"fail": "fail", "warn": "warn"}.get(f.get("severity"), "na")
+    return {"state": state, "what": where + (f.get("what") or f.get("code") or ""), "action": f.get("action") or ""}
 
 
 def _finding(h):

@@ -18,7 +18,6 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record
 
 SEVERITIES = ("fail", "warn")
 THROUGHPUT_KEYS = ("tokens_per_s", "baseline", "ratio")
-GPU_HEALTH_KEYS = (("gpus", list), ("driver", dict))
 # The keys every registered task result has, which a record registered from a task (readiness
 # with record, as the verify role registers it) carries along: accepted and left out, not warned about.
 RESULT_KEYS = ("changed", "failed", "failed_when_result", "failed_when_suppressed_exception", "msg", "rc", "unreachable",
@@ -122,12 +121,12 @@ def _check(where, k, c):
         if not isinstance(t, dict):
             where.fail(k + ".throughput", "must be a dict, got %s" % type(t).__name__)
         out["throughput"] = dict((key, _number(where, "%s.throughput.%s" % (k, key), t.get(key))) for key in THROUGHPUT_KEYS)
-    # gpu_healthy's per-GPU findings and driver, kept as read for the HTML page's GPU health section.
-    for key, kind in GPU_HEALTH_KEYS:
-        if c.get(key) is not None:
-            if not isinstance(c[key], kind):
-                where.fail("%s.%s" % (k, key), "must be a %s, got %s" % (kind.__name__, type(c[key]).__name__))
-            out[key] = c[key]
+    if name == "gpu_healthy":  # its per-GPU detail, for the HTML page's GPU health section
+        error = c.get("error")
+        out.update(error=error if isinstance(error, str) else None,
+                   gpus=[g for g in c.get("gpus") or () if isinstance(g, dict)],
+                   driver=dict(c.get("driver") or {"version": None, "pin": None}),
+                   findings=[f for f in c.get("findings") or () if isinstance(f, dict)])
     return out
 
 

@@ -354,7 +354,6 @@ BAD = [
     (lambda h: h[2]["checks"][1]["throughput"].update(tokens_per_s="fast"),
      'hosts[2] (host "train-a3"): checks[1].throughput.tokens_per_s must be a number >= 0 or null, got "fast"'),
     (lambda h: h[2]["checks"][1].update(throughput=12800), 'hosts[2] (host "train-a3"): checks[1].throughput must be a dict, got int'),
-    (lambda h: h[2]["checks"][5].update(gpus={"0": {}}), 'hosts[2] (host "train-a3"): checks[5].gpus must be a list, got dict'),
     (lambda h: h.append(copy.deepcopy(h[0])), 'hosts[12] (host "train-a1"): host appears twice (also hosts[0])'),
     (lambda h: h[0].update(ready=True, running_job=[1]), 'hosts[0] (host "train-a1"): running_job must be true or false, got [1]'),
 ]
@@ -528,3 +527,26 @@ def test_through_ansible_playbook(run_action, tmp_path):
     run_action(args(tmp_path / "loaded"))
     for name in FILES.values():
         assert (tmp_path / "played" / name).read_bytes() == (tmp_path / "loaded" / name).read_bytes(), name
+
+
+def test_html_gpu_health_says_each_finding_and_what_to_do(run_action, tmp_path):
+    """gpu_healthy's host findings (the driver against its pin) and a read that failed are listed;
+    an info finding alone leaves the GPU healthy."""
+    hosts = realistic_fleet()
+    check = hosts[1]["checks"][5]
+    check.update(ok=False, summary="driver 570.86.15, pinned 570.133.20", error="nvidia-smi -q -x: no <gpu> element",
+                 driver={"version": "570.86.15", "pin": "570.133.20"},
+                 findings=[{"code": "driver_pin", "severity": "fail", "what": "driver 570.86.15 is not the fleet's pin 570.133.20",
+                            "action": "upgrade the node's driver, then reboot"}])
+    check["gpus"][0]["findings"] = [{"code": "throttle_sw_power_cap", "severity": "info", "what": "power cap reached", "action": "none"}]
+    run_action(args(tmp_path, hosts=hosts))
+    page = (tmp_path / FILES["html"]).read_text()
+    card = page[page.index("<h3>train-a2<span"):]
+    card = card[:card.index("</div>\n<div class=\"hcard")]
+    assert "driver 570.86.15 <span class=\"pinbad\">pinned 570.133.20</span>" in card
+    assert '<div class="cell pass" title="train-a2 GPU0' in card  # info only: still healthy
+    assert '<li class="fail"><span class="k">nvidia-smi -q -x: no &lt;gpu&gt; element</span></li>' in card
+    assert ('<li class="fail"><span class="k">driver 570.86.15 is not the fleet&#39;s pin 570.133.20</span> '
+            '<span class="act">→ upgrade the node&#39;s driver, then reboot</span></li>') in card
+    assert '<li class="na"><span class="k">GPU0: power cap reached</span>' in card
+    assert card.index('class="fail"><span class="k">driver') < card.index('class="na"')
