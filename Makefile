@@ -18,7 +18,7 @@ PYTEST_WORKERS ?= 2
 # The Galaxy artifact `ansible-galaxy collection build` makes, as sanity installs it.
 ARTIFACT_DIR := $(SANITY_BUILD)/dist
 
-.PHONY: setup run test unit integration molecule browser packaging docs sanity lint clean
+.PHONY: setup run test unit integration molecule browser monitoring packaging docs sanity lint clean
 
 setup: $(VENV)/.stamp $(COLL_LINK)
 
@@ -43,6 +43,7 @@ test: setup
 	$(MAKE) integration
 	$(MAKE) molecule
 	$(MAKE) browser
+	$(MAKE) monitoring
 	$(MAKE) packaging
 	$(MAKE) docs
 	$(MAKE) sanity
@@ -65,6 +66,11 @@ molecule:
 # The HTML fleet report in a real headless browser.
 browser:
 	$(VENV)/bin/pytest -p no:cacheprovider tests/browser
+
+# The Prometheus alerting rules under promtool (check, test on recorded series), the Grafana
+# dashboard's structure, the report's metrics file through promtool's linter.
+monitoring:
+	$(VENV)/bin/pytest -p no:cacheprovider tests/monitoring
 
 # Scheduling units, the execution-environment build context, what the Galaxy artifact holds.
 packaging:

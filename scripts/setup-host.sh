@@ -5,6 +5,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bash "$here/install-debs.sh" gcc python3-venv git tmux lxc openssh-server openssh-client sudo chromium fonts-dejavu-core systemd
+# promtool for the alerting-rule tests (its own script: the package's server is not wanted).
+bash "$here/../tests/monitoring/setup-host.sh"
 # sshd's privilege-separation directory (absent where no system sshd ever ran).
 if [ "$(id -u)" -eq 0 ]; then
   install -d -m 0755 /run/sshd

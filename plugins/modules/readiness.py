@@ -94,6 +94,21 @@ options:
     type: int
     default: 900
     version_added: 0.2.0
+  job_throughput_pattern:
+    description:
+      - Regular expression reading the job's throughput from O(job_log), as
+        M(gpufleet.hygiene.throughput)'s O(gpufleet.hygiene.throughput#module:pattern) (a group named C(value), an
+        optional C(unit) K or M); that module's default when left out.
+      - The last reading in the log's end is reported in the C(job_live) check's C(throughput); it does not
+        change the check's verdict.
+    type: str
+    version_added: 0.3.0
+  job_baseline_tokens_per_s:
+    description:
+      - The job's recorded good throughput (C(gpufleet_job.baseline_tokens_per_s)), reported beside the last
+        reading with their ratio. V(0) or left out, none.
+    type: float
+    version_added: 0.3.0
   strict_baseline:
     description:
       - When V(true), packages installed beyond O(baseline) (the drift's C(extra), such as a leftover C(sglang)
@@ -313,6 +328,13 @@ checks:
       type: list
       elements: dict
       version_added: 0.3.0
+    throughput:
+      description:
+        - For V(job_live) with O(job_log), the job's last throughput reading - C(tokens_per_s) (null when the
+          log's end holds none), C(baseline) (O(job_baseline_tokens_per_s), null without one) and C(ratio) of the
+          two (null unless both are known).
+      type: dict
+      version_added: 0.3.0
   sample:
     - {name: gpu_idle, severity: fail, ok: false, error: false, summary: "GPU 0: 40960 MiB used, held by pid 1731 python3"}
     - {name: venv_clean, severity: fail, ok: true, error: false, summary: 14 packages consistent with CUDA 12.8}
@@ -321,7 +343,8 @@ liveness:
     - Whether the job makes progress - C(state) (V(none), V(running), V(stalled)), C(pids), C(log)
       (C(path), C(exists), C(size), C(mtime), C(age_s)), C(reason) (why it is stalled), C(stall_after) -
       and C(leftovers), the GPU holders whose job is gone (C(pid), C(start_time), C(name), C(cmdline),
-      C(gpu), C(used_memory_mib)). Skipped without O(job_patterns).
+      C(gpu), C(used_memory_mib)). Skipped without O(job_patterns). With O(job_log), C(throughput) - its
+      last reading (C(tokens_per_s), C(baseline), C(ratio), and C(problem) saying why there is none).
   returned: unless O(brief=true) or O(record)
   type: dict
   version_added: 0.2.0

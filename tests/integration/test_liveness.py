@@ -184,6 +184,8 @@ def test_hygiene_reports_both_in_its_json_report_and_touches_neither_job(scene):
     assert beside["ok"] is False and not beside.get("error"), beside
     assert beside["summary"].startswith("job running (pid %d)" % scene["job_pid"]), beside
     assert "left by a job that is gone (parent is init): pid %d " % scene["worker_pid"] in beside["summary"], beside
+    # The running job's last tok/s reading in its log, against the inventory's baseline.
+    assert beside["throughput"] == {"tokens_per_s": 20000.0, "baseline": 20000.0, "ratio": 1.0}, beside
     assert not scene["report"][scene["stalled"].name]["remediated"] and not scene["report"][scene["beside"].name]["remediated"]
     # Nothing was signalled: the stalled job is still the same process, still stopped; the healthy
     # job and the leftover beside it run on (a leftover beside a running job is reported only).

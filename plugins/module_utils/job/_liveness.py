@@ -13,6 +13,8 @@
 - **leftovers**: GPU holders that are neither a job process nor a descendant or an ancestor of
   one, whose parent is the container's init (PID 1): workers whose job is gone, reparented to
   init. Each carries its PID and start time, which the repair names it by.
+- **throughput**: the last tokens/s reading at the end of the log (the throughput gate's
+  pattern and parser, job/_throughput), against the job's recorded baseline when one is given.
 
 Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
 """
@@ -20,11 +22,17 @@ Private to gpufleet.hygiene (leading underscore): not a public API. Standard lib
 from __future__ import annotations
 
 import os
+import re
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped, open_stat, read_fd
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import DEFAULT_PATTERN, readings
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import PROC, ancestors, read_stat
 
 DEFAULT_STALL_AFTER = 900
+# How much of the log's end is searched for the last throughput reading: a job logs one every few
+# steps, so its last one is near the end; a log that writes none there has none to show.
+TAIL_BYTES = 64 << 10
 
 
 def _leftovers(job_pids, gpus, proc):
@@ -53,6 +61,44 @@ def _log(path):
     except OSError as exc:
         return {"path": path, "exists": False, "error": exc.strerror or str(exc)}
     return {"path": path, "exists": True, "size": st.st_size, "mtime": st.st_mtime}
+
+
+def throughput(path, pattern=None, baseline=None, tail=TAIL_BYTES):
+    """{tokens_per_s, baseline, ratio, problem} of the job's log: its last reading (None when the
+    end of the log holds none or cannot be read, ``problem`` saying why), the baseline as given,
+    their ratio when both are known. The log is a file the container's user writes: opened as
+    fs._files opens such files (no link followed, regular files only, read capped and bounded)."""
+    out = {"tokens_per_s": None, "baseline": baseline or None, "ratio": None, "problem": None}
+    try:
+        regex = re.compile(pattern or DEFAULT_PATTERN)
+    except re.error as exc:
+        out["problem"] = "pattern %r is not a valid regular expression: %s" % (pattern, exc)
+        return out
+    problems = []
+    try:
+        fd, st = open_stat(path)
+    except Skipped as exc:
+        out["problem"] = exc.problem
+        return out
+    try:
+        start = max(0, st.st_size - tail)
+        os.lseek(fd, start, os.SEEK_SET)
+        data = read_fd(fd, tail, path, problems)
+    except (OSError, Skipped) as exc:
+        out["problem"] = getattr(exc, "problem", None) or "%s cannot be read: %s" % (path, exc)
+        return out
+    finally:
+        os.close(fd)
+    if start:  # the first line is cut: a part of a number is no reading
+        data = data.partition(b"\n")[2]
+    values = readings(data.decode("utf-8", "replace"), regex)
+    if not values:
+        out["problem"] = "no throughput reading in the last %d bytes of %s" % (tail, path)
+        return out
+    out["tokens_per_s"] = values[-1]
+    if out["baseline"]:
+        out["ratio"] = round(values[-1] / out["baseline"], 4)
+    return out
 
 
 def liveness(job, gpus, log=None, stall_after=DEFAULT_STALL_AFTER, proc=PROC, now=None):

@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cach
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import check_record, read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import DEFAULT_STALL_AFTER, liveness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import DEFAULT_STALL_AFTER, liveness, throughput
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, find_processes
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv, canonical_name, inventory
@@ -46,6 +46,8 @@ ARGUMENT_SPEC = dict(
     allow_running_job=dict(type="bool", default=False),
     job_log=dict(type="path"),
     stall_after=dict(type="int", default=DEFAULT_STALL_AFTER),
+    job_throughput_pattern=dict(type="str"),
+    job_baseline_tokens_per_s=dict(type="float"),
     strict_baseline=dict(type="bool", default=False),
     read_timeout=dict(type="float", default=120),
     evidence_cache=dict(type="raw", default=True),
@@ -65,6 +67,8 @@ def bad_option(p):
     """What is wrong with validated options, or None."""
     if p["command_timeout"] <= 0:
         return "command_timeout must be more than 0 (got %s)" % p["command_timeout"]
+    if (p.get("job_baseline_tokens_per_s") or 0) < 0:
+        return "job_baseline_tokens_per_s must be 0 (none) or more (got %s)" % p["job_baseline_tokens_per_s"]
     if p["stall_after"] < 1:
         return "stall_after must be at least 1 second (got %s)" % p["stall_after"]
     if p.get("read_timeout", 1) <= 0:
@@ -120,7 +124,10 @@ def read_liveness(p, result):
     """Whether the job makes progress, and GPU holders left behind by a job that is gone (job/_liveness)."""
     if result["processes"].get("skipped") or result["processes"].get("failed") or "gpus" not in result["gpu_state"]:
         return skipped("no job_patterns, or the processes or the GPUs could not be read")
-    return liveness(result["processes"], result["gpu_state"]["gpus"], p["job_log"], p["stall_after"])
+    live = liveness(result["processes"], result["gpu_state"]["gpus"], p["job_log"], p["stall_after"])
+    if p["job_log"]:
+        live["throughput"] = throughput(p["job_log"], p.get("job_throughput_pattern"), p.get("job_baseline_tokens_per_s"))
+    return live
 
 
 # The venv's three readers share one Venv (env), resolved once for the read: its interpreter is
@@ -261,9 +268,21 @@ def _pids(items):
     return ", ".join(str(i["pid"]) if isinstance(i, dict) else str(i) for i in items)
 
 
+def _rate(rate):
+    """The last tok/s reading in words, against the baseline when there is one."""
+    if rate["tokens_per_s"] is None:
+        return None
+    text = "last %.0f tok/s" % rate["tokens_per_s"]
+    if rate["ratio"] is not None:
+        text += " (%.0f%% of the %.0f baseline)" % (rate["ratio"] * 100, rate["baseline"])
+    return text
+
+
 def check_job(live, job):
     """job_live: the job makes progress (or none runs) and no GPU holder outlived its job. Besides
-    the summary it carries ``state`` (none, running, stalled) and ``leftovers`` for the repair."""
+    the summary it carries ``state`` (none, running, stalled) and ``leftovers`` for the repair,
+    and with a log ``throughput`` ({tokens_per_s, baseline, ratio}: its last reading, for the
+    reports; the verdict is the throughput gate's, not this check's)."""
     error = bool(job.get("failed")) or bool(live.get("skipped"))
     leftovers = live.get("leftovers", [])
     state = live.get("state", "unknown")
@@ -275,14 +294,19 @@ def check_job(live, job):
     elif state == "running":
         age = (live.get("log") or {}).get("age_s")
         parts.append("job running (pid %s)%s" % (_pids(live["pids"]), ", its log grew %ss ago" % age if age is not None else ""))
+        if live.get("throughput") and _rate(live["throughput"]):
+            parts.append(_rate(live["throughput"]))
     else:
         parts.append("no job running")
     if leftovers:
         parts.append("%d GPU holder(s) left by a job that is gone (parent is init): %s" % (len(leftovers), ", ".join(
             "pid %s %s (GPU %s, %s MiB)" % (h["pid"], h["name"], h["gpu"], h["used_memory_mib"]) for h in leftovers[:5])))
     ok = not error and state != "stalled" and not leftovers
-    return {"name": "job_live", "severity": "fail", "ok": ok, "error": error, "summary": "; ".join(parts),
-            "state": state, "leftovers": [{"pid": h["pid"], "start_time": h["start_time"], "cmdline": h["cmdline"]} for h in leftovers]}
+    out = {"name": "job_live", "severity": "fail", "ok": ok, "error": error, "summary": "; ".join(parts),
+           "state": state, "leftovers": [{"pid": h["pid"], "start_time": h["start_time"], "cmdline": h["cmdline"]} for h in leftovers]}
+    if live.get("throughput"):
+        out["throughput"] = dict((k, live["throughput"][k]) for k in ("tokens_per_s", "baseline", "ratio"))
+    return out
 
 
 def judge(result, allow_running_job, strict_baseline=False):

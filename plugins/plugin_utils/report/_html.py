@@ -20,6 +20,9 @@ import jinja2
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import check_state, started
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+# The throughput gate's default min_fraction (job/_throughput.Gate, the relaunch role's
+# relaunch_min_fraction): below it the page marks the job's tok/s as low, as the alert rules do.
+GATE_FRACTION = 0.9
 # A cell's state in words, for screen readers and tooltips.
 STATE_WORDS = {"job": "in use by the running job", "pass": "passed", "fail": "failed", "warn": "warning", "na": "not run"}
 
@@ -89,6 +92,59 @@ def _gpus(h):
     return out
 
 
+def _check(h, name):
+    return next((c for c in h["checks"] if c["name"] == name), None)
+
+
+def _rate(h):
+    """The job's last tok/s against its baseline (job_live's throughput), or None without a reading."""
+    c = _check(h, "job_live")
+    t = (c or {}).get("throughput") or {}
+    if t.get("tokens_per_s") is None:
+        return None
+    rate = {"value": "{:,.0f}".format(t["tokens_per_s"]), "of": "", "state": "na",
+            "tip": "%s: last reading %.1f tok/s in the job's log" % (h["host"], t["tokens_per_s"])}
+    if t.get("ratio") is not None and t.get("baseline"):
+        rate["of"] = "%.0f%% of %s" % (t["ratio"] * 100, "{:,.0f}".format(t["baseline"]))
+        rate["state"] = "low" if t["ratio"] < GATE_FRACTION else "ok"
+        rate["tip"] += ", %.0f%% of the %.0f baseline (the gate wants %.0f%%)" % (t["ratio"] * 100, t["baseline"], GATE_FRACTION * 100)
+    return rate
+
+
+def _health(h):
+    """gpu_healthy's record of a host for the GPU health section: the driver against its pin, each
+    GPU healthy or its findings with what to do; None when the check did not run there."""
+    c = _check(h, "gpu_healthy")
+    if c is None or not isinstance(c.get("gpus"), list):
+        return None
+    driver = c.get("driver") if isinstance(c.get("driver"), dict) else {}
+    version, pin = driver.get("version"), driver.get("pin")
+    gpus, findings = [], []
+    for g in c["gpus"]:
+        if not isinstance(g, dict):
+            continue
+        own = [_said(f, "GPU%s: " % g.get("index")) for f in (g.get("findings") or []) if isinstance(f, dict)]
+        findings.extend(own)
+        states = {f["state"] for f in own}
+        gpus.append({
+            "index": g.get("index"), "name": g.get("name") or "", "uuid": g.get("uuid") or "",
+            "state": "fail" if not g.get("healthy") or "fail" in states else "warn" if "warn" in states else "pass",
+        })
+    findings.extend(_said(f, "") for f in (c.get("findings") or []) if isinstance(f, dict))
+    return {
+        "host": h["host"], "node": h["node"], "ok": c["ok"], "error": c.get("error") if isinstance(c.get("error"), str) else None,
+        "driver": version or "unknown", "pin": pin, "pin_ok": not pin or version == pin, "gpus": gpus,
+        # fail first, then warn, then info (which is no problem, so it shows only beside one)
+        "findings": sorted(findings, key=lambda f: ("fail", "warn", "na").index(f["state"])),
+    }
+
+
+def _said(f, where):
+    """A gpu_healthy finding as the page says it: its state (fail, warn, or na for info), what, what to do."""
+    state = {"fail": "fail", "warn": "warn"}.get(f.get("severity"), "na")
+    return {"state": state, "what": where + (f.get("what") or f.get("code") or ""), "action": f.get("action") or ""}
+
+
 def _finding(h):
     """What needs attention on a host, or None."""
     f = {
@@ -111,7 +167,7 @@ def _groups(hosts, checks):
     for h in hosts:
         if not groups or groups[-1]["node"] != h["node"]:
             groups.append({"node": h["node"], "rows": []})
-        groups[-1]["rows"].append(dict(h, ok=host_ok(h), cells=_cells(h, checks), gpu_view=_gpus(h)))
+        groups[-1]["rows"].append(dict(h, ok=host_ok(h), cells=_cells(h, checks), gpu_view=_gpus(h), rate=_rate(h)))
     for g in groups:
         g["ok"] = all(r["ok"] for r in g["rows"])
         g["ready"] = sum(1 for r in g["rows"] if r["ready"])
@@ -133,6 +189,9 @@ def render_html(run, links=()):
     if s["error"]:
         cards.append(("err", s["error"], "unreachable"))
     findings = [f for f in (_finding(h) for h in run["hosts"]) if f]
+    groups = _groups(run["hosts"], run["checks"])
+    health = [x for x in (_health(h) for h in run["hosts"]) if x]
     return _environment().get_template("report.html.j2").render(
         run=run, started=started(run), all_ok=s["not_ready"] == 0 and s["error"] == 0, cards=cards,
-        groups=_groups(run["hosts"], run["checks"]), findings=findings, links=list(links))
+        groups=groups, findings=findings, links=list(links), health=health,
+        show_rate=any(r["rate"] for g in groups for r in g["rows"]))

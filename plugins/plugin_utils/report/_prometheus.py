@@ -23,6 +23,8 @@ METRICS = (
     ("host_remediated", "1 when the last run changed something on the host."),
     ("host_error", "1 when the host was unreachable or a check failed to run."),
     ("check_ok", "1 when the check passed on the host, 0 when it failed or warned."),
+    ("job_tokens_per_second", "The training job's last throughput reading in its log (job_live), in tokens per second."),
+    ("job_baseline_tokens_per_second", "The job's recorded good throughput (gpufleet_job.baseline_tokens_per_s), in tokens per second."),
     ("contaminants", "Packages built for another CUDA major than the venv's torch."),
     ("gpu_memory_used_bytes", "GPU memory in use."),
     ("gpu_memory_total_bytes", "GPU memory in total."),
@@ -108,6 +110,15 @@ def _health_samples(add, h, check):
         if pcie.get("width") is not None or pcie.get("gen") is not None:
             add("gpu_pcie_degraded", gl, any(f.get("code") in PCIE_FINDINGS for f in g.get("findings", [])))
 
+def _job_samples(add, h):
+    """The job's last tok/s and its baseline, from job_live's throughput (absent when unknown)."""
+    rate = next((c.get("throughput") for c in h["checks"] if c["name"] == "job_live"), None) or {}
+    labels = [("host", h["host"]), ("node", h["node"])]
+    if rate.get("tokens_per_s") is not None:
+        add("job_tokens_per_second", labels, float(rate["tokens_per_s"]))
+    if rate.get("baseline") is not None:
+        add("job_baseline_tokens_per_second", labels, float(rate["baseline"]))
+
 
 def render_prometheus(run):
     samples = dict((name, []) for name, _help_text in METRICS)
@@ -120,6 +131,7 @@ def render_prometheus(run):
         add("hosts", [("state", state)], run["summary"][state])
     for h in run["hosts"]:
         _host_samples(add, h)
+        _job_samples(add, h)
     lines = []
     for name, help_text in METRICS:
         if not samples[name]:

@@ -10,12 +10,14 @@ Private to gpufleet.hygiene (not a public API).
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import HOST_KEYS, health_detail
 
 SEVERITIES = ("fail", "warn")
+THROUGHPUT_KEYS = ("tokens_per_s", "baseline", "ratio")
 # The keys every registered task result has, which a record registered from a task (readiness
 # with record, as the verify role registers it) carries along: accepted and left out, not warned about.
 RESULT_KEYS = ("changed", "failed", "failed_when_result", "failed_when_suppressed_exception", "msg", "rc", "unreachable",
@@ -114,9 +116,27 @@ def _check(where, k, c):
         "severity": severity,
         "summary": where.text(k + ".summary", c.get("summary", "")),
     }
+    if c.get("throughput") is not None:  # job_live's last reading of the job's log
+        t = c["throughput"]
+        if not isinstance(t, dict):
+            where.fail(k + ".throughput", "must be a dict, got %s" % type(t).__name__)
+        out["throughput"] = dict((key, _number(where, "%s.throughput.%s" % (k, key), t.get(key))) for key in THROUGHPUT_KEYS)
     if name == "gpu_healthy":  # its per-GPU detail feeds the GPU health metrics and the page
         out.update(health_detail(c))
     return out
+
+
+def _number(where, key, value):
+    """An optional number (a float; digits as text are taken), finite and not negative."""
+    if value is None:
+        return None
+    try:
+        number = float(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not math.isfinite(number) or number < 0:
+        where.fail(key, "must be a number >= 0 or null, got %s" % json.dumps(value, default=repr))
+    return number
 
 
 def _gpu(where, k, g):

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness
+import os
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness, throughput
 
 
 def _proc(tmp_path, table):
@@ -37,3 +39,32 @@ def test_without_a_job_every_holder_whose_parent_is_init_is_a_leftover(tmp_path)
     proc = _proc(tmp_path, {1: ("init", 0, 1), 20: ("python3", 1, 200), 21: ("python3", 20, 201)})
     live = liveness({"processes": []}, _gpu(20, 21), proc=proc, now=0)
     assert live["state"] == "none" and [h["pid"] for h in live["leftovers"]] == [20]
+
+
+def test_throughput_is_the_last_reading_of_the_log_against_the_baseline(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("step 1 | 9000 tok/s (warm-up)\nstep 2 | 19.5K tok/s\nsaving checkpoint\nstep 3 | 12800 tokens/s\n")
+    assert throughput(str(log), baseline=20000.0) == {"tokens_per_s": 12800.0, "baseline": 20000.0, "ratio": 0.64, "problem": None}
+    # The job's own pattern (gpufleet_job.throughput_regex), no baseline: no ratio.
+    got = throughput(str(log), pattern=r"step \d+ \| (?P<value>[\d.]+)(?P<unit>K)? tok/s")
+    assert got == {"tokens_per_s": 19500.0, "baseline": None, "ratio": None, "problem": None}
+
+
+def test_throughput_reads_only_the_end_of_a_long_log_and_not_a_cut_number(tmp_path):
+    log = tmp_path / "train.log"
+    # The tail starts inside "123456 tok/s": read as "3456 tok/s" it would be a false reading.
+    log.write_text("old 100 tok/s\n" + "x" * 100 + "\n123456 tok/s\n" + "y" * 30 + "\n")
+    got = throughput(str(log), tail=40)
+    assert got["tokens_per_s"] is None and "no throughput reading in the last 40 bytes" in got["problem"]
+    assert throughput(str(log), tail=64)["tokens_per_s"] == 123456.0
+
+
+def test_throughput_of_a_log_that_cannot_be_read_says_why(tmp_path):
+    assert "does not exist" in throughput(str(tmp_path / "none.log"))["problem"]
+    os.mkfifo(str(tmp_path / "fifo.log"))  # a FIFO would block a plain open(): refused, not read
+    assert "a FIFO, not a regular file" in throughput(str(tmp_path / "fifo.log"))["problem"]
+    (tmp_path / "real.log").write_text("1 tok/s\n")
+    os.symlink(str(tmp_path / "real.log"), str(tmp_path / "link.log"))
+    assert "symbolic link" in throughput(str(tmp_path / "link.log"))["problem"]
+    bad = throughput(str(tmp_path / "real.log"), pattern="(")
+    assert bad["tokens_per_s"] is None and "not a valid regular expression" in bad["problem"]

@@ -161,7 +161,7 @@ def test_writes_every_format(run_action, tmp_path):
         assert os.path.getsize(f["path"]) == f["size"]
         assert stat.S_IMODE(os.stat(f["path"]).st_mode) == 0o644
     assert result["summary"] == {"hosts": 12, "ready": 8, "not_ready": 4, "running_job": 1, "remediated": 1, "error": 1,
-                                 "checks_failed": 3, "checks_warned": 1, "nodes": 3, "gpus": 12, "contaminants": 3}
+                                 "checks_failed": 4, "checks_warned": 2, "nodes": 3, "gpus": 12, "contaminants": 3}
     assert result["not_ready"] == ["train-a1", "train-b1", "train-c1", "train-c4"]
     assert result["run_started"] == "2025-06-01T03:00:00Z"
 
@@ -173,7 +173,7 @@ def test_json_holds_the_whole_run(run_action, tmp_path):
     assert data["schema_version"] == 1
     assert data["title"] == "Nightly GPU hygiene"
     assert data["run_started"] == "2025-06-01T03:00:00Z"
-    assert data["checks"] == ["gpu_idle", "venv_clean", "packages", "caches_fresh"]
+    assert data["checks"] == ["gpu_idle", "job_live", "venv_clean", "packages", "caches_fresh", "gpu_healthy"]
     by_host = {h["host"]: h for h in data["hosts"]}
     src = {h["host"]: h for h in realistic_fleet()}
     assert set(by_host) == set(src)
@@ -193,13 +193,14 @@ def test_junit_is_valid_for_ci(run_action, tmp_path):
         assert attr in suite.attrib, attr
     assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$", suite.get("timestamp"))
     cases = suite.findall("testcase")
-    # 11 reachable hosts x 4 checks, plus one error case for the stopped container
-    assert len(cases) == int(suite.get("tests")) == int(root.get("tests")) == 45
+    # 11 reachable hosts x 6 checks, plus one error case for the stopped container
+    assert len(cases) == int(suite.get("tests")) == int(root.get("tests")) == 67
     for tc in cases:
         assert tc.get("name") and tc.get("classname") and float(tc.get("time")) == 0
     failures = [(tc.get("classname"), tc.get("name"), tc.find("failure")) for tc in cases if tc.find("failure") is not None]
-    assert len(failures) == int(suite.get("failures")) == 3
-    expected = {("gpufleet.pve1.train-a1", "venv_clean"), ("gpufleet.pve2.train-b1", "gpu_idle"), ("gpufleet.pve3.train-c1", "caches_fresh")}
+    assert len(failures) == int(suite.get("failures")) == 4
+    expected = {("gpufleet.pve1.train-a1", "venv_clean"), ("gpufleet.pve2.train-b1", "gpu_idle"), ("gpufleet.pve3.train-c1", "caches_fresh"),
+                ("gpufleet.pve2.train-b1", "gpu_healthy")}
     assert {(c, n) for c, n, _f in failures} == expected
     msg = {n: f.get("message") for _c, n, f in failures}
     assert msg["gpu_idle"] == "pid 40170 (python3) holds 61.2 GiB on GPU0; no training session owns it"
@@ -225,7 +226,7 @@ def test_prometheus_metrics(run_action, tmp_path):
     assert ready["train-a2"][1] == 1.0
     assert len(ready) == 12
     checks = {(s[0]["host"], s[0]["check"]): s[1] for s in fams["gpufleet_hygiene_check_ok"]["samples"]}
-    assert len(checks) == 44
+    assert len(checks) == 66
     assert checks[("train-b1", "gpu_idle")] == 0.0 and checks[("train-b3", "packages")] == 0.0
     assert checks[("train-b2", "gpu_idle")] == 1.0
     used = {(s[0]["host"], s[0]["gpu"]): s for s in fams["gpufleet_hygiene_gpu_memory_used_bytes"]["samples"]}
@@ -239,6 +240,9 @@ def test_prometheus_metrics(run_action, tmp_path):
     assert fresh[("train-c1", "inductor")] == 0.0
     states = {s[0]["state"]: s[1] for s in fams["gpufleet_hygiene_hosts"]["samples"]}
     assert states == {"ready": 8.0, "not_ready": 4.0, "running_job": 1.0, "remediated": 1.0, "error": 1.0}
+    # The job's last tok/s and its baseline, only where job_live read them from the job's log.
+    for name, value in (("gpufleet_hygiene_job_tokens_per_second", 12800.0), ("gpufleet_hygiene_job_baseline_tokens_per_second", 20000.0)):
+        assert fams[name]["type"] == "gauge" and fams[name]["samples"] == [({"host": "train-a3", "node": "pve1"}, value)], name
 
 
 def test_second_run_changes_nothing(run_action, tmp_path):
@@ -341,12 +345,15 @@ BAD = [
     (lambda h: h[4]["checks"][2].pop("ok"), 'hosts[4] (host "train-b1"): checks[2].ok is required'),
     (lambda h: h[5].update(checks="gpu_idle"), 'hosts[5] (host "train-b2"): checks must be a list, got str'),
     (lambda h: h[5].pop("checks"), 'hosts[5] (host "train-b2"): checks is required'),
-    (lambda h: h[5]["checks"].append(dict(h[5]["checks"][0])), 'hosts[5] (host "train-b2"): checks[4].name "gpu_idle" appears twice'),
+    (lambda h: h[5]["checks"].append(dict(h[5]["checks"][0])), 'hosts[5] (host "train-b2"): checks[6].name "gpu_idle" appears twice'),
     (lambda h: h[2]["gpus"][1].update(index=0), 'hosts[2] (host "train-a3"): gpus[1].index 0 appears twice'),
     (lambda h: h[2]["gpus"][0]["processes"][0].update(pid=None), 'hosts[2] (host "train-a3"): gpus[0].processes[0].pid is required'),
     (lambda h: h[2]["gpus"][0].update(memory_used_mib=-1), 'hosts[2] (host "train-a3"): gpus[0].memory_used_mib must be >= 0, got -1'),
     (lambda h: h[0]["contaminants"][0].update(cuda_major="13x"), 'hosts[0] (host "train-a1"): contaminants[0].cuda_major must be an integer'),
     (lambda h: h[8]["caches"][0].update(fresh="stale"), 'hosts[8] (host "train-c1"): caches[0].fresh must be true or false'),
+    (lambda h: h[2]["checks"][1]["throughput"].update(tokens_per_s="fast"),
+     'hosts[2] (host "train-a3"): checks[1].throughput.tokens_per_s must be a number >= 0 or null, got "fast"'),
+    (lambda h: h[2]["checks"][1].update(throughput=12800), 'hosts[2] (host "train-a3"): checks[1].throughput must be a dict, got int'),
     (lambda h: h.append(copy.deepcopy(h[0])), 'hosts[12] (host "train-a1"): host appears twice (also hosts[0])'),
     (lambda h: h[0].update(ready=True, running_job=[1]), 'hosts[0] (host "train-a1"): running_job must be true or false, got [1]'),
 ]
@@ -465,7 +472,10 @@ def test_html_content(run_action, tmp_path):
         assert label in text
     assert "Run started 2025-06-01 03:00:00 UTC" in text
     assert "/opt/venv/bin/python3" in text and "61.2 / 140.4 GiB" in text
-    assert page.count('class="cell fail"') == 3 + 1 + 1  # three failed checks, the unreachable host, the legend
+    # four failed checks, the unreachable host, the legend, the unhealthy GPU in the GPU health section
+    assert page.count('class="cell fail"') == 4 + 1 + 1 + 1
+    assert '<div class="tps low" title="train-a3: last reading 12800.0 tok/s in the job&#39;s log, 64% of the 20000 baseline' in page
+    assert "<b>12,800</b><small>64% of 20,000</small>" in page and page.count('<td class="rate">') == 12
     assert 'class="stale"' in page and 'class="busy"' in page
 
 
@@ -517,3 +527,26 @@ def test_through_ansible_playbook(run_action, tmp_path):
     run_action(args(tmp_path / "loaded"))
     for name in FILES.values():
         assert (tmp_path / "played" / name).read_bytes() == (tmp_path / "loaded" / name).read_bytes(), name
+
+
+def test_html_gpu_health_says_each_finding_and_what_to_do(run_action, tmp_path):
+    """gpu_healthy's host findings (the driver against its pin) and a read that failed are listed;
+    an info finding alone leaves the GPU healthy."""
+    hosts = realistic_fleet()
+    check = hosts[1]["checks"][5]
+    check.update(ok=False, summary="driver 570.86.15, pinned 570.133.20", error="nvidia-smi -q -x: no <gpu> element",
+                 driver={"version": "570.86.15", "pin": "570.133.20"},
+                 findings=[{"code": "driver_pin", "severity": "fail", "what": "driver 570.86.15 is not the fleet's pin 570.133.20",
+                            "action": "upgrade the node's driver, then reboot"}])
+    check["gpus"][0]["findings"] = [{"code": "throttle_sw_power_cap", "severity": "info", "what": "power cap reached", "action": "none"}]
+    run_action(args(tmp_path, hosts=hosts))
+    page = (tmp_path / FILES["html"]).read_text()
+    card = page[page.index("<h3>train-a2<span"):]
+    card = card[:card.index("</div>\n<div class=\"hcard")]
+    assert "driver 570.86.15 <span class=\"pinbad\">pinned 570.133.20</span>" in card
+    assert '<div class="cell pass" title="train-a2 GPU0' in card  # info only: still healthy
+    assert '<li class="fail"><span class="k">nvidia-smi -q -x: no &lt;gpu&gt; element</span></li>' in card
+    assert ('<li class="fail"><span class="k">driver 570.86.15 is not the fleet&#39;s pin 570.133.20</span> '
+            '<span class="act">→ upgrade the node&#39;s driver, then reboot</span></li>') in card
+    assert '<li class="na"><span class="k">GPU0: power cap reached</span>' in card
+    assert card.index('class="fail"><span class="k">driver') < card.index('class="na"')

@@ -505,11 +505,14 @@ def test_a_job_that_stops_writing_its_log_is_stalled(run_module, rig, tmp_path):
         deadline = time.monotonic() + 20
         while log.read_text().count("tokens/s") < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        args = args_of(rig, venv=None, allow_running_job=True, job_log=str(log), stall_after=2)
+        args = args_of(rig, venv=None, allow_running_job=True, job_log=str(log), stall_after=2, job_baseline_tokens_per_s=25000)
         res = run_module(readiness.main, args)
         live = res["checks"][1]
         assert live["name"] == "job_live" and live["ok"] is True and live["state"] == "running", live
         assert live["summary"].startswith("job running (pid %d), its log grew " % job.pid)
+        # The last reading the job logged, against the inventory's baseline (the reports show both).
+        assert live["throughput"] == {"tokens_per_s": 20000.0, "baseline": 25000.0, "ratio": 0.8}, live
+        assert live["summary"].endswith("; last 20000 tok/s (80% of the 25000 baseline)"), live["summary"]
         os.kill(job.pid, signal.SIGSTOP)  # hung: alive, matching, holding its GPU, writing nothing
         size = log.stat().st_size
         time.sleep(3)
