@@ -97,3 +97,14 @@ ORDINARY = (
     ("python3", "/usr/bin/python3 -I -B -c import sys;exec(sys.stdin.buffer.read())"),
     ("sh", "/bin/sh -c /usr/bin/python3 && sleep 0"),
 )
+
+# The table's daemons: names no training job runs under (shells, interpreters and tools such as
+# python3, bash, sleep or tmux are left out: a job runs as those). A root process of one of these
+# names running now counts as everyday with its own command line (ordinary_processes()).
+DAEMONS = frozenset((
+    "sshd", "cron", "crond", "agetty", "dbus-daemon", "rsyslogd", "chronyd", "polkitd",
+    "systemd-journal", "systemd-logind", "systemd-network", "systemd-resolve", "systemd-timesyn", "systemd-udevd",
+    "containerd", "containerd-shim", "dockerd", "lxcfs", "lxc-start",
+    "pmxcfs", "pve-firewall", "pvedaemon", "pvedaemon worke", "pveproxy", "pvestatd",
+    "node_exporter", "nv-hostengine", "nvidia-persiste", "zabbix_agentd",
+))

@@ -36,7 +36,7 @@ import subprocess
 import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._ordinary import ORDINARY
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._ordinary import DAEMONS, ORDINARY
 
 PROC = "/proc"
 DEFAULT_DEVICE_PATTERNS = ("/dev/nvidia*",)
@@ -480,20 +480,17 @@ def _names(info, smi_name=None):
     return names
 
 
-ORDINARY_COMMS = frozenset(comm for comm, _cmdline in ORDINARY)
-
-
 def ordinary_processes(proc=PROC):
     """``(comm, cmdline)`` of the everyday processes no scope pattern may match: the table, the
-    root's processes running here under one of the table's names (a real sshd's title names its own
-    config path, which no table foresees) and this module's own process. Not PID 1 nor the
+    root's processes running here under one of its daemons' names (DAEMONS: a real sshd's title
+    names its own config path, which no table foresees) and this module's own process. Not PID 1 nor the
     ancestors: they are protected anyway, and in a one-process container PID 1 may be the job,
     which a pattern names rightly."""
     rows = list(ORDINARY)
     own = os.getpid()
     for pid in all_pids(proc):
         try:
-            if pid in (1, own) or _read("%s/%d/comm" % (proc, pid)).rstrip("\n") not in ORDINARY_COMMS:
+            if pid in (1, own) or _read("%s/%d/comm" % (proc, pid)).rstrip("\n") not in DAEMONS:
                 continue
         except (IOError, OSError):
             continue  # gone meanwhile

@@ -123,7 +123,7 @@ def test_a_cmdline_pattern_that_matches_a_real_everyday_process_is_refused(every
 @pytest.mark.skipif(os.geteuid() != 0, reason="starts a process as another user")
 def test_a_running_daemon_s_own_title_counts_as_everyday_but_only_root_s():
     """A root daemon named as a table row (sshd here) with a command line no row foresees is
-    everyday too; the same name run by an ordinary user changes nothing."""
+    everyday too; the same name run by an ordinary user, or root's job under python3, changes nothing."""
     # Outside pytest's own 0700 base: nobody must reach the program.
     fake = os.path.join(tempfile.mkdtemp(prefix="gpufleet-daemon-", dir="/tmp"), "sshd")
     os.chmod(os.path.dirname(fake), 0o755)
@@ -145,6 +145,16 @@ def test_a_running_daemon_s_own_title_counts_as_everyday_but_only_root_s():
     finally:
         as_root.kill()
         as_root.wait()
+    # Root's job under an interpreter's name is a job, not a daemon: its pattern stays accepted.
+    job = os.path.join(os.path.dirname(fake), "python3")
+    shutil.copy(fake, job)
+    as_job = subprocess.Popen([job, "-c", "sleep 300; :", marker])
+    try:
+        time.sleep(0.2)
+        assert _refused("cmdline", pattern) is None
+    finally:
+        as_job.kill()
+        as_job.wait()
         shutil.rmtree(os.path.dirname(fake))
 
 
