@@ -17,7 +17,12 @@ description:
   - Every container gets C(ansible_pct_vmid), its Proxmox VE ID (the connection's O(gpufleet.hygiene.pct#connection:vmid)
     and the name roles and playbooks read), and C(pve_node), its node's inventory name; C(pve_vmid) holds the
     same ID as an alias kept for existing C(compose) and C(keyed_groups). Also C(pve_name), C(pve_status),
-    C(pve_lock), C(pve_gpus), C(pve_gpu_indices), C(pve_nvidia_devices) and C(pve_config) (the parsed C(pct config)).
+    C(pve_lock), C(pve_gpus), C(pve_gpu_indices), C(pve_gpu_all), C(pve_nvidia_devices) and C(pve_config) (the parsed C(pct config)).
+  - GPUs are found in every style Proxmox VE writes passthrough in, C(devN) entries, C(lxc.mount.entry) binds of
+    C(/dev/nvidiaN) with C(lxc.cgroup2.devices.allow) rules (C(c 195:* rwm)), or C(c 195:N) cgroup rules alone.
+  - A container allowed C(c 195:*) without any C(/dev/nvidiaN) passed through may open every GPU of its node.
+    It is in C(<prefix>gpu) with C(pve_gpu_all=true) and empty C(pve_gpu_indices) (which GPUs it uses is
+    unknown), and the node's warning says so.
   - A node that cannot be reached (or whose C(pct) fails) is a warning; the containers of the
     other nodes are still returned. Results are cached only when every node answered.
   - Uses a YAML configuration file that ends with C(proxmox_lxc.yml) or C(proxmox_lxc.yaml).
@@ -269,15 +274,18 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             if self.get_option("private_key_file"):
                 self.inventory.set_variable(node_name, "ansible_ssh_private_key_file", self.get_option("private_key_file"))
             node_group = self.inventory.add_group(self._sanitize_group_name("%snode_%s" % (prefix, node_name)))
+            every_gpu = []
             for row in data["containers"]:
                 host = self._host_name(node_name, row, names, node_names)
                 conf = row.get("config", {})
-                devices = _pct.nvidia_devices(conf)
-                gpus = _pct.gpu_indices(devices)
+                passthrough = _pct.gpu_passthrough(conf)
+                gpus = passthrough["indices"]
+                if passthrough["all"]:
+                    every_gpu.append(row["vmid"])
                 self.inventory.add_host(host, group=all_group)
                 self.inventory.add_child(node_group, host)
                 self.inventory.add_child(self.inventory.add_group(self._sanitize_group_name(prefix + row["status"])), host)
-                self.inventory.add_child(self.inventory.add_group(prefix + ("gpu" if gpus else "no_gpu")), host)
+                self.inventory.add_child(self.inventory.add_group(prefix + ("gpu" if gpus or passthrough["all"] else "no_gpu")), host)
                 hostvars = {
                     "ansible_connection": CONNECTION,
                     "ansible_pct_node_host": node["host"],
@@ -291,7 +299,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     "pve_lock": row.get("lock") or "",
                     "pve_gpus": ["/dev/nvidia%d" % i for i in gpus],
                     "pve_gpu_indices": gpus,
-                    "pve_nvidia_devices": devices,
+                    "pve_gpu_all": passthrough["all"],
+                    "pve_nvidia_devices": passthrough["devices"],
                     "pve_config": conf,
                 }
                 if self.get_option("private_key_file"):
@@ -307,6 +316,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 self._set_composite_vars(self.get_option("compose"), allvars, host, strict=strict)
                 self._add_host_to_composed_groups(self.get_option("groups"), allvars, host, strict=strict)
                 self._add_host_to_keyed_groups(self.get_option("keyed_groups"), allvars, host, strict=strict)
+            if every_gpu:
+                display.warning(
+                    "proxmox_lxc: on node %s, container(s) %s may open every GPU (lxc.cgroup2.devices.allow: c %d:*) "
+                    "but pass no /dev/nvidiaN through: which GPUs they use is unknown here (pve_gpu_all: true, "
+                    "pve_gpu_indices empty); gpufleet.hygiene.gpu_state on the node maps their holders"
+                    % (node_name, ", ".join(str(v) for v in every_gpu), _pct.NVIDIA_MAJOR))
 
     def _host_name(self, node_name, row, names, node_names):
         return container_host_name(self.get_option("hostname"), node_name, row, names, node_names)

@@ -11,19 +11,54 @@ lxc-attach, so what they see is the container's own /proc and file system.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FLEET = os.path.join(REPO, "tests", "sim", "fleet")
+STANDINS = os.path.join(REPO, "tests", "standins")
 
 
 def lxcpath(state, node):
     """The LXC path of one node of the fleet in state."""
     return os.path.join(state, "nodes", node, "lxc")
+
+
+def node_path(state, node, *parts):
+    """A path in one node's directory of the fleet in state (gpu-health/health.json, kernel.log, ...)."""
+    return os.path.join(state, "nodes", node, *parts)
+
+
+def _gpu_standin():
+    if STANDINS not in sys.path:
+        sys.path.insert(0, STANDINS)
+    return importlib.import_module("gpu_standin")
+
+
+def inject_health(state, node, uuid, **entry):
+    """Set a GPU's injected health on a node of a gpubox fleet (nvidia_smi.py's health keys; a key
+    given None is healthy again): the node's nvidia-smi and its containers' answer it at once."""
+    return _gpu_standin().set_health(node_path(state, node, "gpu-health", "health.json"), uuid, **entry)
+
+
+def inject_xid(state, node, bus_id, code, **kw):
+    """Append an Xid event of the GPU at bus_id (nvidia-smi's form) to the node's kernel log; the line."""
+    return _gpu_standin().append_xid(node_path(state, node, "kernel.log"), bus_id, code, **kw)
+
+
+def node_nvidia_smi(state, node, *args):
+    """The node's nvidia-smi stand-in (gpubox), run as the node runs it: its stdout."""
+    env = dict(os.environ, GPUFLEET_SIM_NODE=node)
+    env.pop("GPU_STANDIN_STATE", None)
+    res = subprocess.run([os.path.join(state, "bin", "nvidia-smi")] + list(args), env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=False)
+    assert res.returncode == 0, (node, args, res.stdout, res.stderr)
+    return res.stdout
 
 
 def attach_argv(lxcpath, vmid, argv):

@@ -2,17 +2,23 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Helpers to set up the GPU STAND-IN (nvidia_smi.py + train_dflash.py) in tests.
+"""Helpers to set up the GPU STAND-IN (nvidia_smi.py + train_dflash.py) in tests, and to
+inject GPU health states (the stand-in's health file, the node's kernel log) into it.
 
     state = make_state(tmp_path / "gpu", gpus=2, release_delay=0.3)
     smi = install_nvidia_smi(tmp_path / "bin", state)     # an executable named nvidia-smi
     with Trainers(state) as t:
         proc = t.start(gpu=0, mib=40960)                   # a real process holding a "GPU"
+    set_health(path, uuid, ecc={"volatile": {"dram_uncorrectable": 2}})
+    append_xid(kernel_log, "00000000:1B:00.0", 48)
+
+Standard library only: the simulated fleet (tests/sim/fleet) imports it too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import select
@@ -142,3 +148,67 @@ def wait_exit(proc, timeout=5.0):
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         return None
+
+
+# ---------------------------------------------------------------------------- health
+
+
+def read_health(path):
+    """The health file's {uuid: state}; {} when it does not exist."""
+    try:
+        with open(str(path)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+def set_health(path, uuid, **state):
+    """Inject state (nvidia_smi.py's health keys: ecc, clocks_event_reasons, pcie, mig, ...) into
+    the GPU uuid's entry of the health file, atomically (readers never see half a file); a key
+    given None is removed (healthy again)."""
+    health = read_health(path)
+    entry = health.setdefault(uuid, {})
+    for key, value in state.items():
+        if value is None:
+            entry.pop(key, None)
+        else:
+            entry[key] = value
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump(health, f, indent=1, sort_keys=True)
+    os.replace(tmp, str(path))
+    return health
+
+
+# What the driver prints for the Xid codes injected most (NVIDIA's Xid catalogue wording).
+XID_TEXT = {
+    13: "Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address",
+    31: "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f2a_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_READ",
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 0.",
+    63: "Row remapping event: Unrecoverable error",
+    74: "NVLink: fatal error detected on link 4(0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
+    79: "GPU has fallen off the bus.",
+    94: "Contained: SM (0x1). RST: No, D-RST: No",
+    95: "Uncontained: FBHUB. RST: Yes, D-RST: No",
+}
+
+
+def xid_line(bus_id, code, when=None, pid=None, name=None, text=None):
+    """One kernel log line of an Xid event as ``dmesg --time-format iso`` prints it:
+    ``2026-12-01T14:03:20,123456+00:00 NVRM: Xid (PCI:0000:1b:00): 48, pid=..., name=..., <text>``.
+    bus_id is nvidia-smi's (00000000:1B:00.0); the driver names it domain:bus:device, lower case."""
+    domain, bus, rest = bus_id.split(":")
+    device = rest.split(".")[0]
+    when = when or datetime.datetime.now(datetime.timezone.utc)
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%S,%f") + when.strftime("%z")[:3] + ":" + when.strftime("%z")[3:]
+    who = "pid=%s, name=%s" % (pid if pid is not None else "'<unknown>'", name or "<unknown>")
+    return "%s NVRM: Xid (PCI:%s:%s:%s): %d, %s, %s" % (
+        stamp, domain[-4:].lower(), bus.lower(), device.lower(), code, who, text or XID_TEXT.get(code, "Xid event"))
+
+
+def append_xid(kernel_log, bus_id, code, **kw):
+    """Append an Xid line (xid_line()) to a kernel log file; returns the line."""
+    line = xid_line(bus_id, code, **kw)
+    with open(str(kernel_log), "a") as f:
+        f.write(line + "\n")
+    return line

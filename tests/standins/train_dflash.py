@@ -11,6 +11,13 @@ MiB) into <state>/claims/ so that the nvidia-smi stand-in (nvidia_smi.py) report
 memory as used while this process lives and holds the handle.
 
     python3 train_dflash.py --state DIR --gpu 0 --mib 40960 [--ignore-sigterm] [--term-delay S]
+    python3 train_dflash.py --state DIR --gpu 0,1,2,3 --device /dev/nvidia4,... --mib 40960
+    python3 train_dflash.py --state DIR --gpu 1 --mig 2:0 --mib 4096
+
+Several GPUs (a comma list, with as many --device paths when given) are held by this one
+process, each with its own claim of --mib (claims/<pid>-<n>.json beyond the first), as a
+single-process job spread over a box's GPUs holds memory on every one of them. --mig GI:CI
+marks the claim as made on that MIG instance (GPU instance, compute instance) of its GPU.
 
 It prints "ready <pid>" once the claim is written. With --log-throughput RATE it then prints
 "step N loss X RATE tokens/s" every --log-every seconds, as a training loop logs its speed:
@@ -41,10 +48,11 @@ def start_time(pid):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--state", default=os.environ.get("GPU_STANDIN_STATE"))
-    ap.add_argument("--gpu", type=int, default=0)
+    ap.add_argument("--gpu", default="0", help="a GPU index, or a comma list of them")
     ap.add_argument("--mib", type=int, default=1024)
     ap.add_argument("--util", type=int, default=90)
-    ap.add_argument("--device", help="the device file to hold (default <state>/dev/nvidia<gpu>)")
+    ap.add_argument("--device", help="the device file(s) to hold, a comma list (default <state>/dev/nvidia<gpu>)")
+    ap.add_argument("--mig", metavar="GI:CI", help="the MIG instance the claim is made on")
     ap.add_argument("--ignore-sigterm", action="store_true")
     ap.add_argument("--term-delay", type=float, default=0.0)
     ap.add_argument("--tag", default="")
@@ -66,17 +74,24 @@ def main():
             os._exit(0)
         signal.signal(signal.SIGTERM, on_term)
 
-    device = args.device or os.path.join(args.state, "dev", "nvidia%d" % args.gpu)
-    handle = os.open(device, os.O_RDWR)  # held until this process dies
+    gpus = [int(g) for g in str(args.gpu).split(",")]
+    devices = args.device.split(",") if args.device else [os.path.join(args.state, "dev", "nvidia%d" % g) for g in gpus]
+    if len(devices) != len(gpus):
+        ap.error("--device names %d files for %d GPUs" % (len(devices), len(gpus)))
+    handles = [os.open(d, os.O_RDWR) for d in devices]  # held until this process dies
     pid = os.getpid()
-    claim = {"pid": pid, "start_time": start_time(pid), "gpu": args.gpu, "mib": args.mib,
-             "util": args.util, "device": os.path.realpath(device), "tag": args.tag}
     cdir = os.path.join(args.state, "claims")
     os.makedirs(cdir, exist_ok=True)
-    tmp = os.path.join(cdir, ".%d.tmp" % pid)
-    with open(tmp, "w") as f:
-        json.dump(claim, f)
-    os.replace(tmp, os.path.join(cdir, "%d.json" % pid))
+    for n, (gpu, device) in enumerate(zip(gpus, devices)):
+        claim = {"pid": pid, "start_time": start_time(pid), "gpu": gpu, "mib": args.mib,
+                 "util": args.util, "device": os.path.realpath(device), "tag": args.tag}
+        if args.mig:
+            gi, _sep, ci = args.mig.partition(":")
+            claim.update(gpu_instance_id=int(gi), compute_instance_id=int(ci or 0))
+        tmp = os.path.join(cdir, ".%d-%d.tmp" % (pid, n))
+        with open(tmp, "w") as f:
+            json.dump(claim, f)
+        os.replace(tmp, os.path.join(cdir, "%d.json" % pid if n == 0 else "%d-%d.json" % (pid, n)))
     sys.stdout.write("ready %d\n" % pid)
     sys.stdout.flush()
     if args.compile_seconds > 0:
@@ -95,7 +110,8 @@ def main():
             sys.stdout.flush()
         else:
             time.sleep(3600)
-    os.close(handle)  # not reached
+    for handle in handles:  # not reached
+        os.close(handle)
 
 
 if __name__ == "__main__":

@@ -188,6 +188,44 @@ def gpu_indices(devices):
     return sorted(int(m.group(1)) for m in (_GPU.match(d) for d in devices) if m)
 
 
+# The device cgroup rules of a container (cgroup v2 since PVE 7, v1 before), and NVIDIA's
+# character major: /dev/nvidiaN is 195:N; 254 (nvidia-modeset) and 255 (nvidiactl) are no GPU.
+_ALLOW_KEYS = ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow")
+NVIDIA_MAJOR = 195
+_GPU_MINOR_MAX = 253
+_RULE = re.compile(r"^(?:a|c\s+(\d+|\*):(\d+|\*)(?:\s+[rwm]+)?)$")
+
+
+def cgroup_gpus(conf):
+    """What the device cgroup rules let the container open of NVIDIA's GPUs: "all" (``c 195:*``,
+    ``c *:*`` or ``a``), else the sorted GPU minors named (``c 195:N``), [] for none."""
+    minors = set()
+    for rule in (r.strip() for key in _ALLOW_KEYS for r in conf.get(key, [])):
+        m = _RULE.match(rule)
+        if not m:
+            continue
+        major, minor = m.group(1), m.group(2)
+        if major is None or (major in ("*", str(NVIDIA_MAJOR)) and minor == "*"):
+            return "all"
+        if major == str(NVIDIA_MAJOR) and int(minor) <= _GPU_MINOR_MAX:
+            minors.add(int(minor))
+    return sorted(minors)
+
+
+def gpu_passthrough(conf):
+    """A container's GPUs from its ``pct config``, in every style Proxmox VE writes: ``devN:``
+    entries, ``lxc.mount.entry`` binds of /dev/nvidiaN with ``lxc.cgroup2.devices.allow``, or the
+    cgroup rules alone (device nodes made in the container). {devices, indices, all}: ``all`` is
+    True when the container may open every GPU of its node (``c 195:*``) while no /dev/nvidiaN is
+    passed through: its indices are then unknown (empty), only the node sees which it uses."""
+    devices = nvidia_devices(conf)
+    indices = gpu_indices(devices)
+    allowed = cgroup_gpus(conf)
+    if not indices and allowed != "all":
+        indices = list(allowed)
+    return {"devices": devices, "indices": indices, "all": not indices and allowed == "all"}
+
+
 def parse_status(text):
     """``pct status``'s answer: "running", "stopped" (or another status pct names), or None."""
     for line in text.splitlines():

@@ -59,3 +59,36 @@ def test_a_container_pct_lists_as_ct_vmid_has_no_hostname():
     assert sorted(hosts) == ["pve3", "pve3-300", "train-301"]
     assert hosts["pve3-300"]["pve_name"] == "" and hosts["pve3-300"]["ansible_pct_vmid"] == 300
     assert hosts["train-301"]["pve_name"] == "train-301"
+
+
+def test_gpus_in_every_passthrough_style_and_a_container_that_may_open_all(monkeypatch):
+    """Containers passed through with cgroup2 rules and mount entries (no devN:) are GPU containers
+    with their indices; one allowed c 195:* with no /dev/nvidiaN is one too, its indices unknown, and
+    the node's warning says so."""
+    from ansible.inventory.data import InventoryData
+    from ansible.plugins.loader import inventory_loader
+
+    mount = "".join("lxc.mount.entry: /dev/nvidia%d dev/nvidia%d none bind,optional,create=file\n" % (i, i) for i in (2, 3))
+    configs = {
+        400: "hostname: box\nlxc.cgroup2.devices.allow: c 195:* rwm\n" + mount,
+        401: "hostname: anygpu\nlxc.cgroup2.devices.allow: c 195:* rwm\nlxc.cgroup2.devices.allow: c 508:* rwm\n",
+        402: "dev0: /dev/nvidia1\nhostname: devstyle\n",
+        403: "hostname: web\n",
+    }
+    rows = [{"vmid": v, "status": "running", "lock": "", "name": _plugin._pct.parse_config(t)["hostname"],
+             "config": _plugin._pct.parse_config(t)} for v, t in configs.items()]
+    warnings = []
+    monkeypatch.setattr(_plugin.display, "warning", warnings.append)
+    plugin = inventory_loader.get("gpufleet.hygiene.proxmox_lxc")
+    plugin.inventory = InventoryData()
+    plugin.set_options(direct={"plugin": "gpufleet.hygiene.proxmox_lxc", "nodes": ["pve4"]})
+    node = {"name": "pve4", "host": "10.0.0.4", "port": 22, "user": "root"}
+    plugin._populate({"nodes": {"pve4": {"node": node, "containers": rows}}, "failed": []})
+    hosts = {name: host.get_vars() for name, host in plugin.inventory.hosts.items()}
+    assert sorted(h.name for h in plugin.inventory.groups["pve_gpu"].get_hosts()) == ["anygpu", "box", "devstyle"]
+    assert [h.name for h in plugin.inventory.groups["pve_no_gpu"].get_hosts()] == ["web"]
+    assert (hosts["box"]["pve_gpu_indices"], hosts["box"]["pve_gpus"], hosts["box"]["pve_gpu_all"]) == (
+        [2, 3], ["/dev/nvidia2", "/dev/nvidia3"], False)
+    assert (hosts["anygpu"]["pve_gpu_indices"], hosts["anygpu"]["pve_gpu_all"]) == ([], True)
+    assert (hosts["devstyle"]["pve_gpu_indices"], hosts["web"]["pve_gpu_all"]) == ([1], False)
+    assert len(warnings) == 1 and "pve4" in warnings[0] and "401" in warnings[0] and "c 195:*" in warnings[0], warnings

@@ -198,6 +198,80 @@ def test_no_passthrough():
     assert _pct.nvidia_devices(conf) == [] and _pct.gpu_indices([]) == []
 
 
+# As `pct config` prints an 8-GPU training container passed through the way the Proxmox VE forum
+# and wiki write it (no devN:), PVE 8: keys sorted, the raw lxc.* lines last, in file order.
+EIGHT_GPU_MOUNT_STYLE = """arch: amd64
+cores: 64
+features: nesting=1
+hostname: train-box
+memory: 1048576
+net0: name=eth0,bridge=vmbr0,firewall=1,hwaddr=BC:24:11:8A:3C:01,ip=dhcp,type=veth
+ostype: ubuntu
+rootfs: local-zfs:subvol-105-disk-0,size=500G
+swap: 0
+lxc.cgroup2.devices.allow: c 195:* rwm
+lxc.cgroup2.devices.allow: c 508:* rwm
+lxc.cgroup2.devices.allow: c 236:* rwm
+""" + "".join("lxc.mount.entry: /dev/nvidia%d dev/nvidia%d none bind,optional,create=file\n" % (i, i) for i in range(8)) + """\
+lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia-caps dev/nvidia-caps none bind,optional,create=dir
+"""
+
+# The cgroup rule alone: the container may open every NVIDIA device, and its device nodes are made
+# inside it (a hook or mknod), so no /dev/nvidiaN is named anywhere.
+CGROUP_ONLY = """arch: amd64
+hostname: train-106
+ostype: debian
+unprivileged: 0
+lxc.cgroup2.devices.allow: c 195:* rwm
+lxc.cgroup2.devices.allow: c 508:* rwm
+"""
+
+# Two GPUs by minor in the cgroup rules (PVE 6's cgroup v1 key), no mount entry.
+CGROUP_MINORS_V1 = """hostname: old-107
+lxc.cgroup.devices.allow: c 195:2 rwm
+lxc.cgroup.devices.allow: c 195:3 rwm
+lxc.cgroup.devices.allow: c 195:255 rwm
+"""
+
+# Mixed: devN: for one GPU, a cgroup2 rule and mount entries for two more.
+MIXED = """dev0: /dev/nvidia6,gid=44
+dev1: /dev/nvidiactl
+hostname: train-108
+lxc.cgroup2.devices.allow: c 195:* rwm
+lxc.mount.entry: /dev/nvidia4 dev/nvidia4 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia5 dev/nvidia5 none bind,optional,create=file
+"""
+
+
+@pytest.mark.parametrize("text, devices, indices, every", [
+    (EIGHT_GPU_MOUNT_STYLE, ["/dev/nvidia%d" % i for i in range(8)]
+     + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-caps"], list(range(8)), False),
+    (MOUNT_STYLE, ["/dev/nvidia0", "/dev/nvidia3", "/dev/nvidiactl"], [0, 3], False),
+    (DEV_STYLE, ["/dev/nvidia1", "/dev/nvidia2", "/dev/nvidiactl"], [1, 2], False),
+    (CGROUP_ONLY, [], [], True),
+    (CGROUP_MINORS_V1, [], [2, 3], False),
+    (MIXED, ["/dev/nvidia6", "/dev/nvidiactl", "/dev/nvidia4", "/dev/nvidia5"], [4, 5, 6], False),
+    ("hostname: web\nlxc.cgroup2.devices.allow: c 10:200 rwm\n", [], [], False),
+])
+def test_gpu_passthrough_in_every_style(text, devices, indices, every):
+    got = _pct.gpu_passthrough(_pct.parse_config(text))
+    assert got == {"devices": devices, "indices": indices, "all": every}
+
+
+@pytest.mark.parametrize("rules, want", [
+    (["c 195:* rwm"], "all"),
+    (["a"], "all"),
+    (["c *:* rwm"], "all"),
+    (["c 195:0 rwm", "c 195:7 rw", "c 195:254 rwm", "c 195:255 rwm"], [0, 7]),
+    (["c 508:* rwm", "b 195:1 rwm", "c 195:x rwm", "bogus"], []),
+])
+def test_cgroup_rules_name_gpus(rules, want):
+    assert _pct.cgroup_gpus({"lxc.cgroup2.devices.allow": rules}) == want
+
+
 def test_pct_status():
     assert _pct.parse_status("status: running\n") == "running"
     assert _pct.parse_status("status: stopped") == "stopped"
