@@ -14,6 +14,7 @@ passed through with lxc.cgroup2.devices.allow + lxc.mount.entry lines (no devN:)
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -243,3 +244,60 @@ def test_inventory_finds_gpus_passed_through_as_proxmox_writes_them(box):
     conf = hostvars["train-203"]["pve_config"]
     assert conf["dev0"] == "/dev/nvidia6" and "/dev/nvidia7 dev/nvidia7 none bind,optional,create=file" in conf["lxc.mount.entry"]
     assert not any(hostvars[h]["pve_gpu_all"] for h in inv["pve_gpu"]["hosts"])
+
+
+def kmsg_xid(bus_id, code):
+    """One Xid line in this machine's real kernel log, as the driver writes it (every simulated node
+    shares this kernel): the gpu_health module reads /dev/kmsg, not the stand-in's file."""
+    domain, bus, device = bus_id.lower().split(":")
+    line = "NVRM: Xid (PCI:%s:%s:%s): %d, pid=4242, name=python3, Ch 00000008, injected by test_gpu_box" % (
+        domain[-4:], bus, device.split(".")[0], code)
+    with open("/dev/kmsg", "w", encoding="utf-8") as kmsg:
+        kmsg.write(line + "\n")
+    return line
+
+
+def findings(gpu):
+    return sorted(f["code"] for f in gpu["findings"])
+
+
+def test_gpu_health_from_the_node_finds_the_injected_faults(box):
+    """The node's health read: pve1's GPU 3 (uncorrectable ECC, a pending row remap, and an Xid 48 in
+    the kernel log since the read's start) is unhealthy, GPU 5 (hardware slowdowns) warns, each
+    finding with its action; the other six have none. The query and the -q -x reads agree."""
+    # The kernel's record times are boot time plus its own clock, which drifts from the wall clock
+    # by up to a second or so here: a margin keeps the injected line inside the window.
+    started = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=5)).isoformat()
+    kmsg_xid("00000000:1B:00.0", 48)
+    smi = "%s/bin/nvidia-smi" % STATE
+    by_source = {}
+    for source in ("query", "xml"):
+        res = module(box, "pve1", "gpufleet.hygiene.gpu_health",
+                     "source=%s nvidia_smi=%s kernel_log=true since=%s driver_pin=580" % (source, smi, started))
+        assert res["source"] == source and res["healthy"] is False and not res["error"], res
+        gpus = res["gpus"]
+        assert [g["index"] for g in gpus] == list(range(8))
+        assert [g["healthy"] for g in gpus] == [True, True, True, False, True, True, True, True], gpus
+        assert {"ecc_uncorrected_volatile", "remapped_rows_pending", "xid_48"} <= set(findings(gpus[3])), gpus[3]
+        assert [e["xid"] for e in gpus[3]["xid"]] == [48]
+        # A slowdown warns (drain if it persists under load), it does not make the GPU unhealthy.
+        assert {"throttle_hw_slowdown", "throttle_hw_thermal_slowdown"} <= set(findings(gpus[5])), gpus[5]
+        assert {f["severity"] for f in gpus[5]["findings"]} == {"warn"}
+        assert [findings(g) for i, g in enumerate(gpus) if i not in (3, 5)] == [[]] * 6
+        assert all(f["action"] for g in gpus for f in g["findings"])
+        assert res["driver"] == {"version": "580.159.04", "pin": "580"}
+        by_source[source] = [(g["uuid"], g["healthy"], findings(g)) for g in gpus]
+    assert by_source["query"] == by_source["xml"]
+
+
+def test_gpu_healthy_check_in_the_container_that_holds_all_eight(box):
+    """readiness inside train-box with gpu_health: gpu_healthy fails on the faulty GPUs and passes
+    the rest; without gpu_health the check is not there (the read is asked for, never implied)."""
+    args = "nvidia_smi=/opt/gpufleet/bin/nvidia-smi caches=false allow_running_job=true"
+    res = module(box, "train-box", "gpufleet.hygiene.readiness", args + " gpu_health=true")
+    [check] = [c for c in res["checks"] if c["name"] == "gpu_healthy"]
+    assert check["ok"] is False and check["severity"] == "fail"
+    assert [g["healthy"] for g in check["gpus"]] == [True, True, True, False, True, True, True, True]
+    assert "ecc_uncorrected_volatile" in findings(check["gpus"][3])
+    res = module(box, "train-box", "gpufleet.hygiene.readiness", args)
+    assert "gpu_healthy" not in [c["name"] for c in res["checks"]]

@@ -8,6 +8,7 @@ It answers the interface the collection uses, in nvidia-smi's formats:
 
     --query-gpu=FIELD[,FIELD...]            any supported field list, in the order asked
     --query-compute-apps=FIELD[,FIELD...]
+    --query-remapped-rows=FIELD[,FIELD...]  gpu_uuid, remapped_rows.{pending,failure,correctable,uncorrectable}
     --format=csv[,noheader][,nounits]       header line and units as nvidia-smi prints them
     -i/--id=INDEX|UUID[,...]                restrict the answer to some GPUs
     -L / --list-gpus                        one line per GPU
@@ -767,7 +768,7 @@ XML_TEXT = _TextTemplate()
 
 
 def parse_args(argv):
-    opts = {"query_gpu": None, "query_apps": None, "format": None, "ids": None, "list": False, "q": False, "xml": False}
+    opts = {"query_gpu": None, "query_apps": None, "query_remapped": None, "format": None, "ids": None, "list": False, "q": False, "xml": False}
     it = iter(argv)
     for arg in it:
         key, sep, value = arg.partition("=")
@@ -775,6 +776,8 @@ def parse_args(argv):
             opts["query_gpu"] = value
         elif key == "--query-compute-apps":
             opts["query_apps"] = value
+        elif key == "--query-remapped-rows":
+            opts["query_remapped"] = value
         elif key == "--format":
             opts["format"] = value
         elif key in ("-i", "--id"):
@@ -793,6 +796,23 @@ def parse_args(argv):
     if opts["xml"] and not opts["q"]:
         fail("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.", 2)
     return opts
+
+
+# --query-remapped-rows, as 580.159.04 answers it on an H200: "No, No, 0, 0" after the UUID.
+REMAPPED_FIELDS = ("gpu_uuid", "gpu_bus_id", "remapped_rows.pending", "remapped_rows.failure",
+                   "remapped_rows.correctable", "remapped_rows.uncorrectable")
+
+
+def remapped_value(g, field):
+    rows = g["health"].get("remapped_rows", {})
+    if field == "gpu_uuid":
+        return g["uuid"]
+    if field == "gpu_bus_id":
+        return g["bus_id"]
+    key = field.split(".", 1)[1]
+    if key in ("pending", "failure"):
+        return "Yes" if rows.get(key) else "No"
+    return str(rows.get(key, 0))
 
 
 def check_fields(spec, table):
@@ -839,6 +859,14 @@ def main(argv):
     if opts["list"]:
         for g in gpus:
             out.append("GPU %d: %s (UUID: %s)" % (g["index"], g["name"], g["uuid"]))
+    elif opts["query_remapped"] is not None:
+        if opts["format"] is None:
+            fail("The --format argument is required together with a --query option.", 2)
+        fields = check_fields(opts["query_remapped"], REMAPPED_FIELDS)
+        if "noheader" not in opts["format"]:
+            out.append(", ".join(fields))
+        for g in gpus:
+            out.append(", ".join(remapped_value(g, f) for f in fields))
     elif opts["query_gpu"] is not None or opts["query_apps"] is not None:
         if opts["format"] is None:
             fail("The --format argument is required together with a --query option.", 2)
