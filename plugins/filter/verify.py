@@ -61,6 +61,8 @@ def verify_verdict(record, fail=False, show=False):
         if not c["ok"]:
             reasons.setdefault(c["summary"], []).append(c["name"])
     problems = " | ".join("[%s] %s" % (", ".join(names), summary) for summary, names in reasons.items())
+    if not problems and record.get("error"):
+        problems = "not read: " + record["error"]  # a container whose node could not be reached
     ready = bool(record.get("ready"))
     if ready:
         line = "ready: " + "; ".join(c["summary"] for c in checks) if checks else "ready"
@@ -120,7 +122,99 @@ def verify_node_readings(play_hosts):
     return out
 
 
+# The verify role's defaults (defaults/main.yml) for a host read by its node: role variable, the
+# inventory variable it defaults to (a key of gpufleet_job when dotted), the default, the type.
+ROLE_DEFAULTS = (
+    ("job_patterns", "verify_job_patterns", "gpufleet_job.patterns", [], list),
+    ("job_users", "verify_job_users", "gpufleet_job.users", [], list),
+    ("require_gpu", "verify_require_gpu", "gpufleet_require_gpu", True, bool),
+    ("threshold_mib", "verify_threshold_mib", None, 64, int),
+    ("command_timeout", "verify_nvidia_smi_timeout", "gpufleet_nvidia_smi_timeout", 15, float),
+    ("verify_files", "verify_files", None, False, bool),
+    ("strict_baseline", "verify_strict_baseline", "gpufleet_strict_baseline", False, bool),
+    ("caches", "verify_caches", None, True, bool),
+    ("allow_running_job", "verify_allow_running_job", None, False, bool),
+    ("stall_after", "verify_stall_after", "gpufleet_stall_after", 900, int),
+    # Left out when empty, so that the module's defaults apply.
+    ("nvidia_smi", "verify_nvidia_smi", "gpufleet_nvidia_smi", "", None),
+    ("device_patterns", "verify_gpu_device_patterns", "gpufleet_gpu_device_patterns", [], None),
+    ("job_log", "verify_job_log", "gpufleet_job.log", "", None),
+    ("venv", "verify_venv", "gpufleet_venv", "", None),
+    ("expected_cuda", "verify_expected_cuda", "gpufleet_expected_cuda", "", str),
+    ("baseline", "verify_baseline", "gpufleet_baseline", "", None),
+    ("cache_user", "verify_cache_user", "gpufleet_job.user", "", None),
+    ("cache_environment", "verify_cache_environment", "gpufleet_job.env", {}, dict),
+)
+CONVERT = {bool: lambda v: boolean(v, strict=False), int: int, float: float, str: str, list: list, dict: dict}
+
+
+def _role_value(hv, overrides, role_var, inventory_var, default):
+    if role_var in overrides:
+        return overrides[role_var]
+    if role_var in hv:
+        return hv[role_var]
+    if inventory_var is None:
+        return default
+    name, _dot, key = inventory_var.partition(".")
+    value = hv.get(name, default if not key else {})
+    return value.get(key, default) if key and isinstance(value, Mapping) else (default if key else value)
+
+
+def verify_container_args(hv, cache_vars, overrides=None):
+    """The readiness options of one container from its variables, as the verify role's
+    verify__readiness_args gives them on the container itself: overrides (the role's variables
+    the playbook sets), then the container's verify_* variables, then the gpufleet_* they default to."""
+    overrides = overrides or {}
+    args = {}
+    for option, role_var, inventory_var, default, kind in ROLE_DEFAULTS:
+        value = _role_value(hv, overrides, role_var, inventory_var, default)
+        if option in ("threshold_mib", "command_timeout", "verify_files", "strict_baseline", "caches", "allow_running_job",
+                      "stall_after", "require_gpu", "job_patterns", "job_users"):
+            args[option] = CONVERT[kind](value)
+        elif value:
+            args[option] = CONVERT[kind](value) if kind else value
+    if "cache_environment" in args:
+        kept = {k: v for k, v in args["cache_environment"].items() if k in cache_vars}
+        args["cache_environment"] = kept
+    return args
+
+
+def verify_node_entries(containers, cache_vars, overrides=None, node_python="/usr/bin/python3", container_python="/usr/bin/python3"):
+    """node_readiness's containers for a node that is the play's host: one entry per container
+    (its hostvars), with its readiness options (verify_container_args)."""
+    entries = []
+    for hv in containers:
+        job = verify_node_job(verify_container_args(hv, cache_vars, overrides), hv["inventory_hostname"], hv.get("pve_node"),
+                              hv.get("ansible_pct_vmid"), connection=hv.get("ansible_connection", ""),
+                              interpreter=hv.get("ansible_python_interpreter", ""), node_python=node_python,
+                              container_python=container_python, method=hv.get("ansible_pct_method"),
+                              pct_path=hv.get("ansible_pct_path"), lxc_path=hv.get("ansible_pct_lxc_path"))
+        entries.append(job["entry"])
+    return entries
+
+
+def verify_node_records(read, entries, node):
+    """{container: record} of a node's node_readiness run (read: its registered result) over
+    entries (verify_node_entries): each container's reading, or the run's failure; a node that
+    could not be reached leaves its containers not read, with its message. node is the node's
+    inventory name, each container's pve_node."""
+    if not isinstance(read, Mapping):
+        raise AnsibleFilterError("verify_node_records: expects node_readiness's registered result")
+    readings = read.get("containers") or {}
+    out = {}
+    for entry in entries:
+        host = entry["host"]
+        if read.get("unreachable"):
+            out[host] = _record.unread(host, node, entry.get("vmid"),
+                                       error="node %s could not be reached: %s" % (node, read.get("msg") or "no result"))
+            continue
+        reading = readings.get(host) or {"failed": True, "msg": "reading through node %s failed: %s" % (node, read.get("msg") or "no result")}
+        out[host] = verify_record(reading, host, node, entry.get("vmid"), entry["args"])
+    return out
+
+
 class FilterModule(object):
     def filters(self):
         return {"verify_record": verify_record, "verify_verdict": verify_verdict,
-                "verify_node_job": verify_node_job, "verify_node_readings": verify_node_readings}
+                "verify_node_job": verify_node_job, "verify_node_readings": verify_node_readings,
+                "verify_node_entries": verify_node_entries, "verify_node_records": verify_node_records}
