@@ -52,7 +52,6 @@ def fleet_read_plan(pattern, hostvars, groups, limit=None, read_by="auto", node_
         raise AnsibleFilterError("fleet_read_plan: gpufleet_node_read_from must be a number, got %r" % (node_read_from,)) from None
     containers = _resolve(groups, pattern)
     allowed = None
-    # A limit from a file (@retry) is not resolved here: reading by container applies it as usual.
     if limit and not str(limit).startswith("@"):
         allowed = set(_resolve(groups, limit))
         containers = [c for c in containers if c in allowed]
@@ -69,9 +68,18 @@ def fleet_read_plan(pattern, hostvars, groups, limit=None, read_by="auto", node_
     if read_by == "node" and without:
         raise AnsibleFilterError("fleet_read_plan: gpufleet_read_by=node, but these containers have no node among this "
                                  "run's hosts (pve_node, reached through %s): %s" % (PCT, ", ".join(without)))
-    node = read_by == "node" or (read_by == "auto" and not without and len(containers) >= threshold)
+    # A limit from a file (@retry) may leave the nodes out: auto then reads by container.
+    from_file = bool(limit) and str(limit).startswith("@")
+    node = read_by == "node" or (read_by == "auto" and not without and not from_file and len(containers) >= threshold)
     return {"by": "node" if node else "container", "containers": containers, "by_node": by_node if node else {},
             "container_hosts": [] if node else containers, "node_hosts": list(by_node) if node else []}
+
+
+def fleet_read_line(plan):
+    """One line saying how a run reads its containers (fleet_read_plan)."""
+    if plan["by"] == "node":
+        return "reading %d container(s) by node: %d node(s), one read each" % (len(plan["containers"]), len(plan["node_hosts"]))
+    return "reading %d container(s) by container: one read each" % len(plan["containers"])
 
 
 def fleet_records(hosts, hostvars=None):
@@ -116,4 +124,4 @@ def fleet_summary(records):
 
 class FilterModule(object):
     def filters(self):
-        return {"fleet_read_plan": fleet_read_plan, "fleet_records": fleet_records, "fleet_summary": fleet_summary}
+        return {"fleet_read_plan": fleet_read_plan, "fleet_read_line": fleet_read_line, "fleet_records": fleet_records, "fleet_summary": fleet_summary}

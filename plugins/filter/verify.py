@@ -61,8 +61,6 @@ def verify_verdict(record, fail=False, show=False):
         if not c["ok"]:
             reasons.setdefault(c["summary"], []).append(c["name"])
     problems = " | ".join("[%s] %s" % (", ".join(names), summary) for summary, names in reasons.items())
-    if not problems and record.get("error"):
-        problems = "not read: " + record["error"]  # a container whose node could not be reached
     ready = bool(record.get("ready"))
     if ready:
         line = "ready: " + "; ".join(c["summary"] for c in checks) if checks else "ready"
@@ -195,20 +193,17 @@ def verify_node_entries(containers, cache_vars, overrides=None, node_python="/us
 
 def verify_node_records(read, entries, node):
     """{container: record} of a node's node_readiness run (read: its registered result) over
-    entries (verify_node_entries): each container's reading, or the run's failure; a node that
-    could not be reached leaves its containers not read, with its message. node is the node's
-    inventory name, each container's pve_node."""
+    entries (verify_node_entries): each container's reading, or the run's failure (a node that
+    could not be reached too), which fails every check the container's options ask for, as the
+    node entry point records it. node is the node's inventory name, each container's pve_node."""
     if not isinstance(read, Mapping):
         raise AnsibleFilterError("verify_node_records: expects node_readiness's registered result")
     readings = read.get("containers") or {}
     out = {}
     for entry in entries:
         host = entry["host"]
-        if read.get("unreachable"):
-            out[host] = _record.unread(host, node, entry.get("vmid"),
-                                       error="node %s could not be reached: %s" % (node, read.get("msg") or "no result"))
-            continue
-        reading = readings.get(host) or {"failed": True, "msg": "reading through node %s failed: %s" % (node, read.get("msg") or "no result")}
+        why = "could not be reached" if read.get("unreachable") else "failed"
+        reading = readings.get(host) or {"failed": True, "msg": "reading through node %s %s: %s" % (node, why, read.get("msg") or "no result")}
         out[host] = verify_record(reading, host, node, entry.get("vmid"), entry["args"])
     return out
 
