@@ -125,7 +125,9 @@ def test_preflight_fails_a_bad_value_by_the_option_that_took_it(fleet, ansible_c
     assert "failed=1" in line and "unreachable=0" in line, line
 
 
-RECORDS = os.path.join(REPO, "tests", "integration", "targets", "node_readiness", "records.yml")
+
+PREFLIGHT = os.path.join(REPO, "playbooks", "preflight.yml")
+HYGIENE = os.path.join(REPO, "playbooks", "hygiene.yml")
 NODE_TASK = "TASK [gpufleet.hygiene.verify : Read the containers' processes, GPUs, venvs, packages and caches on the node]"
 CONTAINER_TASK = "TASK [gpufleet.hygiene.verify : Read the job's processes, the GPUs, the venv, its packages and the compile caches]"
 
@@ -134,51 +136,66 @@ def verdicts(stdout):
     """The summary's lines and each failed container's message, as preflight printed them."""
     out = stdout.replace("\n        ", " ")
     summary = out.split("TASK [Fleet summary, one line per container]", 1)[1].split("PLAY [", 1)[0]
-    lines = sorted(line.strip() for line in summary.splitlines() if line.strip().startswith(("- ", '"')))
-    failed = sorted(line for line in out.splitlines() if "is not ready: " in line)
+    lines = [line.strip()[2:].strip("'\"") for line in summary.splitlines() if line.strip().startswith("- ")]
+    failed = sorted(line.strip() for line in out.splitlines() if "is not ready: " in line)
     return lines, failed
 
 
-def preflight(ansible_cli, tmp_path, limit, *extra):
-    out = tmp_path / ("records-%d.json" % len(list(tmp_path.iterdir())))
-    res = ansible_cli("ansible-playbook", "-i", INVENTORY, RECORDS, "--limit", limit, "-e", "records_out=%s" % out, *extra)
-    return res, json.loads(out.read_text())
+def read_by(stdout):
+    """How the run said it reads, and which read task ran."""
+    said = stdout.split("TASK [Read by container or by node]", 1)[1].split("PLAY [", 1)[0]
+    node, container = NODE_TASK in stdout, CONTAINER_TASK in stdout
+    assert node is not container, stdout[-3000:]
+    assert ("by node" in said) is node, said
+    return "node" if node else "container"
 
 
-def test_preflight_read_by_node_gives_each_container_the_record_line_and_verdict_of_reading_by_container(fleet, ansible_cli, tmp_path):
+def running_and_nodes(fleet):
     running = [ct["name"] for ct in containers(fleet, True)]
-    limit = ",".join(running + [n["name"] for n in fleet["nodes"]] + ["localhost"])
-    by_ct, records_ct = preflight(ansible_cli, tmp_path, limit, "-e", "gpufleet_read_by=container")
-    by_node, records_node = preflight(ansible_cli, tmp_path, limit, "-e", "gpufleet_read_by=node")
-    assert CONTAINER_TASK in by_ct.stdout and NODE_TASK not in by_ct.stdout, by_ct.stdout[-3000:]
-    assert NODE_TASK in by_node.stdout and CONTAINER_TASK not in by_node.stdout, by_node.stdout[-3000:]
+    return running, ",".join(running + [n["name"] for n in fleet["nodes"]] + ["localhost"])
+
+
+def test_preflight_read_by_node_gives_each_container_the_line_and_verdict_of_reading_by_container(fleet, ansible_cli):
+    running, limit = running_and_nodes(fleet)
+    by_ct = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", limit, "-e", "gpufleet_read_by=container")
+    by_node = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", limit, "-e", "gpufleet_read_by=node")
+    assert read_by(by_ct.stdout) == "container" and read_by(by_node.stdout) == "node"
     # One read task per node with running containers, none per container.
     section = by_node.stdout.split(NODE_TASK, 1)[1].split("TASK [", 1)[0]
     nodes = {n["name"] for n in fleet["nodes"] if any(c["running"] for c in n["containers"])}
     assert sorted(line.split("[", 1)[1].split("]", 1)[0] for line in section.splitlines() if line.startswith("ok: [")) == sorted(nodes)
-    assert sorted(r["host"] for r in records_ct) == sorted(running)
-    assert records_node == records_ct
-    assert by_node.returncode == by_ct.returncode, (by_ct.stdout[-2000:], by_node.stdout[-2000:])
     lines, failed = verdicts(by_ct.stdout)
-    assert len(lines) == len(running) + 1, lines
+    assert len(lines) == len(running) + 1 and " ready; not ready: " in lines[-1], lines
     assert verdicts(by_node.stdout) == (lines, failed)
-    # The not-ready containers fail, by name, and nothing else does.
-    not_ready = sorted(r["host"] for r in records_ct if not r["ready"])
-    recap = by_node.stdout.split("PLAY RECAP", 1)[1]
-    for host in running:
-        line = next(x for x in recap.splitlines() if x.startswith(host + " "))
-        assert ("failed=1" in line) is (host in not_ready), line
+    assert by_node.returncode == by_ct.returncode, (by_ct.stdout[-2000:], by_node.stdout[-2000:])
+    # The same containers fail, by name, and nothing else does.
+    recaps = [{line.split()[0]: "failed=1" in line for line in res.stdout.split("PLAY RECAP", 1)[1].splitlines() if line.strip()}
+              for res in (by_ct, by_node)]
+    assert {h: recaps[0][h] for h in running} == {h: recaps[1][h] for h in running}
+    assert any(recaps[0][h] for h in running) or by_ct.returncode == 0
 
 
-def test_auto_reads_by_node_from_the_threshold_and_by_container_below_it_or_for_one_container(fleet, ansible_cli, tmp_path):
-    running = [ct["name"] for ct in containers(fleet, True)]
-    nodes = [n["name"] for n in fleet["nodes"]]
-    everything = ",".join(running + nodes + ["localhost"])
-    lowered, _records = preflight(ansible_cli, tmp_path, everything, "-e", "gpufleet_node_read_from=%d" % len(running))
-    assert NODE_TASK in lowered.stdout and CONTAINER_TASK not in lowered.stdout, lowered.stdout[-3000:]
-    above, _records = preflight(ansible_cli, tmp_path, everything, "-e", "gpufleet_node_read_from=%d" % (len(running) + 1))
-    assert CONTAINER_TASK in above.stdout and NODE_TASK not in above.stdout, above.stdout[-3000:]
-    # --limit to one container (its node left out): by container, whatever the threshold.
-    one, records = preflight(ansible_cli, tmp_path, running[0] + ",localhost", "-e", "gpufleet_node_read_from=1")
-    assert CONTAINER_TASK in one.stdout and NODE_TASK not in one.stdout, one.stdout[-3000:]
-    assert [r["host"] for r in records] == [running[0]]
+def test_hygiene_read_by_node_reports_each_container_as_reading_by_container(fleet, ansible_cli, tmp_path):
+    running, limit = running_and_nodes(fleet)
+    reports = {}
+    for how in ("container", "node"):
+        res = ansible_cli("ansible-playbook", "-i", INVENTORY, HYGIENE, "--limit", limit, "-e", "gpufleet_read_by=%s" % how,
+                          "-e", "gpufleet_hygiene_remediate=false", "-e", "gpufleet_report_dir=%s" % (tmp_path / how))
+        assert res.returncode == 0, res.stdout[-3000:]
+        assert read_by(res.stdout) == how
+        reports[how] = json.loads((tmp_path / how / "report.json").read_text())
+    assert sorted(r["host"] for r in reports["container"]["hosts"]) == sorted(running)
+    assert reports["node"]["hosts"] == reports["container"]["hosts"]
+    assert reports["node"]["summary"] == reports["container"]["summary"]
+
+
+def test_auto_reads_by_node_from_the_threshold_and_by_container_below_it_or_for_one_container(fleet, ansible_cli):
+    running, limit = running_and_nodes(fleet)
+    for threshold, how in ((len(running), "node"), (len(running) + 1, "container")):
+        res = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", limit, "-e", "gpufleet_node_read_from=%d" % threshold)
+        assert read_by(res.stdout) == how, threshold
+        assert len(verdicts(res.stdout)[0]) == len(running) + 1
+    # --limit to one container (with localhost, without its node): by container, whatever the threshold.
+    one = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", running[0] + ",localhost", "-e", "gpufleet_node_read_from=1")
+    assert read_by(one.stdout) == "container"
+    assert [line.split(" - ", 1)[0] for line in verdicts(one.stdout)[0][:-1]] == [running[0]]
