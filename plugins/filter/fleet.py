@@ -75,13 +75,6 @@ def fleet_read_plan(pattern, hostvars, groups, limit=None, read_by="auto", node_
             "container_hosts": [] if node else containers, "node_hosts": list(by_node) if node else []}
 
 
-def fleet_read_line(plan):
-    """One line saying how a run reads its containers (fleet_read_plan)."""
-    if plan["by"] == "node":
-        return "reading %d container(s) by node: %d node(s), one read each" % (len(plan["containers"]), len(plan["node_hosts"]))
-    return "reading %d container(s) by container: one read each" % len(plan["containers"])
-
-
 def fleet_records(hosts, hostvars=None):
     """The record of every host this run read, from the hosts' variables (hostvars of each host):
     the verify role's verify_result, or, when its read failed before reading (a value refused, a
@@ -124,4 +117,4 @@ def fleet_summary(records):
 
 class FilterModule(object):
     def filters(self):
-        return {"fleet_read_plan": fleet_read_plan, "fleet_read_line": fleet_read_line, "fleet_records": fleet_records, "fleet_summary": fleet_summary}
+        return {"fleet_read_plan": fleet_read_plan, "fleet_records": fleet_records, "fleet_summary": fleet_summary}
