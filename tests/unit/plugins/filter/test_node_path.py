@@ -178,3 +178,15 @@ def test_a_node_that_failed_or_could_not_be_reached_fails_each_container_by_name
     gone = _verify.verify_node_records({"unreachable": True, "msg": "ssh: connect refused"}, entries, "pve1")["ct10"]
     assert [c["name"] for c in gone["checks"]] == ["gpu_idle"] and gone["ready"] is False
     assert _verify.verify_verdict(gone, True)["problems"] == "[gpu_idle] reading through node pve1 could not be reached: ssh: connect refused"
+
+
+def test_a_node_as_the_host_enters_each_container_as_the_pct_connection_is_configured(monkeypatch):
+    action = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.action.node_readiness").ActionModule
+    monkeypatch.setenv("GPUFLEET_PCT_METHOD", "lxc-attach")
+    settings = action._pct_settings()
+    assert settings == {"method": "lxc-attach", "pct_path": "pct", "lxc_path": None}
+    given = {"host": "ct10", "vmid": 100, "args": {}, "lxc_path": "/var/lib/lxc"}
+    assert action._with_settings(given, settings.get, False) == dict(given, method="lxc-attach", pct_path="pct")
+    # Its own variables first (verify_node_entries put them in the entry); a host without a vmid is read on the node.
+    assert action._with_settings(dict(given, method="pct"), settings.get, False)["method"] == "pct"
+    assert action._with_settings({"host": "pve1", "args": {}}, settings.get, False) == {"host": "pve1", "args": {}}
