@@ -177,15 +177,14 @@ def verify_container_args(hv, cache_vars, overrides=None):
     return args
 
 
-def verify_node_entries(containers, cache_vars, overrides=None, node_python="/usr/bin/python3", container_python="/usr/bin/python3"):
+def verify_node_entries(containers, cache_vars, overrides=None, container_python="/usr/bin/python3"):
     """node_readiness's containers for a node that is the play's host: one entry per container
     (its hostvars), with its readiness options (verify_container_args)."""
     entries = []
     for hv in containers:
         job = verify_node_job(verify_container_args(hv, cache_vars, overrides), hv["inventory_hostname"], hv.get("pve_node"),
                               hv.get("ansible_pct_vmid"), connection=hv.get("ansible_connection", ""),
-                              interpreter=hv.get("ansible_python_interpreter", ""), node_python=node_python,
-                              container_python=container_python, method=hv.get("ansible_pct_method"),
+                              interpreter=hv.get("ansible_python_interpreter", ""), container_python=container_python, method=hv.get("ansible_pct_method"),
                               pct_path=hv.get("ansible_pct_path"), lxc_path=hv.get("ansible_pct_lxc_path"))
         entries.append(job["entry"])
     return entries
