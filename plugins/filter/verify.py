@@ -120,20 +120,23 @@ def verify_node_readings(play_hosts):
     return out
 
 
-# The verify role's defaults (defaults/main.yml) for a host read by its node: role variable, the
-# inventory variable it defaults to (a key of gpufleet_job when dotted), the default, the type.
-ROLE_DEFAULTS = (
+# The verify role's defaults (defaults/main.yml) for a host read by its node: the readiness option,
+# the role variable, the inventory variable it defaults to (a key of gpufleet_job when dotted),
+# the default and the conversion verify__readiness_args (vars/main.yml) applies.
+ALWAYS_GIVEN = (
     ("job_patterns", "verify_job_patterns", "gpufleet_job.patterns", [], list),
     ("job_users", "verify_job_users", "gpufleet_job.users", [], list),
-    ("require_gpu", "verify_require_gpu", "gpufleet_require_gpu", True, bool),
+    ("require_gpu", "verify_require_gpu", "gpufleet_require_gpu", True, "bool"),
     ("threshold_mib", "verify_threshold_mib", None, 64, int),
     ("command_timeout", "verify_nvidia_smi_timeout", "gpufleet_nvidia_smi_timeout", 15, float),
-    ("verify_files", "verify_files", None, False, bool),
-    ("strict_baseline", "verify_strict_baseline", "gpufleet_strict_baseline", False, bool),
-    ("caches", "verify_caches", None, True, bool),
-    ("allow_running_job", "verify_allow_running_job", None, False, bool),
+    ("verify_files", "verify_files", None, False, "bool"),
+    ("strict_baseline", "verify_strict_baseline", "gpufleet_strict_baseline", False, "bool"),
+    ("caches", "verify_caches", None, True, "bool"),
+    ("allow_running_job", "verify_allow_running_job", None, False, "bool"),
     ("stall_after", "verify_stall_after", "gpufleet_stall_after", 900, int),
-    # Left out when empty, so that the module's defaults apply.
+)
+# Left out when empty, so that the module's defaults apply.
+GIVEN_WHEN_SET = (
     ("nvidia_smi", "verify_nvidia_smi", "gpufleet_nvidia_smi", "", None),
     ("device_patterns", "verify_gpu_device_patterns", "gpufleet_gpu_device_patterns", [], None),
     ("job_log", "verify_job_log", "gpufleet_job.log", "", None),
@@ -143,7 +146,13 @@ ROLE_DEFAULTS = (
     ("cache_user", "verify_cache_user", "gpufleet_job.user", "", None),
     ("cache_environment", "verify_cache_environment", "gpufleet_job.env", {}, dict),
 )
-CONVERT = {bool: lambda v: boolean(v, strict=False), int: int, float: float, str: str, list: list, dict: dict}
+ROLE_DEFAULTS = ALWAYS_GIVEN + GIVEN_WHEN_SET
+
+
+def _convert(value, kind):
+    if kind == "bool":  # the bool filter's reading
+        return boolean(value, strict=False)
+    return kind(value) if kind else value
 
 
 def _role_value(hv, overrides, role_var, inventory_var, default):
@@ -154,8 +163,10 @@ def _role_value(hv, overrides, role_var, inventory_var, default):
     if inventory_var is None:
         return default
     name, _dot, key = inventory_var.partition(".")
-    value = hv.get(name, default if not key else {})
-    return value.get(key, default) if key and isinstance(value, Mapping) else (default if key else value)
+    if not key:
+        return hv.get(name, default)
+    value = hv.get(name, {})
+    return value.get(key, default) if isinstance(value, Mapping) else default
 
 
 def verify_container_args(hv, cache_vars, overrides=None):
@@ -164,16 +175,13 @@ def verify_container_args(hv, cache_vars, overrides=None):
     the playbook sets), then the container's verify_* variables, then the gpufleet_* they default to."""
     overrides = overrides or {}
     args = {}
-    for option, role_var, inventory_var, default, kind in ROLE_DEFAULTS:
-        value = _role_value(hv, overrides, role_var, inventory_var, default)
-        if option in ("threshold_mib", "command_timeout", "verify_files", "strict_baseline", "caches", "allow_running_job",
-                      "stall_after", "require_gpu", "job_patterns", "job_users"):
-            args[option] = CONVERT[kind](value)
-        elif value:
-            args[option] = CONVERT[kind](value) if kind else value
+    for rows, always in ((ALWAYS_GIVEN, True), (GIVEN_WHEN_SET, False)):
+        for option, role_var, inventory_var, default, kind in rows:
+            value = _role_value(hv, overrides, role_var, inventory_var, default)
+            if always or value:
+                args[option] = _convert(value, kind)
     if "cache_environment" in args:
-        kept = {k: v for k, v in args["cache_environment"].items() if k in cache_vars}
-        args["cache_environment"] = kept
+        args["cache_environment"] = {k: v for k, v in args["cache_environment"].items() if k in cache_vars}
     return args
 
 
