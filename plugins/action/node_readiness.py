@@ -7,12 +7,17 @@ Over the gpufleet.hygiene.pct connection the task's host is a container; this ac
 that connection to its node (run_on=node) for this one module run and back, and fills each
 listed container's method, pct_path and lxc_path, when not given, from the connection's own
 settings (ansible.cfg, environment, variables), so that the containers are entered as the
-connection would enter them. Over any other connection the module runs on the host itself.
+connection would enter them. Over any other connection the module runs on the host itself (a
+node that is the play's host, the verify role's nodes entry point), and those of a container
+with a vmid left out are the pct connection's settings from ansible.cfg and the environment
+(the filter that lists the containers gives their own variables).
 """
 
 from __future__ import annotations
 
+from ansible import constants as C
 from ansible.plugins.action import ActionBase
+from ansible.plugins.loader import connection_loader
 
 PCT = "gpufleet.hygiene.pct"
 FROM_CONNECTION = ("method", "pct_path", "lxc_path")
@@ -26,8 +31,9 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         on_pct = getattr(self._connection, "transport", None) == PCT
-        if on_pct and isinstance(args.get("containers"), list):
-            args["containers"] = [self._with_connection_settings(c) for c in args["containers"]]
+        if isinstance(args.get("containers"), list):
+            setting = self._connection.get_option if on_pct else self._pct_settings().get
+            args["containers"] = [self._with_settings(c, setting, on_pct) for c in args["containers"]]
         if on_pct:
             self._connection.set_option("run_on", "node")
         try:
@@ -37,13 +43,20 @@ class ActionModule(ActionBase):
                 self._connection.set_option("run_on", "container")
         return result
 
-    def _with_connection_settings(self, entry):
-        if not isinstance(entry, dict):
-            return entry  # the module says what is wrong with it
+    @staticmethod
+    def _pct_settings():
+        plugin = connection_loader.get(PCT, class_only=True)
+        return {name: C.config.get_config_value(name, plugin_type="connection", plugin_name=plugin._load_name, variables={})
+                for name in FROM_CONNECTION}
+
+    @staticmethod
+    def _with_settings(entry, setting, on_pct):
+        if not isinstance(entry, dict) or not (on_pct or entry.get("vmid") is not None):
+            return entry  # the module says what is wrong with it; a host read where the module runs
         entry = dict(entry)
         for name in FROM_CONNECTION:
             if entry.get(name) is None:
-                value = self._connection.get_option(name)
+                value = setting(name)
                 if value is not None:
                     entry[name] = value
         return entry

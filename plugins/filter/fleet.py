@@ -1,8 +1,9 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The playbooks' fleet view: every host's record (fleet_records) and the one-line-per-host
-summary (fleet_summary); docs: fleet_records.yml, fleet_summary.yml.
+"""The playbooks' fleet view: how this run reads its containers (fleet_read_plan), every host's
+record (fleet_records) and the one-line-per-host summary (fleet_summary); docs:
+fleet_read_plan.yml, fleet_records.yml, fleet_summary.yml.
 
 The playbooks find their hosts one way: the host pattern of their first play, resolved with
 ansible.builtin.inventory_hostnames, then the hosts this run read (the ones with a
@@ -14,27 +15,94 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ansible.errors import AnsibleFilterError
+from ansible.errors import AnsibleError, AnsibleFilterError
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
 
 from ansible_collections.gpufleet.hygiene.plugins.filter.verify import verify_verdict
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _record
 
+PCT = "gpufleet.hygiene.pct"
+READ_BY = ("auto", "node", "container")
 
-def fleet_records(hosts):
+
+def _resolve(groups, pattern):
+    """The hosts a pattern names (as ansible.builtin.inventory_hostnames resolves it), in order."""
+    manager = InventoryManager(DataLoader(), parse=False)
+    for group, names in groups.items():
+        manager.add_group(group)
+        for name in names:
+            manager.add_host(name, group=group)
+    try:
+        return [h.name for h in manager.get_hosts(pattern=pattern)]
+    except AnsibleError as exc:
+        raise AnsibleFilterError("fleet_read_plan: cannot resolve %r: %s" % (pattern, exc)) from None
+
+
+def fleet_read_plan(pattern, hostvars, groups, limit=None, read_by="auto", node_read_from=16):
+    """How a run reads the containers of a host pattern: by container (one host per container) or
+    by node (the nodes are the play's hosts, one node_readiness run each). ``by``, the
+    ``containers`` read, ``by_node`` (node: [containers]), and the hosts of each path's play:
+    ``container_hosts`` (the containers, or none) and ``node_hosts`` (their nodes, or none)."""
+    if read_by not in READ_BY:
+        raise AnsibleFilterError("fleet_read_plan: gpufleet_read_by must be one of %s, got %r" % (", ".join(READ_BY), read_by))
+    try:
+        threshold = int(node_read_from)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError("fleet_read_plan: gpufleet_node_read_from must be a number, got %r" % (node_read_from,)) from None
+    containers = _resolve(groups, pattern)
+    allowed = None
+    if limit and not str(limit).startswith("@"):
+        allowed = set(_resolve(groups, limit))
+        containers = [c for c in containers if c in allowed]
+    inventory = set(groups.get("all", ()))
+    by_node, without = {}, []
+    for name in containers:
+        hv = hostvars[name]
+        node = hv.get("pve_node")
+        # The node must be a host of the inventory and of this run (--limit) to be the play's host.
+        if hv.get("ansible_connection") != PCT or node not in inventory or (allowed is not None and node not in allowed):
+            without.append(name)
+        else:
+            by_node.setdefault(node, []).append(name)
+    if read_by == "node" and without:
+        raise AnsibleFilterError("fleet_read_plan: gpufleet_read_by=node, but these containers have no node among this "
+                                 "run's hosts (pve_node, reached through %s): %s" % (PCT, ", ".join(without)))
+    # A limit from a file (@retry) may leave the nodes out: auto then reads by container.
+    from_file = bool(limit) and str(limit).startswith("@")
+    node = read_by == "node" or (read_by == "auto" and not without and not from_file and len(containers) >= threshold)
+    return {"by": "node" if node else "container", "containers": containers, "by_node": by_node if node else {},
+            "container_hosts": [] if node else containers, "node_hosts": list(by_node) if node else []}
+
+
+def fleet_records(hosts, hostvars=None):
     """The record of every host this run read, from the hosts' variables (hostvars of each host):
     the verify role's verify_result, or, when its read failed before reading (a value refused, a
-    template that failed), the record of a host not read, with the read's message."""
+    template that failed), the record of a host not read, with the read's message. With hostvars,
+    a container read by its node (verify_results of its pve_node) has the record kept there."""
     out = []
     for hv in hosts:
         if not isinstance(hv, Mapping) or "inventory_hostname" not in hv:
             raise AnsibleFilterError("fleet_records: expects each host's variables (hosts | map('extract', hostvars))")
-        if "verify_result" not in hv:
+        name = hv["inventory_hostname"]
+        if "verify_result" in hv:
+            registered = hv["verify_result"]
+        elif hostvars is not None and name in _node_records(hostvars, hv.get("pve_node")):
+            registered = _node_records(hostvars, hv.get("pve_node"))[name]
+        else:
             continue  # not read in this run (--limit, or a later batch never ran)
-        registered = hv["verify_result"]
         if not isinstance(registered, Mapping):
             registered = {}
-        out.append(_record.of_host(hv["inventory_hostname"], registered, hv.get("pve_node"), hv.get("ansible_pct_vmid")))
+        out.append(_record.of_host(name, registered, hv.get("pve_node"), hv.get("ansible_pct_vmid")))
     return out
+
+
+def _node_records(hostvars, node):
+    """The records a node kept of the containers it read (roles/verify/tasks/nodes.yml), or {}."""
+    if not node or node not in hostvars:
+        return {}
+    kept = hostvars[node].get("verify_results")
+    return kept if isinstance(kept, Mapping) else {}
 
 
 def fleet_summary(records):
@@ -49,4 +117,4 @@ def fleet_summary(records):
 
 class FilterModule(object):
     def filters(self):
-        return {"fleet_records": fleet_records, "fleet_summary": fleet_summary}
+        return {"fleet_read_plan": fleet_read_plan, "fleet_records": fleet_records, "fleet_summary": fleet_summary}

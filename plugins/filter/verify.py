@@ -120,7 +120,103 @@ def verify_node_readings(play_hosts):
     return out
 
 
+# The verify role's defaults (defaults/main.yml) for a host read by its node: the readiness option,
+# the role variable, the inventory variable it defaults to (a key of gpufleet_job when dotted),
+# the default and the conversion verify__readiness_args (vars/main.yml) applies.
+ALWAYS_GIVEN = (
+    ("job_patterns", "verify_job_patterns", "gpufleet_job.patterns", [], list),
+    ("job_users", "verify_job_users", "gpufleet_job.users", [], list),
+    ("require_gpu", "verify_require_gpu", "gpufleet_require_gpu", True, "bool"),
+    ("threshold_mib", "verify_threshold_mib", None, 64, int),
+    ("command_timeout", "verify_nvidia_smi_timeout", "gpufleet_nvidia_smi_timeout", 15, float),
+    ("verify_files", "verify_files", None, False, "bool"),
+    ("strict_baseline", "verify_strict_baseline", "gpufleet_strict_baseline", False, "bool"),
+    ("caches", "verify_caches", None, True, "bool"),
+    ("allow_running_job", "verify_allow_running_job", None, False, "bool"),
+    ("stall_after", "verify_stall_after", "gpufleet_stall_after", 900, int),
+)
+# Left out when empty, so that the module's defaults apply.
+GIVEN_WHEN_SET = (
+    ("nvidia_smi", "verify_nvidia_smi", "gpufleet_nvidia_smi", "", None),
+    ("device_patterns", "verify_gpu_device_patterns", "gpufleet_gpu_device_patterns", [], None),
+    ("job_log", "verify_job_log", "gpufleet_job.log", "", None),
+    ("venv", "verify_venv", "gpufleet_venv", "", None),
+    ("expected_cuda", "verify_expected_cuda", "gpufleet_expected_cuda", "", str),
+    ("baseline", "verify_baseline", "gpufleet_baseline", "", None),
+    ("cache_user", "verify_cache_user", "gpufleet_job.user", "", None),
+    ("cache_environment", "verify_cache_environment", "gpufleet_job.env", {}, dict),
+)
+ROLE_DEFAULTS = ALWAYS_GIVEN + GIVEN_WHEN_SET
+
+
+def _convert(value, kind):
+    if kind == "bool":  # the bool filter's reading
+        return boolean(value, strict=False)
+    return kind(value) if kind else value
+
+
+def _role_value(hv, overrides, role_var, inventory_var, default):
+    if role_var in overrides:
+        return overrides[role_var]
+    if role_var in hv:
+        return hv[role_var]
+    if inventory_var is None:
+        return default
+    name, _dot, key = inventory_var.partition(".")
+    if not key:
+        return hv.get(name, default)
+    value = hv.get(name, {})
+    return value.get(key, default) if isinstance(value, Mapping) else default
+
+
+def verify_container_args(hv, cache_vars, overrides=None):
+    """The readiness options of one container from its variables, as the verify role's
+    verify__readiness_args gives them on the container itself: overrides (the role's variables
+    the playbook sets), then the container's verify_* variables, then the gpufleet_* they default to."""
+    overrides = overrides or {}
+    args = {}
+    for rows, always in ((ALWAYS_GIVEN, True), (GIVEN_WHEN_SET, False)):
+        for option, role_var, inventory_var, default, kind in rows:
+            value = _role_value(hv, overrides, role_var, inventory_var, default)
+            if always or value:
+                args[option] = _convert(value, kind)
+    if "cache_environment" in args:
+        args["cache_environment"] = {k: v for k, v in args["cache_environment"].items() if k in cache_vars}
+    return args
+
+
+def verify_node_entries(containers, cache_vars, overrides=None, container_python="/usr/bin/python3"):
+    """node_readiness's containers for a node that is the play's host: one entry per container
+    (its hostvars), with its readiness options (verify_container_args)."""
+    entries = []
+    for hv in containers:
+        job = verify_node_job(verify_container_args(hv, cache_vars, overrides), hv["inventory_hostname"], hv.get("pve_node"),
+                              hv.get("ansible_pct_vmid"), connection=hv.get("ansible_connection", ""),
+                              interpreter=hv.get("ansible_python_interpreter", ""), container_python=container_python, method=hv.get("ansible_pct_method"),
+                              pct_path=hv.get("ansible_pct_path"), lxc_path=hv.get("ansible_pct_lxc_path"))
+        entries.append(job["entry"])
+    return entries
+
+
+def verify_node_records(read, entries, node):
+    """{container: record} of a node's node_readiness run (read: its registered result) over
+    entries (verify_node_entries): each container's reading, or the run's failure (a node that
+    could not be reached too), which fails every check the container's options ask for, as the
+    node entry point records it. node is the node's inventory name, each container's pve_node."""
+    if not isinstance(read, Mapping):
+        raise AnsibleFilterError("verify_node_records: expects node_readiness's registered result")
+    readings = read.get("containers") or {}
+    out = {}
+    for entry in entries:
+        host = entry["host"]
+        why = "could not be reached" if read.get("unreachable") else "failed"
+        reading = readings.get(host) or {"failed": True, "msg": "reading through node %s %s: %s" % (node, why, read.get("msg") or "no result")}
+        out[host] = verify_record(reading, host, node, entry.get("vmid"), entry["args"])
+    return out
+
+
 class FilterModule(object):
     def filters(self):
         return {"verify_record": verify_record, "verify_verdict": verify_verdict,
-                "verify_node_job": verify_node_job, "verify_node_readings": verify_node_readings}
+                "verify_node_job": verify_node_job, "verify_node_readings": verify_node_readings,
+                "verify_node_entries": verify_node_entries, "verify_node_records": verify_node_records}

@@ -93,6 +93,27 @@ options:
     description: Seconds one container's reading may take before it is stopped and reported as failed.
     type: float
     default: 300
+  gpu_read:
+    description:
+      - Where the GPUs are read. V(container) - each container runs its own C(nvidia-smi), as
+        M(gpufleet.hygiene.readiness) does.
+      - V(node) - C(nvidia-smi) runs once on the node; each holder it names (a host PID) is mapped to its
+        container by C(/proc/<pid>/cgroup) and to its PID there by C(NSpid), and each container is given the
+        GPUs whose device file it has (numbered from 0, in the node's order) and its own holders, instead of
+        running C(nvidia-smi) itself; it still finds the holders of its device files in its own C(/proc).
+        A container that has none of the node's GPUs, and every container when the node's reading fails
+        (with a warning), reads its own.
+      - V(auto) - V(node) when the node has C(nvidia-smi) (O(nvidia_smi), else on C(PATH)), else V(container).
+    type: str
+    choices: [container, node, auto]
+    default: container
+  nvidia_smi:
+    description: Path of C(nvidia-smi) on the node for O(gpu_read=node); found on C(PATH) when left out.
+    type: path
+  command_timeout:
+    description: Seconds the node's C(nvidia-smi) may take (O(gpu_read=node)).
+    type: float
+    default: 15
 notes:
   - The container's Python runs with C(-I -B) (isolated from C(PYTHON*) variables and the user site, no bytecode
     written) and needs only its standard library (and, for the NVML backend, the NVML bindings where it has them).
@@ -140,15 +161,17 @@ containers:
                 checks: [{name: gpu_idle, severity: fail, ok: true, error: false, summary: 1 GPU(s) idle}]}
     train-102: {changed: false, failed: true, rc: 255, msg: container 102 is not running (stopped); start it (pct start 102) and run again}
 read:
-  description: How many containers were read, and how many of them could not be.
+  description:
+    - How many containers were read, how many of them could not be, the seconds taken, and where the GPUs
+      were read (C(gpus) - V(node) or V(container), see O(gpu_read)).
   returned: always
   type: dict
-  sample: {containers: 2, failed: 0, seconds: 0.41}
+  sample: {containers: 2, failed: 0, seconds: 0.41, gpus: node}
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import read_node
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import GPU_READS, gpu_reading, read_node
 
 
 def main():
@@ -166,6 +189,9 @@ def main():
             brief=dict(type="bool", default=False),
             max_parallel=dict(type="int", default=0),
             container_timeout=dict(type="float", default=300),
+            gpu_read=dict(type="str", choices=list(GPU_READS), default="container"),
+            nvidia_smi=dict(type="path"),
+            command_timeout=dict(type="float", default=15),
         ),
         supports_check_mode=True,
     )
@@ -178,7 +204,10 @@ def main():
     twice = sorted(set(h for h in hosts if hosts.count(h) > 1))
     if twice:
         module.fail_json(msg="containers: each host may be listed once; listed more than once: %s" % ", ".join(twice))
-    results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], short=p["brief"])
+    if p["command_timeout"] <= 0:
+        module.fail_json(msg="command_timeout must be more than 0 (got %s)" % p["command_timeout"])
+    gpus = gpu_reading(module, p["gpu_read"], p["nvidia_smi"], p["command_timeout"])
+    results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], short=p["brief"], gpus=gpus)
     module.exit_json(changed=False, containers=results, read=summary)
 
 

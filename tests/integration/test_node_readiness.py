@@ -123,3 +123,77 @@ def test_preflight_fails_a_bad_value_by_the_option_that_took_it(fleet, ansible_c
     assert "Fail when not ready" not in out  # the host stopped at the read
     line = next(x for x in out.split("PLAY RECAP", 1)[1].splitlines() if x.startswith(ct["name"] + " "))
     assert "failed=1" in line and "unreachable=0" in line, line
+
+
+
+PREFLIGHT = os.path.join(REPO, "playbooks", "preflight.yml")
+HYGIENE = os.path.join(REPO, "playbooks", "hygiene.yml")
+NODE_TASK = "TASK [gpufleet.hygiene.verify : Read the containers' processes, GPUs, venvs, packages and caches on the node]"
+CONTAINER_TASK = "TASK [gpufleet.hygiene.verify : Read the job's processes, the GPUs, the venv, its packages and the compile caches]"
+
+
+def verdicts(stdout):
+    """The summary's lines and each failed container's message, as preflight printed them."""
+    out = stdout.replace("\n        ", " ")
+    summary = out.split("TASK [Fleet summary, one line per container]", 1)[1].split("PLAY [", 1)[0]
+    lines = [line.strip()[2:].strip("'\"") for line in summary.splitlines() if line.strip().startswith("- ")]
+    failed = sorted(line.strip() for line in out.splitlines() if "is not ready: " in line)
+    return lines, failed
+
+
+def read_by(stdout):
+    """Which read task ran: the node's or the container's."""
+    node, container = NODE_TASK in stdout, CONTAINER_TASK in stdout
+    assert node is not container, stdout[-3000:]
+    return "node" if node else "container"
+
+
+def running_and_nodes(fleet):
+    running = [ct["name"] for ct in containers(fleet, True)]
+    return running, ",".join(running + [n["name"] for n in fleet["nodes"]] + ["localhost"])
+
+
+def test_preflight_read_by_node_gives_each_container_the_line_and_verdict_of_reading_by_container(fleet, ansible_cli):
+    running, limit = running_and_nodes(fleet)
+    by_ct = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", limit, "-e", "gpufleet_read_by=container")
+    by_node = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", limit, "-e", "gpufleet_read_by=node")
+    assert read_by(by_ct.stdout) == "container" and read_by(by_node.stdout) == "node"
+    # One read task per node with running containers, none per container.
+    section = by_node.stdout.split(NODE_TASK, 1)[1].split("TASK [", 1)[0]
+    nodes = {n["name"] for n in fleet["nodes"] if any(c["running"] for c in n["containers"])}
+    assert sorted(line.split("[", 1)[1].split("]", 1)[0] for line in section.splitlines() if line.startswith("ok: [")) == sorted(nodes)
+    lines, failed = verdicts(by_ct.stdout)
+    assert len(lines) == len(running) + 1 and " ready; not ready: " in lines[-1], lines
+    assert verdicts(by_node.stdout) == (lines, failed)
+    assert by_node.returncode == by_ct.returncode, (by_ct.stdout[-2000:], by_node.stdout[-2000:])
+    # The same containers fail, by name, and nothing else does.
+    recaps = [{line.split()[0]: "failed=1" in line for line in res.stdout.split("PLAY RECAP", 1)[1].splitlines() if line.strip()}
+              for res in (by_ct, by_node)]
+    assert {h: recaps[0][h] for h in running} == {h: recaps[1][h] for h in running}
+    assert any(recaps[0][h] for h in running) or by_ct.returncode == 0
+
+
+def test_hygiene_read_by_node_reports_each_container_as_reading_by_container(fleet, ansible_cli, tmp_path):
+    running, limit = running_and_nodes(fleet)
+    reports = {}
+    for how in ("container", "node"):
+        res = ansible_cli("ansible-playbook", "-i", INVENTORY, HYGIENE, "--limit", limit, "-e", "gpufleet_read_by=%s" % how,
+                          "-e", "gpufleet_hygiene_remediate=false", "-e", "gpufleet_report_dir=%s" % (tmp_path / how))
+        assert res.returncode == 0, res.stdout[-3000:]
+        assert read_by(res.stdout) == how
+        reports[how] = json.loads((tmp_path / how / "report.json").read_text())
+    assert sorted(r["host"] for r in reports["container"]["hosts"]) == sorted(running)
+    assert reports["node"]["hosts"] == reports["container"]["hosts"]
+    assert reports["node"]["summary"] == reports["container"]["summary"]
+
+
+def test_auto_reads_by_node_from_the_threshold_and_by_container_below_it_or_for_one_container(fleet, ansible_cli):
+    running, limit = running_and_nodes(fleet)
+    for threshold, how in ((len(running), "node"), (len(running) + 1, "container")):
+        res = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", limit, "-e", "gpufleet_node_read_from=%d" % threshold)
+        assert read_by(res.stdout) == how, threshold
+        assert len(verdicts(res.stdout)[0]) == len(running) + 1
+    # --limit to one container (with localhost, without its node): by container, whatever the threshold.
+    one = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", running[0] + ",localhost", "-e", "gpufleet_node_read_from=1")
+    assert read_by(one.stdout) == "container"
+    assert [line.split(" - ", 1)[0] for line in verdicts(one.stdout)[0][:-1]] == [running[0]]

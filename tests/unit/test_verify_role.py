@@ -70,7 +70,9 @@ def test_without_ansible_cores_validation_the_read_still_validates_every_variabl
     assert set(specs["read"]["options"]) == in_read and set(specs["fail"]["options"]) == {"verify_fail", "verify_show"}
     found = playbook_reads_without_validation()
     assert sorted((name, entry) for name, entry, _vars in found) == [
-        ("hygiene.yml", "read"), ("preflight.yml", "fail"), ("preflight.yml", "read"), ("remediate.yml", "read")]
+        ("hygiene.yml", "nodes"), ("hygiene.yml", "read"), ("preflight.yml", "fail"), ("preflight.yml", "nodes"),
+        ("preflight.yml", "read"),
+        ("remediate.yml", "read")]
     for name, entry, play_vars in found:
         assert set(play_vars) <= set(specs[entry]["options"]), (name, entry)
     # The other two are taken strictly by the verdict's filter (true or false, or an error naming them).

@@ -33,6 +33,8 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
     terminate,
 )
 
+# Where a container's device files are (container_view); tests point it elsewhere.
+DEV = "/dev"
 PROCESS_KEYS = ("pid", "name", "used_memory_mib", "vmid", "container_pid", "user", "cmdline", "start_time")
 
 
@@ -82,7 +84,7 @@ def _holder_text(p):
 
 class GpuState(object):
     def __init__(self, backend="auto", nvidia_smi=None, command_timeout=15, vantage="auto",
-                 device_patterns=None, threshold_mib=64, proc=PROC, pynvml=None):
+                 device_patterns=None, threshold_mib=64, proc=PROC, pynvml=None, reading=None):
         self.backend = backend
         self.nvidia_smi = nvidia_smi
         self.command_timeout = command_timeout
@@ -91,6 +93,8 @@ class GpuState(object):
         self.threshold_mib = threshold_mib
         self.proc = proc
         self.pynvml = pynvml
+        # The node's reading (node_readiness): the first snapshot takes it instead of asking nvidia-smi.
+        self.reading = reading
         self.notes = []
         self._decided = None
 
@@ -108,8 +112,15 @@ class GpuState(object):
             scan.append(scan_device_holders(self.device_patterns, self.proc, exclude={os.getpid()} | own))
             return any(device_minor(dev) is not None for devs in scan[0][0].values() for dev in devs)
 
-        gpus, apps, backend, seconds = read_gpus(self.backend, self.nvidia_smi, self.command_timeout,
-                                                 pynvml=self.pynvml, apps=held if vantage == "container" else True)
+        # A container that sees none of the node's GPUs asks its own nvidia-smi: it says why.
+        given, self.reading = (self.reading and container_view(self.reading, self.proc)), None
+        if given and given[0]:
+            gpus, apps, backend, seconds = given
+            if vantage == "container" and not held(set()):
+                apps = None
+        else:
+            gpus, apps, backend, seconds = read_gpus(self.backend, self.nvidia_smi, self.command_timeout,
+                                                     pynvml=self.pynvml, apps=held if vantage == "container" else True)
         for gpu in gpus:
             gpu["processes"] = []
         if vantage == "node":
@@ -315,6 +326,24 @@ class GpuState(object):
         result.update(self._result(snap, selected))
         result["drain_seconds"] = round(seconds, 3)
         return result
+
+
+def container_view(reading, proc=PROC, dev=None):
+    """(gpus, apps, backend, seconds) of the node's reading as this container's nvidia-smi gives them: the GPUs whose
+    device file the container has (by the driver's minor -> UUID, else minor = node index),
+    numbered from 0 in the node's order; the apps (node_readiness gave only this container's, with
+    their PIDs in it) of those GPUs."""
+    try:
+        minors = set(m for m in (device_minor(name) for name in os.listdir(dev or DEV) if name.startswith("nvidia")) if m is not None)
+    except OSError:
+        minors = set()
+    uuids = driver_minor_uuids(proc)
+    wanted = set(uuids[m] for m in minors if m in uuids)
+    gpus = [dict(g) for g in reading["gpus"] if g["uuid"] in wanted or (not uuids and g["index"] in minors)]
+    for number, gpu in enumerate(gpus):
+        gpu["index"] = number
+    kept = set(g["uuid"] for g in gpus)
+    return gpus, [dict(a) for a in reading["apps"] if a["gpu_uuid"] in kept], reading["backend"], reading["seconds"]
 
 
 def no_gpu_result(exc):

@@ -11,6 +11,10 @@ or ``lxc-attach``) and reads itself in its own Python through the bootstrap tran
 failed result of its own, worded by _pct. A container listed without a vmid is read here, in the
 module's own process.
 
+With gpu_read=node the node's GPUs are read once here (nvidia-smi reports host PIDs), each holder
+mapped to its container by /proc/<pid>/cgroup and to its PID there by NSpid (proc/_proc.describe),
+and each container gets the reading in its payload instead of running its own nvidia-smi.
+
 Private to gpufleet.hygiene (leading underscore): not a public API. Runs on the node inside the
 module (ansible.module_utils is there); nothing of it travels into the containers.
 """
@@ -24,6 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import GpuError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import read_gpus as query_gpus
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import describe
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, bad_option, read
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import brief
@@ -90,7 +97,40 @@ def read_containers(jobs, max_parallel, timeout):
         return dict(pool.map(lambda job: read_one(job, timeout), jobs))
 
 
-def read_node(module, containers, max_parallel, timeout, short=False):
+GPU_READS = ("container", "node", "auto")
+
+
+def node_gpus(nvidia_smi, timeout, proc="/proc"):
+    """The node's GPUs, read once: (reading, {vmid: apps}); each app (a GPU holder) with its PID in
+    its container, those that are no container's (the node's own) left out."""
+    gpus, apps, backend, seconds = query_gpus("nvidia-smi", nvidia_smi, timeout, apps=True)
+    by_vmid = {}
+    for app in apps or ():
+        info = describe(app["pid"], proc)
+        if info and info["vmid"] is not None and info["container_pid"] is not None:
+            by_vmid.setdefault(info["vmid"], []).append(dict(app, pid=info["container_pid"]))
+    return {"gpus": gpus, "backend": backend, "seconds": round(seconds, 4)}, by_vmid
+
+
+def gpu_reading(module, gpu_read, nvidia_smi, timeout):
+    """The node's GPU reading for its containers (node_gpus), or None when they read their own:
+    gpu_read=container, or auto on a node without nvidia-smi; a node reading that fails is a
+    warning, and the containers read their own."""
+    if gpu_read == "container":
+        return None
+    path = nvidia_smi or module.get_bin_path("nvidia-smi")
+    if not path:
+        if gpu_read == "node":
+            module.warn("gpu_read=node: nvidia-smi was not found on this node; each container reads its own GPUs")
+        return None
+    try:
+        return node_gpus(path, timeout)
+    except GpuError as exc:
+        module.warn("reading the GPUs on this node failed, each container reads its own: %s" % exc)
+        return None
+
+
+def read_node(module, containers, max_parallel, timeout, short=False, gpus=None):
     """Read every container entry (node_readiness's options), return (results by host, summary):
     each result as the readiness module gives it, plus its warnings as a list (with short: brief()'s
     part of it), each warning also given to module.warn(); the summary counts the containers, the
@@ -113,7 +153,9 @@ def read_node(module, containers, max_parallel, timeout, short=False):
             if blobs is None:
                 blobs = _bootstrap.module_blobs(_bootstrap.module_sources(_bootstrap.loaded_source))
             argv = _pct.exec_argv(vmid, _bootstrap.launcher_argv(entry["python"]), entry["method"], entry["pct_path"], entry["lxc_path"])
-            jobs.append((entry["host"], argv, _bootstrap.payload(blobs[0], blobs[1], options, module.check_mode), entry, vmid))
+            given = None if gpus is None else dict(gpus[0], apps=gpus[1].get(vmid, []))
+            jobs.append((entry["host"], argv, _bootstrap.payload(blobs[0], blobs[1], options, module.check_mode, gpu_reading=given),
+                         entry, vmid))
 
     if jobs:
         results.update(read_containers(jobs, max_parallel or os.cpu_count() or 1, timeout))
@@ -127,4 +169,5 @@ def read_node(module, containers, max_parallel, timeout, short=False):
             # A failed container's checks are those its options asked for: validated when they were valid.
             results[host] = brief(results[host], validated.get(host, entry["args"] or {}))
     failed = sum(1 for r in results.values() if r.get("failed"))
-    return results, {"containers": len(results), "failed": failed, "seconds": round(time.monotonic() - started, 3)}
+    return results, {"containers": len(results), "failed": failed, "seconds": round(time.monotonic() - started, 3),
+                     "gpus": "container" if gpus is None else "node"}

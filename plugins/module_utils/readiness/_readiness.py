@@ -99,11 +99,11 @@ def read_processes(p, warnings):
     return {"changed": False, "processes": found, "count": len(found), "protected": protected}
 
 
-def read_gpus(p, nvidia_smi, check_mode, warnings):
+def read_gpus(p, nvidia_smi, check_mode, warnings, reading=None):
     backend = "nvidia-smi" if p["nvidia_smi"] else "auto"  # as gpu_state: a named nvidia-smi is what is asked
     state = GpuState(backend=backend, nvidia_smi=nvidia_smi, command_timeout=p["command_timeout"], vantage="auto",
                      device_patterns=p["device_patterns"],
-                     threshold_mib=p["threshold_mib"])
+                     threshold_mib=p["threshold_mib"], reading=reading)
     try:
         result = state.run(state="query", wanted=[], check_mode=check_mode, require_gpu=p["require_gpu"])
     except GpufleetError as exc:
@@ -341,9 +341,10 @@ def _late(name, seconds):
                   "does not answer (see the other reads' problems)" % (name, seconds))
 
 
-def read(p, run, which, check_mode=False):
+def read(p, run, which, check_mode=False, gpu_reading=None):
     """Every read of one container and their verdicts: the readiness module's result, with
-    ``warnings`` (each "<read>: <text>") for the caller to show. ``p`` are validated options.
+    ``warnings`` (each "<read>: <text>") for the caller to show. ``p`` are validated options;
+    ``gpu_reading``, the node's reading of its GPUs (node_readiness), replaces this nvidia-smi's.
 
     The reads run in two threads (the GPUs, and /proc then the venv) under one deadline,
     ``read_timeout`` seconds: a read still running then is reported as failed and left behind,
@@ -367,7 +368,7 @@ def read(p, run, which, check_mode=False):
 
     def read_gpus_into_gpu():
         try:
-            keep("gpu_state", read_gpus(p, nvidia_smi, check_mode, notes["gpu_state"]))
+            keep("gpu_state", read_gpus(p, nvidia_smi, check_mode, notes["gpu_state"], gpu_reading))
         except Exception as exc:  # noqa: BLE001 - raised again in the calling thread, as gpu_state itself would
             crashed.append(exc)
 

@@ -132,14 +132,17 @@ def module_blobs(sources):
     return entries, b"".join(parts)
 
 
-def payload(entries, blob, args, check_mode, expand=(), brief=False):
+def payload(entries, blob, args, check_mode, expand=(), brief=False, gpu_reading=None):
     """The launcher's stdin: BOOTSTRAP as one JSON line, one JSON header line, then the modules.
     expand: the options of type path that the target expands (~, $VAR) itself, as AnsibleModule
-    would there; brief: return _record.brief() of the reading."""
+    would there; brief: return _record.brief() of the reading; gpu_reading: the node's reading of
+    its GPUs for this target (node_readiness), read instead of the target's nvidia-smi."""
     import importlib.util
 
     head = {"magic": importlib.util.MAGIC_NUMBER.hex(), "modules": entries, "entry": ENTRY,
             "args": args, "check_mode": bool(check_mode), "expand": list(expand), "brief": bool(brief)}
+    if gpu_reading is not None:
+        head["gpu_reading"] = gpu_reading
     return json.dumps(BOOTSTRAP).encode("utf-8") + b"\n" + json.dumps(head).encode("utf-8") + b"\n" + blob
 
 
@@ -230,7 +233,7 @@ def container_main(head):
             if isinstance(args.get(name), str):
                 args[name] = os.path.expanduser(os.path.expandvars(args[name]))
         reader = __import__(READER, fromlist=["read"])
-        result = reader.read(args, _run, _which, head["check_mode"])
+        result = reader.read(args, _run, _which, head["check_mode"], head.get("gpu_reading"))
         if head.get("brief"):
             result = __import__(RECORD, fromlist=["brief"]).brief(result, args)
     except Exception as exc:  # noqa: BLE001 - reported to the sender as this target's failure, with the traceback
