@@ -75,11 +75,12 @@ def fleet_read_plan(pattern, hostvars, groups, limit=None, read_by="auto", node_
             "container_hosts": [] if node else containers, "node_hosts": list(by_node) if node else []}
 
 
-def fleet_records(hosts, hostvars=None):
+def fleet_records(hosts, hostvars=None, unread=False):
     """The record of every host this run read, from the hosts' variables (hostvars of each host):
     the verify role's verify_result, or, when its read failed before reading (a value refused, a
     template that failed), the record of a host not read, with the read's message. With hostvars,
-    a container read by its node (verify_results of its pve_node) has the record kept there."""
+    a container read by its node (verify_results of its pve_node) has the record kept there. With
+    unread, a host without any record is recorded as not read (no result) instead of left out."""
     out = []
     for hv in hosts:
         if not isinstance(hv, Mapping) or "inventory_hostname" not in hv:
@@ -89,6 +90,9 @@ def fleet_records(hosts, hostvars=None):
             registered = hv["verify_result"]
         elif hostvars is not None and name in _node_records(hostvars, hv.get("pve_node")):
             registered = _node_records(hostvars, hv.get("pve_node"))[name]
+        elif unread:
+            out.append(_record.unread(name, hv.get("pve_node"), hv.get("ansible_pct_vmid")))
+            continue
         else:
             continue  # not read in this run (--limit, or a later batch never ran)
         if not isinstance(registered, Mapping):
