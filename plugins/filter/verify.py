@@ -134,6 +134,7 @@ ALWAYS_GIVEN = (
     ("caches", "verify_caches", None, True, "bool"),
     ("allow_running_job", "verify_allow_running_job", None, False, "bool"),
     ("stall_after", "verify_stall_after", "gpufleet_stall_after", 900, int),
+    ("gpu_health", "verify_gpu_health", "gpufleet_gpu_health", False, "bool"),
 )
 # Left out when empty, so that the module's defaults apply.
 GIVEN_WHEN_SET = (
@@ -145,6 +146,10 @@ GIVEN_WHEN_SET = (
     ("baseline", "verify_baseline", "gpufleet_baseline", "", None),
     ("cache_user", "verify_cache_user", "gpufleet_job.user", "", None),
     ("cache_environment", "verify_cache_environment", "gpufleet_job.env", {}, dict),
+    ("gpu_driver_pin", "verify_gpu_driver_pin", "gpufleet_gpu_driver_pin", "", str),
+    ("job_throughput_pattern", "verify_job_throughput_pattern", "gpufleet_job.throughput_regex", "", None),
+    # Given only above 0, as the role's `| float > 0`.
+    ("job_baseline_tokens_per_s", "verify_job_baseline_tokens_per_s", "gpufleet_job.baseline_tokens_per_s", 0, "positive"),
 )
 ROLE_DEFAULTS = ALWAYS_GIVEN + GIVEN_WHEN_SET
 
@@ -152,6 +157,8 @@ ROLE_DEFAULTS = ALWAYS_GIVEN + GIVEN_WHEN_SET
 def _convert(value, kind):
     if kind == "bool":  # the bool filter's reading
         return boolean(value, strict=False)
+    if kind == "positive":
+        return float(value)
     return kind(value) if kind else value
 
 
@@ -178,6 +185,8 @@ def verify_container_args(hv, cache_vars, overrides=None):
     for rows, always in ((ALWAYS_GIVEN, True), (GIVEN_WHEN_SET, False)):
         for option, role_var, inventory_var, default, kind in rows:
             value = _role_value(hv, overrides, role_var, inventory_var, default)
+            if kind == "positive" and value not in (None, ""):
+                value = _convert(value, kind) if _convert(value, kind) > 0 else None
             if always or value:
                 args[option] = _convert(value, kind)
     if "cache_environment" in args:
