@@ -301,3 +301,30 @@ def test_gpu_healthy_check_in_the_container_that_holds_all_eight(box):
     assert "ecc_uncorrected_volatile" in findings(check["gpus"][3])
     res = module(box, "train-box", "gpufleet.hygiene.readiness", args)
     assert "gpu_healthy" not in [c["name"] for c in res["checks"]]
+
+
+def node_read(box, node, gpu_read, vmids):
+    args = {"nvidia_smi": "/opt/gpufleet/bin/nvidia-smi", "caches": False}
+    containers = [{"host": "train-%d" % v if v != 100 else "train-box", "vmid": v, "args": args} for v in vmids]
+    res = module(box, node, "gpufleet.hygiene.node_readiness",
+                 json.dumps({"containers": containers, "gpu_read": gpu_read, "brief": True,
+                             "nvidia_smi": "%s/bin/nvidia-smi" % STATE}))
+    assert res["read"]["failed"] == 0, res
+    return res
+
+
+@pytest.mark.parametrize("node,vmids", [("pve1", [100]), ("pve2", sorted(SPLIT))])
+def test_gpus_read_once_by_the_node_give_each_container_its_own_reading(box, node, vmids):
+    """node_readiness with gpu_read=node runs nvidia-smi once on the node and hands each container
+    the GPUs passed through to it, holders mapped by cgroup and named by their PID inside: every
+    container's checks and GPUs are those its own nvidia-smi gives (gpu_read=container)."""
+    by_node = node_read(box, node, "node", vmids)
+    by_container = node_read(box, node, "container", vmids)
+    assert (by_node["read"]["gpus"], by_container["read"]["gpus"]) == ("node", "container")
+    for host, mine in by_container["containers"].items():
+        theirs = by_node["containers"][host]
+        assert theirs["gpus"] == mine["gpus"], host
+        assert [(c["name"], c["ok"], c["summary"]) for c in theirs["checks"]] == \
+            [(c["name"], c["ok"], c["summary"]) for c in mine["checks"]], host
+    # Holders really there: every GPU of every container held (the job, or 201's MIG worker).
+    assert all(g["processes"] for r in by_node["containers"].values() for g in r["gpus"])
