@@ -39,7 +39,7 @@ def _resolve(groups, pattern):
         raise AnsibleFilterError("fleet_read_plan: cannot resolve %r: %s" % (pattern, exc)) from None
 
 
-def fleet_read_plan(pattern, hostvars, groups, limit=None, read_by="auto", node_read_from=16):
+def fleet_read_plan(pattern, hostvars, groups, limit=None, read_by="auto", node_read_from=8):
     """How a run reads the containers of a host pattern: by container (one host per container) or
     by node (the nodes are the play's hosts, one node_readiness run each). ``by``, the
     ``containers`` read, ``by_node`` (node: [containers]), and the hosts of each path's play:
@@ -70,7 +70,10 @@ def fleet_read_plan(pattern, hostvars, groups, limit=None, read_by="auto", node_
                                  "run's hosts (pve_node, reached through %s): %s" % (PCT, ", ".join(without)))
     # A limit from a file (@retry) may leave the nodes out: auto then reads by container.
     from_file = bool(limit) and str(limit).startswith("@")
-    node = read_by == "node" or (read_by == "auto" and not without and not from_file and len(containers) >= threshold)
+    # By node from node_read_from containers a node on average: a node read costs one module run on
+    # the node, which pays off only over enough containers (docs/benchmarks.md, "At scale").
+    many = bool(by_node) and len(containers) >= threshold * len(by_node)
+    node = read_by == "node" or (read_by == "auto" and not without and not from_file and many)
     return {"by": "node" if node else "container", "containers": containers, "by_node": by_node if node else {},
             "container_hosts": [] if node else containers, "node_hosts": list(by_node) if node else []}
 

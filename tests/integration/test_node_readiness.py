@@ -189,7 +189,10 @@ def test_hygiene_read_by_node_reports_each_container_as_reading_by_container(fle
 
 def test_auto_reads_by_node_from_the_threshold_and_by_container_below_it_or_for_one_container(fleet, ansible_cli):
     running, limit = running_and_nodes(fleet)
-    for threshold, how in ((len(running), "node"), (len(running) + 1, "container")):
+    nodes = len({n["name"] for n in fleet["nodes"] if any(c["running"] for c in n["containers"])})
+    # Containers a node on average: at it by node, one above it by container.
+    per_node = len(running) // nodes
+    for threshold, how in ((per_node, "node"), (per_node + 1, "container")):
         res = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", limit, "-e", "gpufleet_node_read_from=%d" % threshold)
         assert read_by(res.stdout) == how, threshold
         assert len(verdicts(res.stdout)[0]) == len(running) + 1

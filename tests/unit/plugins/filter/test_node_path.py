@@ -102,12 +102,17 @@ def fleet(n_nodes=2, per_node=3, **extra):
 
 
 def test_auto_reads_by_node_from_the_threshold_on():
+    """The threshold counts containers a node, on average: 2 nodes of 3 read by node at 3, not at 4."""
     hostvars, groups = fleet()
-    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto", 6)
+    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto", 3)
     assert plan["by"] == "node" and plan["container_hosts"] == [] and plan["node_hosts"] == ["pve1", "pve2"]
     assert plan["by_node"] == {"pve1": ["ct10", "ct11", "ct12"], "pve2": ["ct20", "ct21", "ct22"]}
-    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto", 7)
+    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto", 4)
     assert plan["by"] == "container" and plan["container_hosts"] == groups["pve_containers"] and plan["node_hosts"] == []
+    # One node of six: by node at 6, not at 7.
+    hostvars, groups = fleet(n_nodes=1, per_node=6)
+    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto", 6)["by"] == "node"
+    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto", 7)["by"] == "container"
     assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "container", 1)["by"] == "container"
 
 
