@@ -103,6 +103,10 @@ options:
         running C(nvidia-smi) itself; it still finds the holders of its device files in its own C(/proc).
         A container that has none of the node's GPUs, and every container when the node's reading fails
         (with a warning), reads its own.
+      - With V(node), for the containers whose options ask for C(gpu_health), the node also reads its kernel log
+        once (as root there, where a container's root seldom may) and folds its Xid events into each such
+        container's C(gpu_healthy) check, matched by GPU UUID (M(gpufleet.hygiene.gpu_health) explains every code);
+        a container whose check then fails is not ready. A log the node cannot read is a warning.
       - V(auto) - V(node) when the node has C(nvidia-smi) (O(nvidia_smi), else on C(PATH)), else V(container).
     type: str
     choices: [container, node, auto]
@@ -164,14 +168,16 @@ read:
   description:
     - How many containers were read, how many of them could not be, the seconds taken, and where the GPUs
       were read (C(gpus) - V(node) or V(container), see O(gpu_read)).
+    - With the GPUs read on the node, C(xid_events) - the Xid events in the node's kernel log, or null when it was
+      not read (no container asked for C(gpu_health), or the log could not be read).
   returned: always
   type: dict
-  sample: {containers: 2, failed: 0, seconds: 0.41, gpus: node}
+  sample: {containers: 2, failed: 0, seconds: 0.41, gpus: node, xid_events: 0}
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import GPU_READS, gpu_reading, read_node
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import GPU_READS, fold_node_health, gpu_reading, read_node
 
 
 def main():
@@ -208,6 +214,8 @@ def main():
         module.fail_json(msg="command_timeout must be more than 0 (got %s)" % p["command_timeout"])
     gpus = gpu_reading(module, p["gpu_read"], p["nvidia_smi"], p["command_timeout"])
     results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], short=p["brief"], gpus=gpus)
+    if gpus is not None:
+        summary["xid_events"] = fold_node_health(module, results, p["containers"], p["nvidia_smi"], p["command_timeout"])
     module.exit_json(changed=False, containers=results, read=summary)
 
 

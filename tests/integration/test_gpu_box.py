@@ -303,8 +303,8 @@ def test_gpu_healthy_check_in_the_container_that_holds_all_eight(box):
     assert "gpu_healthy" not in [c["name"] for c in res["checks"]]
 
 
-def node_read(box, node, gpu_read, vmids):
-    args = {"nvidia_smi": "/opt/gpufleet/bin/nvidia-smi", "caches": False}
+def node_read(box, node, gpu_read, vmids, **extra):
+    args = dict({"nvidia_smi": "/opt/gpufleet/bin/nvidia-smi", "caches": False}, **extra)
     containers = [{"host": "train-%d" % v if v != 100 else "train-box", "vmid": v, "args": args} for v in vmids]
     res = module(box, node, "gpufleet.hygiene.node_readiness",
                  json.dumps({"containers": containers, "gpu_read": gpu_read, "brief": True,
@@ -328,3 +328,22 @@ def test_gpus_read_once_by_the_node_give_each_container_its_own_reading(box, nod
             [(c["name"], c["ok"], c["summary"]) for c in mine["checks"]], host
     # Holders really there: every GPU of every container held (the job, or 201's MIG worker).
     assert all(g["processes"] for r in by_node["containers"].values() for g in r["gpus"])
+
+
+def test_the_node_s_xid_events_reach_the_container_that_uses_the_gpu(box):
+    """An Xid 79 (fallen off the bus) of pve1's GPU 6 in the kernel log: read on the node, it makes
+    GPU 6 of train-box (the container that holds it) unhealthy and the container not ready; the
+    container's own read, without the kernel log, does not see it."""
+    kmsg_xid("00000000:1E:00.0", 79)
+    by_node = node_read(box, "pve1", "node", [100], gpu_health=True)
+    assert by_node["read"]["gpus"] == "node" and by_node["read"]["xid_events"] >= 1
+    reading = by_node["containers"]["train-box"]
+    [check] = [c for c in reading["checks"] if c["name"] == "gpu_healthy"]
+    gpu6 = check["gpus"][6]
+    assert gpu6["uuid"] == box["uuids"]["pve1"][6] and gpu6["xid_events"].get("79", 0) >= 1
+    assert "xid_79" in findings(gpu6) and not gpu6["healthy"]
+    assert check["ok"] is False and "xid_79" in check["summary"] and reading["ready"] is False
+    by_container = node_read(box, "pve1", "container", [100], gpu_health=True)
+    [own] = [c for c in by_container["containers"]["train-box"]["checks"] if c["name"] == "gpu_healthy"]
+    assert own["gpus"][6]["healthy"] and "xid_79" not in findings(own["gpus"][6])
+    assert by_container["read"].get("xid_events") is None

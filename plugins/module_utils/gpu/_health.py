@@ -697,18 +697,58 @@ def check_record(health):
             "ecc": g["ecc"], "remapped_rows": g["remapped_rows"], "retired_pages": g["retired_pages"],
             "throttle": g["throttle"] or [], "pcie": g["pcie"], "persistence_mode": g["persistence_mode"], "mig": g["mig"],
             "xid_events": dict((str(e["xid"]), sum(1 for x in g["xid"] if x["xid"] == e["xid"])) for e in g["xid"])})
-    bad = [f for g in gpus for f in g["findings"] if f["severity"] == "fail"] + [
-        f for f in health["findings"] if f["severity"] == "fail"]
-    if health["error"]:
-        summary = health["error"]
-    elif not bad:
-        warn = sum(1 for g in gpus for f in g["findings"] if f["severity"] == "warn") + sum(
-            1 for f in health["findings"] if f["severity"] == "warn")
-        summary = "%s healthy%s" % (_plural(len(gpus), "GPU"), "; %s" % _plural(warn, "warning") if warn else "")
-    else:
-        parts = ["GPU %s: %s" % (g["index"], ", ".join(f["code"] for f in g["findings"] if f["severity"] == "fail"))
-                 for g in gpus if not g["healthy"]]
-        parts += [f["code"] for f in health["findings"] if f["severity"] == "fail"]
-        summary = "; ".join(parts)
     return {"name": "gpu_healthy", "severity": "fail", "ok": bool(health["healthy"]), "error": health["error"],
-            "summary": summary, "gpus": gpus, "driver": dict(health["driver"]), "findings": health["findings"]}
+            "summary": check_summary(gpus, health["findings"], health["error"]), "gpus": gpus,
+            "driver": dict(health["driver"]), "findings": health["findings"]}
+
+
+def check_summary(gpus, findings, error):
+    """The gpu_healthy check's one line: the read's error, else the fail findings of each GPU and
+    of the host, else how many GPUs are healthy and the warnings."""
+    if error:
+        return error
+    bad = [f for g in gpus for f in g["findings"] if f["severity"] == "fail"] + [f for f in findings if f["severity"] == "fail"]
+    if not bad:
+        warn = sum(1 for g in gpus for f in g["findings"] if f["severity"] == "warn") + sum(
+            1 for f in findings if f["severity"] == "warn")
+        return "%s healthy%s" % (_plural(len(gpus), "GPU"), "; %s" % _plural(warn, "warning") if warn else "")
+    parts = ["GPU %s: %s" % (g["index"], ", ".join(f["code"] for f in g["findings"] if f["severity"] == "fail"))
+             for g in gpus if not g["healthy"]]
+    parts += [f["code"] for f in findings if f["severity"] == "fail"]
+    return "; ".join(parts)
+
+
+def node_xid(health):
+    """{GPU UUID: (xid counts, xid findings)} of a node's health read with the kernel log: what the
+    node's kernel said of each GPU, to fold into the checks of the containers that use them."""
+    out = {}
+    for g in health["gpus"]:
+        if g.get("uuid") and g.get("xid"):
+            counts = {}
+            for event in g["xid"]:
+                counts[str(event["xid"])] = counts.get(str(event["xid"]), 0) + 1
+            out[g["uuid"]] = (counts, [f for f in g["findings"] if f["code"].startswith("xid_")])
+    return out
+
+
+def fold_node_xid(check, by_uuid):
+    """Fold the node's Xid events (node_xid) into a container's gpu_healthy check, each GPU matched
+    by its UUID (a container numbers its GPUs from 0; the UUID is the GPU's own): its xid_events,
+    its findings, its health, the check's verdict and line. True when the check changed."""
+    changed = False
+    for g in check.get("gpus") or ():
+        counts, found = by_uuid.get(g.get("uuid"), ({}, []))
+        if not counts:
+            continue
+        g["xid_events"] = counts
+        have = set(f["code"] for f in g["findings"])
+        g["findings"] = sorted(g["findings"] + [f for f in found if f["code"] not in have],
+                               key=lambda f: SEVERITY_ORDER.index(f["severity"]))
+        g["healthy"] = not any(f["severity"] == "fail" for f in g["findings"])
+        changed = True
+    if changed:
+        findings = check.get("findings") or []
+        check["ok"] = not check.get("error") and all(g["healthy"] for g in check["gpus"]) and not any(
+            f["severity"] == "fail" for f in findings)
+        check["summary"] = check_summary(check["gpus"], findings, check.get("error"))
+    return changed

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import fold_node_xid, node_xid, read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import GpuError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import read_gpus as query_gpus
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import describe
@@ -128,6 +129,29 @@ def gpu_reading(module, gpu_read, nvidia_smi, timeout):
     except GpuError as exc:
         module.warn("reading the GPUs on this node failed, each container reads its own: %s" % exc)
         return None
+
+
+def fold_node_health(module, results, containers, nvidia_smi, timeout):
+    """With the GPUs read on the node: the node's kernel log, read once here as root (a
+    container's root seldom may: dmesg_restrict, an unprivileged container), its Xid events folded
+    into the gpu_healthy check of each container that asked for gpu_health, matched by GPU UUID
+    (_health.fold_node_xid); a check that fails now makes its container not ready. The number of
+    Xid events the log holds, or None when it was not read (nobody asked, or it could not be)."""
+    asked = [e["host"] for e in containers if str((e.get("args") or {}).get("gpu_health")).lower() in ("true", "yes", "1", "on")]
+    if not asked:
+        return None
+    health = read_health(source="auto", nvidia_smi=nvidia_smi or module.get_bin_path("nvidia-smi"), timeout=timeout,
+                         kernel_log=True, dmesg=module.get_bin_path("dmesg"))
+    if not health["kernel_log"]["read"]:
+        module.warn("the node's kernel log could not be read, Xid events not checked: %s" % health["kernel_log"]["problem"])
+        return None
+    by_uuid = node_xid(health)
+    for host in asked:
+        result = results.get(host) or {}
+        for check in result.get("checks") or ():
+            if check.get("name") == "gpu_healthy" and fold_node_xid(check, by_uuid) and not check["ok"]:
+                result["ready"] = False
+    return len(health["kernel_log"]["events"])
 
 
 def read_node(module, containers, max_parallel, timeout, short=False, gpus=None):

@@ -534,3 +534,30 @@ def test_junit_names_the_failing_findings_and_what_to_do():
     xml = render_junit(build_run(hosts, "t", parse_timestamp("2026-12-01T15:00:00Z")))
     assert 'name="gpu_healthy"' in xml and "GPU 0: remapped_rows_pending: a row remapping is pending" in xml
     assert "GPU 0: xid_79: Xid 79 x1" in xml and "xid_48: Xid 48 on PCI 0000:41:00" in xml
+
+
+def health_record(events=None):
+    driver, gpus, host = health_of_xml(H200_XML, events=events, kernel_log=events is not None)
+    return {"gpus": gpus, "driver": {"version": driver, "pin": None}, "findings": host, "error": None,
+            "healthy": all(g["healthy"] for g in gpus) and not any(f["severity"] == "fail" for f in host)}
+
+
+def test_the_node_s_xid_events_fold_into_a_container_s_check_by_uuid():
+    """The container's cheap read has no kernel log; the node's Xid events for the same GPU (by its
+    UUID) make it unhealthy there, with the node's findings, counts and a new line."""
+    node = health_record(events=_xid.parse_dmesg(DMESG))
+    by_uuid = _health.node_xid(node)
+    check = check_record(health_record())
+    assert check["ok"] and check["gpus"][0]["xid_events"] == {}
+    before = dict(check["gpus"][0])
+    assert _health.fold_node_xid(check, by_uuid) is True
+    gpu = check["gpus"][0]
+    assert gpu["xid_events"] == {"13": 1, "79": 1}
+    assert {"xid_13", "xid_79"} <= set(codes(gpu["findings"])) and not gpu["healthy"]
+    assert check["ok"] is False and "xid_79" in check["summary"]
+    assert [f for f in gpu["findings"] if not f["code"].startswith("xid_")] == before["findings"]
+    # Folding again adds nothing twice; another GPU's events change nothing.
+    _health.fold_node_xid(check, by_uuid)
+    assert codes(gpu["findings"]).count("xid_79") == 1
+    other = check_record(health_record())
+    assert _health.fold_node_xid(other, {"GPU-another": by_uuid[gpu["uuid"]]}) is False and other["ok"]
