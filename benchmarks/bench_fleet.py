@@ -114,7 +114,7 @@ NAMES = {
     "A": "A seeds' one-liners (ssh + pct exec per container, parallel)",
     "A2": "A2 one-liners over one ssh master per node (lxc-attach, parallel)",
     "P": "P pyinfra 3 (one-liners per container, over ssh to the nodes)",
-    "B": "B preflight.yml (pct connection; reads by node from 16 containers)",
+    "B": "B preflight.yml (pct connection; reads by node from 8 containers a node)",
     "BC": "BC preflight.yml read by container (gpufleet_read_by=container)",
     "BH": "BH preflight.yml with GPU health (gpufleet_gpu_health=true)",
     "C": "C shell tasks over proxmox_pct_remote",
