@@ -116,7 +116,15 @@ def diff(before, after):
         return pid in aproc and aproc[pid]["start_time"] == bproc[pid]["start_time"] and aproc[pid]["state"] not in ("Z", "X")
 
     bf, af = before["files"], after["files"]
+    own = dict((p, v) for p, v in list(bf.items()) + list(af.items()) if is_own_state(p))
+    bf = dict((p, v) for p, v in bf.items() if p not in own)
+    af = dict((p, v) for p, v in af.items() if p not in own)
+    ob = dict((p, v) for p, v in before["files"].items() if p in own)
+    oa = dict((p, v) for p, v in after["files"].items() if p in own)
     return {
+        # The collection's own root-owned state (the evidence cache): apart, each test says what it may hold.
+        "own_state": {"removed": sorted(p for p in ob if p not in oa), "added": sorted(p for p in oa if p not in ob),
+                      "changed": sorted(p for p in ob if p in oa and ob[p] != oa[p])},
         "packages": {
             "removed": sorted(n for n in bp if n not in ap),
             "added": sorted(n for n in ap if n not in bp),
@@ -144,6 +152,26 @@ def under(paths, *roots):
 def outside(paths, *roots):
     inside = set(under(paths, *roots))
     return sorted(p for p in paths if p not in inside)
+
+
+# Where the collection keeps state of its own in a container (root's, 0700): the evidence cache.
+OWN_STATE = ("/var/cache/gpufleet-hygiene",)
+
+
+def is_own_state(path):
+    return any(path == root or path.startswith(root + "/") for root in OWN_STATE)
+
+
+def own_state_is_root_only(d, after):
+    """What the step added or changed under OWN_STATE: directories root's 0700, files root's 0600
+    (the evidence cache's JSON), nothing else. The paths, for the caller's message."""
+    touched = d["own_state"]["added"] + d["own_state"]["changed"]
+    for path in touched:
+        kind = after["files"][path].split(" ")
+        assert (kind[0], kind[1], kind[2]) in (("d", "700", "0"), ("f", "600", "0")) or (
+            kind[0] == "d" and path.count("/") < 4 and kind[2] == "0"), (path, after["files"][path])
+        assert kind[0] == "d" or path.endswith(".json"), path
+    return touched
 
 
 def is_empty(d):

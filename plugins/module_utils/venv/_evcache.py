@@ -105,7 +105,15 @@ def _trusted_dir(st, final):
 
 def _open_dir(path):
     """The cache directory as a _tree.Dir, made (0700) when missing; None when it is not safe:
-    a link on the way, an ancestor another user could change, a directory not root's alone."""
+    a link on the way, an ancestor another user could change, a directory not root's alone.
+    Only the cache's own two directories are made (gpufleet-hygiene/evidence of DEFAULT_DIR, the
+    last two of another path): a container without /var/cache gets none made for it, and no cache."""
+    base = os.path.dirname(os.path.dirname(path))
+    try:
+        if not stat.S_ISDIR(os.lstat(base).st_mode):
+            return None
+    except OSError:
+        return None
     try:
         top = _tree.make_dirs(path, mode=0o700)
     except (OSError, ValueError, _tree.UnsafePath):

@@ -343,3 +343,11 @@ def test_the_module_option(venv, tmp_path, run_module, monkeypatch):
         result.pop("invocation")
     assert on == off == again
     assert names(on)
+
+
+def test_only_the_cache_s_own_two_directories_are_made(venv, tmp_path):
+    """A cache path whose grandparent is missing (a container without /var/cache) gets no
+    directory made for it and no cache; the scan is the same."""
+    deep = tmp_path / "missing" / "cache" / "evidence"
+    assert full(venv, str(deep)) == full(venv, False)
+    assert not (tmp_path / "missing").exists()
