@@ -297,7 +297,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     "pve_name": row.get("name") or "",
                     "pve_status": row["status"],
                     "pve_lock": row.get("lock") or "",
-                    "pve_gpus": ["/dev/nvidia%d" % i for i in gpus],
+                    "pve_gpus": ["/dev/nvidia%s" % i for i in gpus],
                     "pve_gpu_indices": gpus,
                     "pve_gpu_all": passthrough["all"],
                     "pve_nvidia_devices": passthrough["devices"],

@@ -125,7 +125,6 @@ def test_preflight_fails_a_bad_value_by_the_option_that_took_it(fleet, ansible_c
     assert "failed=1" in line and "unreachable=0" in line, line
 
 
-
 PREFLIGHT = os.path.join(REPO, "playbooks", "preflight.yml")
 HYGIENE = os.path.join(REPO, "playbooks", "hygiene.yml")
 NODE_TASK = "TASK [gpufleet.hygiene.verify : Read the containers' processes, GPUs, venvs, packages and caches on the node]"

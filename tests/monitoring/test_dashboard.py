@@ -107,6 +107,6 @@ def test_the_alert_thresholds_and_the_dashboards_agree(dash):
     """The throughput panel's red line and the rules' gate are the same fraction."""
     [gate] = [r for r in alert_rules() if r["alert"] == "GpuFleetThroughputBelowGate"]
     fraction = float(re.search(r"< ([\d.]+) \*", gate["expr"]).group(1))
-    [bar] = [p for p in panels(dash) if p["title"] == "Throughput / baseline"]
-    steps = bar["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    [gauge] = [p for p in panels(dash) if p["title"] == "Throughput / baseline"]
+    steps = gauge["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert [s["value"] for s in steps if s["color"] == "green"] == [fraction]

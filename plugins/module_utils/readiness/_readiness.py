@@ -47,7 +47,7 @@ ARGUMENT_SPEC = dict(
     job_log=dict(type="path"),
     stall_after=dict(type="int", default=DEFAULT_STALL_AFTER),
     job_throughput_pattern=dict(type="str"),
-    job_baseline_tokens_per_s=dict(type="float"),
+    job_baseline_tokens_per_s=dict(no_log=False, type="float"),
     strict_baseline=dict(type="bool", default=False),
     read_timeout=dict(type="float", default=120),
     evidence_cache=dict(type="raw", default=True),

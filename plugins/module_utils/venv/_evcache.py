@@ -291,4 +291,3 @@ class EvidenceCache(object):
             return
         self.shared = {"key": key["digest"], "entries": entries, "problems": problems}
         self.dirty = True
-

@@ -110,6 +110,7 @@ def _health_samples(add, h, check):
         if pcie.get("width") is not None or pcie.get("gen") is not None:
             add("gpu_pcie_degraded", gl, any(f.get("code") in PCIE_FINDINGS for f in g.get("findings", [])))
 
+
 def _job_samples(add, h):
     """The job's last tok/s and its baseline, from job_live's throughput (absent when unknown)."""
     rate = next((c.get("throughput") for c in h["checks"] if c["name"] == "job_live"), None) or {}

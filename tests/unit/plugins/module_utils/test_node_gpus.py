@@ -110,6 +110,8 @@ def test_a_container_without_any_of_the_nodes_gpus_asks_its_own_nvidia_smi(tmp_p
 
 
 def test_the_payload_carries_the_reading_only_when_given():
-    head = lambda data: __import__("json").loads(data.split(b"\n")[1])  # noqa: E731
+    def head(data):
+        return __import__("json").loads(data.split(b"\n")[1])
+
     assert "gpu_reading" not in head(_bootstrap.payload([], b"", {}, False))
     assert head(_bootstrap.payload([], b"", {}, False, gpu_reading=READING))["gpu_reading"] == READING

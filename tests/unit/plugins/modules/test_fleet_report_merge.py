@@ -17,7 +17,7 @@ import pytest
 from ansible.errors import AnsibleActionFail
 from fleet_sample import RUN_STARTED, realistic_fleet
 from test_fleet_report import FILES, REPO, args
-from test_fleet_report import run_action as fleet_report_action  # noqa: F401 (a fixture, by this name)
+from test_fleet_report import run_action as fleet_report_action  # noqa: F401 pylint: disable=unused-import
 
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._merge import earliest_start, merge_slices
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema import ReportError
@@ -67,8 +67,8 @@ def test_the_merged_report_is_the_unsliced_report(act, tmp_path, count):
     assert not whole.get("failed"), whole
     dirs = write_slices(act, tmp_path, count)
     # A slice named by its directory or by its report.json alike.
-    merged = act(dict(args(tmp_path / "merged", merge_from=dirs[:1] + [os.path.join(d, "report.json") for d in dirs[1:]]),
-                             hosts=None, run_started=None))
+    merge_from = dirs[:1] + [os.path.join(d, "report.json") for d in dirs[1:]]
+    merged = act(dict(args(tmp_path / "merged", merge_from=merge_from), hosts=None, run_started=None))
     assert not merged.get("failed"), merged
     for name in FILES.values():
         assert read(str(tmp_path / "merged" / name)) == read(str(tmp_path / "whole" / name)), name
