@@ -204,11 +204,7 @@ def test_a_racy_entry_is_not_kept(venv, tmp_path, monkeypatch):
 
 def _as_nobody(code, *args):
     """Python ``code`` run as uid/gid 65534 (the venv's owner, say): its rc and output."""
-    def drop():
-        os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
-    proc = subprocess.run(["python3", "-c", code] + list(args), preexec_fn=drop,  # noqa: PLW1509
+    proc = subprocess.run(["python3", "-c", code] + list(args), user=NOBODY, group=NOBODY, extra_groups=[],
                           capture_output=True, text=True, check=False)
     return proc.returncode, proc.stdout + proc.stderr
 

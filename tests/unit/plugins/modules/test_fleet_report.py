@@ -113,26 +113,27 @@ def parse_prometheus(text):
 # ------------------------------------------------------------------------------------------
 
 
+def run_fleet_report(args, check_mode=False, diff=False):
+    """Run the fleet_report action with args as a task would; return its result."""
+    task = Task()
+    task.action = ACTION
+    task.args = dict(args)
+    task.check_mode = check_mode
+    task.diff = diff
+    loader, play_context = DataLoader(), PlayContext()
+    # The connection a task always has; the action uses none of it (it writes on the controller).
+    connection = connection_loader.get("ansible.builtin.local", play_context)
+    action = action_loader.get(ACTION, task=task, connection=connection, play_context=play_context, loader=loader,
+                               templar=Templar(loader=loader), shared_loader_obj=None)
+    result = action.run(task_vars={})
+    assert "deprecations" not in result, result["deprecations"]
+    return result
+
+
 @pytest.fixture
 def run_action():
-    """Run the fleet_report action with args as a task would; return its result."""
-
-    def _run(args, check_mode=False, diff=False):
-        task = Task()
-        task.action = ACTION
-        task.args = dict(args)
-        task.check_mode = check_mode
-        task.diff = diff
-        loader, play_context = DataLoader(), PlayContext()
-        # The connection a task always has; the action uses none of it (it writes on the controller).
-        connection = connection_loader.get("ansible.builtin.local", play_context)
-        action = action_loader.get(ACTION, task=task, connection=connection, play_context=play_context, loader=loader,
-                                   templar=Templar(loader=loader), shared_loader_obj=None)
-        result = action.run(task_vars={})
-        assert "deprecations" not in result, result["deprecations"]
-        return result
-
-    return _run
+    """run_fleet_report, for the tests that take it as a fixture."""
+    return run_fleet_report
 
 
 def args(dest, **kw):

@@ -16,8 +16,7 @@ import os
 import pytest
 from ansible.errors import AnsibleActionFail
 from fleet_sample import RUN_STARTED, realistic_fleet
-from test_fleet_report import FILES, REPO, args
-from test_fleet_report import run_action as fleet_report_action  # noqa: F401 pylint: disable=unused-import
+from test_fleet_report import FILES, REPO, args, run_fleet_report
 
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._merge import earliest_start, merge_slices
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema import ReportError
@@ -28,9 +27,9 @@ _spec.loader.exec_module(run_sliced)
 
 
 @pytest.fixture
-def act(fleet_report_action):  # noqa: F811 (the imported fixture, requested)
-    """fleet_report's action run as a task would (test_fleet_report's fixture)."""
-    return fleet_report_action
+def act():
+    """fleet_report's action run as a task would."""
+    return run_fleet_report
 
 
 def read(path):
