@@ -463,3 +463,87 @@ def test_a_record_others_may_write_is_not_trusted(run_module, tmp_path, seed_whe
     result = run_module(cuda_contamination.main, dict(venv=venv))
     assert result["restore_pending"] == []
     assert any("cannot be read" in p and "writable by another user" in p for p in result["problems"]), result["problems"]
+
+
+# ------------------------------------- restore through directory handles (the venv's owner swaps)
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def reachable():
+    """A directory another user can reach (the tests' own are root's alone)."""
+    import shutil
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="gpufleet-owned-", dir="/tmp")
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+SWAP_PTH = (
+    "import os; s, t, m = %r, %r, %r; d = os.path.join(s, 'shared'); "
+    "open(m, 'a').write('%%d\\n' %% os.getuid()); "
+    "os.path.isdir(d) and not os.path.islink(d) and "
+    "(os.rename(d, os.path.join(s, '.shared-real')), os.symlink(t, d))\n")
+
+
+def _nobody_venv_sharing_a_file(root, wheels, seed_pip=False):
+    """A real venv of nobody's: keeppkg (kept) and droppkg 1.0+cu130 (removed) both install
+    shared/ld.so.preload, with the same bytes; a .pth line of nobody's swaps site/shared for a
+    link to ``target`` at every start of the interpreter, and writes its uid to ``marker``."""
+    import subprocess
+
+    venv = os.path.join(root, "venv")
+    # An interpreter another user can run (the tests' own may sit under root's home).
+    if seed_pip:
+        subprocess.run(["/usr/bin/python3.11", "-m", "venv", venv], check=True)
+    else:
+        subprocess.run([UV, "venv", "--quiet", "--python", "/usr/bin/python3.11", venv], check=True)
+    subprocess.run([UV, "pip", "install", "--quiet", "--link-mode", "copy", "--python", os.path.join(venv, "bin", "python"),
+                    "--no-index", "--find-links", wheels, "keeppkg==1.0", "droppkg==1.0+cu130"], check=True)
+    site = _contamination.Venv(venv, None).own_site_dirs[0]
+    target = os.path.join(root, "rootonly")
+    os.mkdir(target, 0o700)  # root's alone: nobody can create anything in it
+    marker = os.path.join(root, "pth-ran-as")
+    open(marker, "w").close()
+    with open(os.path.join(site, "zz_swap.pth"), "w") as f:
+        f.write(SWAP_PTH % (site, target, marker))
+    subprocess.run(["chown", "-R", "%d:%d" % (NOBODY, NOBODY), venv, marker], check=True)
+    return venv, site, target, marker
+
+
+@pytest.fixture(scope="session")
+def sharing_wheels(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("sharing"))
+    body = "/tmp/the-venv-owner-s-library.so\n"
+    build_wheel(out, "keeppkg", "1.0", {"keeppkg/__init__.py": "", "shared/ld.so.preload": body})
+    build_wheel(out, "droppkg", "1.0+cu130", {"droppkg/__init__.py": "", "shared/ld.so.preload": body})
+    return out
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_a_swapped_directory_during_the_uninstall_is_never_followed_by_the_restore(
+        run_module, reachable, sharing_wheels, state_dir, installer):
+    """The venv's owner swaps a directory for a link to a root-only one from a .pth line that runs
+    (as them) during the uninstall; the kept file is put back through handles re-walked from the
+    site directory, so the link is refused and named, and nothing appears in the root-only directory."""
+    venv, site, target, marker = _nobody_venv_sharing_a_file(reachable, sharing_wheels, seed_pip=(installer == "pip"))
+    result = run_module(cuda_contamination.main, dict(venv=venv, remove=True, expected_cuda="12", installer=installer))
+    # The .pth line ran during the uninstall, as the venv's owner, and swapped the directory.
+    with open(marker) as f:
+        ran = f.read().split()
+    assert ran and set(ran) == {str(NOBODY)}, ran
+    assert os.path.islink(os.path.join(site, "shared"))
+    # Root created nothing in the root-only directory.
+    assert os.listdir(target) == []
+    # pip removes what the link hides; uv stops at the file it may not remove there, and says so.
+    assert [r["name"] for r in result["removed"]] == (["droppkg"] if installer == "pip" else []), result["msg"]
+    assert installer == "pip" or "uv exited" in result["msg"]
+    # The refusal is named, and the keeper that lost its file is reported until it is back.
+    assert result["failed"]
+    assert "shared/ld.so.preload" in result["msg"] and "symbolic link" in result["msg"], result["msg"]
+    assert [p["name"] for p in result["restore_pending"]] == ["keeppkg"]
+    # The stash was root's, outside the venv: nothing of it is left in the user's tree.
+    assert not [n for n in os.listdir(venv) if n.startswith(".gpufleet")]
