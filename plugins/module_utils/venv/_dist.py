@@ -139,7 +139,7 @@ def parse_record(data, what="RECORD", problems=None, site_dir=None):
     # Without a quote character no field holds a comma, and splitting from the right is
     # exact and cheaper than the csv module; otherwise let csv do the unquoting.
     reader = (line.rsplit(",", 2) for line in lines) if '"' not in text else csv.reader(lines)
-    bad = 0
+    bad = refused = 0
     try:
         for lineno, row in enumerate(reader, 1):
             if not row or not row[0]:
@@ -164,13 +164,52 @@ def parse_record(data, what="RECORD", problems=None, site_dir=None):
             if prefix is None:
                 append((path, algo, digest, size))
             elif path[0] == "/" or ".." in path or "./" in path or "//" in path:
-                append((os.path.normpath(os.path.join(site_dir, path)), path, algo, digest, size))
+                abs_path = os.path.normpath(os.path.join(site_dir, path))
+                why = outside_row(site_dir, path, abs_path)
+                if why:
+                    refused += 1
+                    if refused <= _LISTED:
+                        problems.append(_REFUSED % (what, lineno, path[:200], why))
+                    continue
+                append((abs_path, path, algo, digest, size))
             else:
                 append((prefix + path, path, algo, digest, size))
     except csv.Error as exc:
         problems.append("%s is not valid CSV: %s" % (what, exc))
     _count_more(problems, what, "malformed hashes or sizes", bad)
+    _count_more(problems, what, "rows naming a file outside the environment (refused)", refused)
     return rows
+
+
+# A RECORD row is a path relative to the site directory. Installers write rows with `..` for
+# what goes beside it (bin/ scripts, include/, share/), always below the environment's prefix:
+# a row that is absolute or leaves the prefix names a file of somebody else, and is refused.
+_REFUSED = ("%s line %d names %r, %s: refused (never read, removed nor put back); an installer writes only "
+            "below the environment, so this RECORD was written by hand: reinstall the package")
+
+
+def environment_prefix(site_dir):
+    """The directory an environment's installer writes below, for its site directory:
+    ``<prefix>/lib/pythonX.Y/site-packages`` (or dist-packages, lib64, ``Lib/site-packages``,
+    ``lib/python3/dist-packages``) gives ``<prefix>``; any other directory is its own prefix."""
+    head = os.path.normpath(site_dir)
+    if os.path.basename(head) in ("site-packages", "dist-packages"):
+        head = os.path.dirname(head)
+        if os.path.basename(head).startswith("python"):
+            head = os.path.dirname(head)
+        if os.path.basename(head) in ("lib", "lib64", "Lib"):
+            head = os.path.dirname(head)
+    return head
+
+
+def outside_row(site_dir, rel, abs_path):
+    """Why the RECORD row ``rel`` (``abs_path`` once normalised) is refused, or None."""
+    if rel[0] == "/":
+        return "an absolute path"
+    prefix = environment_prefix(site_dir).rstrip("/") + "/"
+    if not abs_path.startswith(prefix):
+        return "which resolves outside the environment %s" % prefix.rstrip("/")
+    return None
 
 
 def file_digest(path, algo="sha256"):
@@ -304,10 +343,18 @@ class Distribution(object):
         rels = [line.rsplit(",", 2)[0] for line in record_lines(text)]  # as parse_record splits
         if text.startswith("/") or "\n/" in text or ".." in text or "./" in text or "//" in text:
             # Some path needs normalising (absolute, `..`, `.`, doubled slashes): per line.
-            return [
-                (os.path.normpath(os.path.join(self.site_dir, rel)), rel)
-                if rel[0] == "/" or ".." in rel or "./" in rel or "//" in rel else (prefix + rel, rel)
-                for rel in rels if rel]
+            out = []
+            for rel in rels:
+                if not rel:
+                    continue
+                if rel[0] == "/" or ".." in rel or "./" in rel or "//" in rel:
+                    abs_path = os.path.normpath(os.path.join(self.site_dir, rel))
+                    if outside_row(self.site_dir, rel, abs_path):
+                        return [(r[0], r[1]) for r in self.record]  # the full parser names the refusal
+                    out.append((abs_path, rel))
+                else:
+                    out.append((prefix + rel, rel))
+            return out
         # The common case, in bulk: every path is relative and already normal.
         return [(prefix + rel, rel) for rel in rels if rel]
 
