@@ -15,10 +15,13 @@ import errno
 import os
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tree
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import (
+    CAPS,
     Skipped,
     decode,
     open_stat,
+    read_fd,
     read_file,
     read_optional,
     read_text,
@@ -239,13 +242,50 @@ def file_digest(path, algo="sha256"):
     return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
 
 
+def file_identity(st):
+    """``[dev, ino, size, mtime_ns, ctime_ns]`` of a stat result."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+class Anchor(object):
+    """A site directory walked from / without following a link (fs/_tree.walk): its real path
+    and ``chain``, the device and inode of every directory from / down to it, or None when it
+    cannot be walked so (a link on the way: its files are then read by path, as before, and
+    nothing read from them is kept by the evidence cache). Every read of a dist-info file walks
+    it again and compares: a directory exchanged meanwhile is a problem, never a read."""
+
+    def __init__(self, site):
+        self.site = site
+        self.real = os.path.realpath(site)
+        self.chain = None
+        try:
+            top, self.chain = _tree.walk(self.real)
+            top.close()
+        except (OSError, ValueError, _tree.UnsafePath):
+            self.chain = None
+
+    def open_info(self, name):
+        """The dist-info directory ``name`` of the site as a _tree.Dir, reached from / through
+        the same directories as when the site was first walked; UnsafePath or OSError else."""
+        top, _chain = _tree.walk(self.real, expect=self.chain)
+        try:
+            return top.child(name)
+        finally:
+            top.close()
+
+
 class Distribution(object):
     """One installed distribution: its dist-info directory and what it says."""
 
-    def __init__(self, site_dir, info_dir):
+    def __init__(self, site_dir, info_dir, anchor=None):
         self.site_dir = site_dir
         self.info_dir = info_dir
         self.problems = []
+        # Read through handles when the site was walked (Anchor): what was read, as fstat saw it.
+        self.anchor = anchor if anchor is not None and anchor.chain is not None else None
+        self.info_identity = None  # the dist-info directory's, at the first read through it
+        self.read_identities = {}  # file name -> identity of what was read
+        self.steady = self.anchor is not None  # False once a read found a directory exchanged
         self.is_egg_info = info_dir.endswith(".egg-info")
         meta_name = "PKG-INFO" if self.is_egg_info else "METADATA"
         # The long description after the headers can be large: the read stops at the blank line.
@@ -285,10 +325,78 @@ class Distribution(object):
 
     def _read(self, fname, kind, stop=None, missing_ok=False):
         """A file of the dist-info directory through the file layer; None (and a problem,
-        unless ``missing_ok`` and it does not exist) when it is skipped."""
+        unless ``missing_ok`` and it does not exist) when it is skipped. With an Anchor, the
+        file is opened relative to the dist-info directory reached through handles, and its
+        identity (fstat of what was read) is kept in ``read_identities``."""
         what = "%s/%s" % (os.path.basename(self.info_dir), fname)
-        reader = read_optional if missing_ok else read_file
-        return reader(os.path.join(self.info_dir, fname), kind, self.problems, what=what, stop=stop)
+        if self.anchor is None:
+            reader = read_optional if missing_ok else read_file
+            return reader(os.path.join(self.info_dir, fname), kind, self.problems, what=what, stop=stop)
+        info = self._open_info(what)
+        if info is None:
+            return None
+        with info:
+            try:
+                fd, st = open_stat(fname, info.fd, what)
+            except Skipped as exc:
+                if not (missing_ok and exc.problem.endswith(" does not exist")):
+                    self.problems.append(exc.problem)
+                return None
+        try:
+            self.read_identities[fname] = file_identity(st)
+            return read_fd(fd, CAPS[kind], what, self.problems, stop, size=st.st_size)
+        except Skipped as exc:
+            self.problems.append(exc.problem)
+            return None
+        finally:
+            os.close(fd)
+
+    def _open_info(self, what):
+        """The dist-info directory as a _tree.Dir through the Anchor, or None (and a problem)
+        when a directory on the way is not the one first walked."""
+        try:
+            info = self.anchor.open_info(os.path.basename(self.info_dir))
+        except FileNotFoundError:
+            self.problems.append("%s does not exist" % what)
+            return None
+        except (_tree.UnsafePath, OSError) as exc:
+            self.steady = False
+            self.problems.append("%s was not read: %s %s" % (
+                what, exc.path if isinstance(exc, _tree.UnsafePath) else self.info_dir,
+                exc.reason if isinstance(exc, _tree.UnsafePath) else "cannot be opened: %s" % (exc.strerror or exc)))
+            return None
+        ident = file_identity(os.fstat(info.fd))
+        if self.info_identity is None:
+            self.info_identity = ident
+        elif ident[:2] != self.info_identity[:2]:
+            info.close()
+            self.steady = False
+            self.problems.append("%s was not read: %s is another directory than when it was first read "
+                                 "(it was exchanged meanwhile)" % (what, self.info_dir))
+            return None
+        return info
+
+    def identities(self):
+        """What the evidence cache keys this package on, all through handles: the site's chain,
+        the dist-info directory, RECORD (fstat, or what was read) and METADATA (what was read);
+        None for each that cannot be had so (then nothing of it is kept)."""
+        meta = "PKG-INFO" if self.is_egg_info else "METADATA"
+        if self.anchor is None or not self.steady:
+            return [None, None, None, None]
+        opened = self._open_info("%s/RECORD" % os.path.basename(self.info_dir))
+        if opened is None:
+            return [None, None, None, None]
+        with opened:
+            info = file_identity(os.fstat(opened.fd))
+            record = self.read_identities.get("RECORD")
+            if record is None:
+                try:
+                    fd, st = open_stat("RECORD", opened.fd, "RECORD")
+                    os.close(fd)
+                    record = file_identity(st)
+                except Skipped:
+                    record = None
+        return [self.anchor.chain, info, record, self.read_identities.get(meta)]
 
     @property
     def installer(self):
@@ -565,11 +673,14 @@ def iter_distributions(site_dirs):
     dists = []
     shadowed = []
     seen = {}
+    anchors = {}
     for site, entry in info_entries(site_dirs):
         path = os.path.join(site, entry)
         if not os.path.isdir(path):
             continue
-        dist = Distribution(site, path)
+        if site not in anchors:
+            anchors[site] = Anchor(site)
+        dist = Distribution(site, path, anchors[site])
         if dist.key in seen:
             shadowed.append(dist)
             continue
