@@ -575,6 +575,22 @@ def interpreter_site_dirs(python, run):
     return [p for p in paths if p and os.path.isdir(p)]
 
 
+def interpreter_dirs(python):
+    """The directories an interpreter reads at every start, found by its installation's layout
+    (nothing is run): its standard library (``<prefix>/lib*/python*``) and the site-packages and
+    dist-packages directories beside it, whose ``.pth`` lines site.py runs. run_as() is given
+    them, so that an interpreter of root's whose site directory (or a .pth in it) is another
+    user's is run as that user."""
+    import glob
+
+    prefix = glob.escape(os.path.dirname(os.path.dirname(os.path.realpath(python))))
+    found = []
+    for pattern in ("lib*/python*", "lib*/python*/site-packages", "lib*/python*/dist-packages",
+                    "local/lib*/python*/site-packages", "local/lib*/python*/dist-packages"):
+        found.extend(p for p in sorted(glob.glob(os.path.join(prefix, pattern))) if os.path.isdir(p))
+    return found
+
+
 def _python_xy(cfg):
     """``(X.Y, abiflags)`` from pyvenv.cfg's ``version_info`` (uv) or ``version`` (venv), or None."""
     import re
@@ -807,7 +823,7 @@ def inventory(venv, python, baseline, verify_files, run):
     else:
         # Another interpreter is run to ask its sys.path: as root only when root alone controls it.
         real = os.path.realpath(python)
-        sites = interpreter_site_dirs(python, privileged_run(run_as(os.path.dirname(real), python, ()), run))
+        sites = interpreter_site_dirs(python, privileged_run(run_as(os.path.dirname(real), python, interpreter_dirs(real)), run))
         dists, shadowed = iter_distributions(sites)
     result = {
         "changed": False,
