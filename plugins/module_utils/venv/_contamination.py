@@ -150,7 +150,12 @@ class Stash(object):
     def __init__(self):
         import secrets
 
+        self.made = []  # the directories above the run's that this run made, to remove when empty
         if os.geteuid() == 0:
+            here = stash_dir()
+            while here != "/" and not os.path.lexists(here):
+                self.made.append(here)
+                here = os.path.dirname(here)
             base = _state_dir_fd(create=True, path=stash_dir())
             try:
                 st = os.fstat(base)
@@ -286,15 +291,20 @@ class Stash(object):
         return None
 
     def close(self):
-        """Remove the copies (through the handle) and the run's directory."""
+        """Remove the copies (through the handle), the run's directory, and the directories above
+        it that this run made, when they are empty: a removal leaves no trace of its stash."""
         with _tree.Dir(self.fd, self.where) as d:
             _tree.clear(d)
         self.fd = None
-        parent = os.path.dirname(self.where)
-        with contextlib.suppress(OSError):
-            pfd = os.open(parent, _DIR_FLAGS)
+        for path in [self.where] + self.made:
             try:
-                os.rmdir(os.path.basename(self.where), dir_fd=pfd)
+                pfd = os.open(os.path.dirname(path), _DIR_FLAGS)  # root's directories (see __init__)
+            except OSError:
+                return
+            try:
+                os.rmdir(os.path.basename(path), dir_fd=pfd)
+            except OSError:
+                return  # not empty: another run's stash is there
             finally:
                 os.close(pfd)
 
@@ -635,7 +645,15 @@ class Contamination(object):
         copied into root's stash before, written back through directory handles after (Stash).
         Returns the installer's ``(rc, out, err)`` and the files not kept: ``[(problem, keepers)]``."""
         lost = []
-        stash = Stash()
+        stash = None
+        if preserve:
+            try:
+                stash = Stash()
+            except OSError as exc:
+                raise DistError(
+                    "could not make %s, where the files the removed packages share with kept ones are kept during the "
+                    "uninstall (%s); nothing was removed: run as root, with %s root's and writable by root alone"
+                    % (stash_dir(), exc.strerror or exc, os.path.dirname(stash_dir()))) from None
         try:
             taken = []
             for site, rel, algo, digest, keepers in preserve:
@@ -650,12 +668,13 @@ class Contamination(object):
                     taken.append(keepers)
             argv = installer.uninstall([d.name for d in remove])
             rc, out, err = self._installer_run(argv)
-            for item, keepers in zip(stash.items, taken):
+            for item, keepers in zip(stash.items if stash else [], taken):
                 problem = stash.put_back(item)
                 if problem:
                     lost.append((problem, keepers))
         finally:
-            stash.close()
+            if stash is not None:
+                stash.close()
         return rc, out, err, lost
 
     def _execute(self, result, dists, remove, preserve, reinstall, installer, pending):

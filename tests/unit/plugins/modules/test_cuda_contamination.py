@@ -94,7 +94,7 @@ def test_seed_environment_flags_exactly_the_cuda13_packages(run_module, seed_ven
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
 def test_seed_remediation_removes_exactly_what_was_asked_and_restores_clobbered(
-        run_module, tmp_path, seed_wheels, installer):
+        run_module, tmp_path, seed_wheels, installer, state_dir):
     venv = make_venv(str(tmp_path / "venv"), UV, seed_pip=(installer == "pip"))
     install(UV, venv, seed_wheels, pins(SEED_BASE))
     install(UV, venv, seed_wheels, pins(SEED_ADDED))
@@ -121,8 +121,11 @@ def test_seed_remediation_removes_exactly_what_was_asked_and_restores_clobbered(
     from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._elf import dt_needed
     for path in SHARED_LIBS.values():
         assert "libcudart.so.12" in dt_needed(os.path.join(site, path))
-    # Files every nvidia package shares (nvidia/__init__.py) survived the uninstall.
+    # Files every nvidia package shares (nvidia/__init__.py) survived the uninstall, put back
+    # from a stash of root's that is gone once the run is done.
+    assert result["preserved_files"] > 0
     assert os.path.isfile(os.path.join(site, "nvidia", "__init__.py"))
+    assert not os.path.exists(os.path.join(os.path.dirname(state_dir), "stash"))
 
     again = run_module(cuda_contamination.main, args)
     assert again["changed"] is False
@@ -545,5 +548,7 @@ def test_a_swapped_directory_during_the_uninstall_is_never_followed_by_the_resto
     assert result["failed"]
     assert "shared/ld.so.preload" in result["msg"] and "symbolic link" in result["msg"], result["msg"]
     assert [p["name"] for p in result["restore_pending"]] == ["keeppkg"]
-    # The stash was root's, outside the venv: nothing of it is left in the user's tree.
+    # The stash was root's, outside the venv: nothing of it is left in the user's tree, nor beside.
     assert not [n for n in os.listdir(venv) if n.startswith(".gpufleet")]
+    assert not [n for n in os.listdir(site) if n.startswith(".gpufleet")]
+    assert not os.path.exists(os.path.join(os.path.dirname(state_dir), "stash"))
