@@ -248,30 +248,35 @@ def file_identity(st):
 
 
 class Anchor(object):
-    """A site directory walked from / without following a link (fs/_tree.walk): its real path
-    and ``chain``, the device and inode of every directory from / down to it, or None when it
-    cannot be walked so (a link on the way: its files are then read by path, as before, and
-    nothing read from them is kept by the evidence cache). Every read of a dist-info file walks
-    it again and compares: a directory exchanged meanwhile is a problem, never a read."""
+    """A site directory opened from / without following a link (fs/_tree.walk) and held open:
+    its real path, ``chain`` (the device and inode of every directory from / down to it, as
+    walked) and ``dir`` (its handle), or None for both when it cannot be walked so (a link on
+    the way: its files are then read by path, as before, and nothing read from them is kept by
+    the evidence cache). Every dist-info file is read relative to the held handle, so what is
+    read is the directory the chain names, whatever is renamed above it afterwards."""
 
     def __init__(self, site):
         self.site = site
         self.real = os.path.realpath(site)
         self.chain = None
+        self.dir = None
         try:
-            top, self.chain = _tree.walk(self.real)
-            top.close()
+            self.dir, self.chain = _tree.walk(self.real)
         except (OSError, ValueError, _tree.UnsafePath):
             self.chain = None
 
     def open_info(self, name):
-        """The dist-info directory ``name`` of the site as a _tree.Dir, reached from / through
-        the same directories as when the site was first walked; UnsafePath or OSError else."""
-        top, _chain = _tree.walk(self.real, expect=self.chain)
-        try:
-            return top.child(name)
-        finally:
-            top.close()
+        """The dist-info directory ``name`` of the site as a _tree.Dir, opened relative to the
+        held handle without following a link; OSError else."""
+        return self.dir.child(name)
+
+    def close(self):
+        if self.dir is not None:
+            self.dir.close()
+            self.dir = None
+
+    def __del__(self):
+        self.close()
 
 
 class Distribution(object):

@@ -8,13 +8,14 @@
 What the scan derives from a package's RECORD, METADATA and shared objects is kept in a
 root-owned directory (DEFAULT_DIR, mode 0700), one file per venv, keyed on what was read, as
 it was read: the chain of directories from / to the package's site directory (device and inode
-of each, walked without following a link), and the identity (device, inode, size, mtime and
-ctime in nanoseconds) of its dist-info directory, RECORD and METADATA taken with fstat of the
-handles the files were read through (_dist.Distribution.identities()); of every shared object
-whose DT_NEEDED was read, the fstat of the file read; and a fingerprint of the code that derives
-it. A key that differs is a miss: that package is read again. A read that met a directory
-exchanged on the way (the site directory swapped with a sibling while it was read) is kept under
-no key. The files shared by several packages are hashed on every read (clobbering is judged
+of each, as walked without following a link when the site was opened; its handle is held and
+every dist-info file read relative to it, _dist.Anchor), and the identity (device, inode, size,
+mtime and ctime in nanoseconds) of its dist-info directory, RECORD and METADATA taken with fstat
+of the files read (_dist.Distribution.identities()); of every shared object whose DT_NEEDED was
+read, the fstat of the file read; and a fingerprint of the code that derives it. A key that
+differs is a miss: that package is read again. A site directory swapped with a sibling as it was
+walked is read, and kept, under the sibling's chain, which the venv's own never matches; a
+dist-info directory exchanged between two reads of it is kept under no key. The files shared by several packages are hashed on every read (clobbering is judged
 live); only which paths are shared, and the RECORD rows naming them, are kept, keyed on every
 package's key and the site directories' chains.
 
@@ -217,8 +218,9 @@ class EvidenceCache(object):
     def package_key(dist):
         """The identities a package's evidence is derived from, all taken through directory
         handles (_dist.Distribution.identities): the chain of directories from / to its site
-        directory (device and inode of each), its dist-info directory, RECORD and METADATA (or
-        PKG-INFO) as read. A site directory exchanged with a sibling changes the chain: a miss."""
+        directory (device and inode of each, as walked), its dist-info directory, RECORD and
+        METADATA (or PKG-INFO) as read. A site directory exchanged with a sibling changes the
+        chain: a miss."""
         return dist.identities()
 
     @staticmethod
