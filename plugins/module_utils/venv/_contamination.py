@@ -119,6 +119,10 @@ def _state_dir_fd(create, path=None):
 # the venv's programs as its owner (its .pth lines included), who may meanwhile swap any
 # directory of the venv for a link, and root must never write where such a link points.
 _COPY_CHUNK = 1 << 20
+# The largest file kept aside: shared files are small (an __init__.py every wheel of a family
+# holds); a larger one is not copied into root's directory: it is named, and its package is
+# recorded as restore pending until it is reinstalled.
+STASH_FILE_MAX = 1 << 30
 
 
 def stash_dir():
@@ -126,14 +130,19 @@ def stash_dir():
     return os.path.join(os.path.dirname(STATE_DIR), "stash")
 
 
-def _copy_fd(src, dst, algo="sha256"):
+def _copy_fd(src, dst, algo="sha256", limit=None):
+    """Copy ``src`` to ``dst``; the hash of what was copied. Past ``limit`` bytes: ValueError."""
     import hashlib
 
     h = hashlib.new(algo)
+    total = 0
     while True:
         chunk = os.read(src, _COPY_CHUNK)
         if not chunk:
             return h
+        total += len(chunk)
+        if limit is not None and total > limit:
+            raise ValueError("larger than %d bytes" % limit)
         h.update(chunk)
         view = memoryview(chunk)
         while view:
@@ -202,17 +211,20 @@ class Stash(object):
                 st = os.fstat(src)
                 if not stat.S_ISREG(st.st_mode):
                     return "%s is not a regular file: not preserved" % where
+                if st.st_size > STASH_FILE_MAX:
+                    return "%s is larger than %d bytes: not kept aside" % (where, STASH_FILE_MAX)
                 copy = str(len(self.items))
                 dst = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600, dir_fd=self.fd)
                 try:
-                    h = _copy_fd(src, dst, algo if digest and algo in hashlib.algorithms_guaranteed else "sha256")
+                    h = _copy_fd(src, dst, algo if digest and algo in hashlib.algorithms_guaranteed else "sha256",
+                                 STASH_FILE_MAX)
                 finally:
                     os.close(dst)
             finally:
                 os.close(src)
-        except (_tree.UnsafePath, OSError) as exc:
+        except (_tree.UnsafePath, OSError, ValueError) as exc:
             return "%s could not be copied before the uninstall (%s): not preserved" % (
-                where, exc.reason if isinstance(exc, _tree.UnsafePath) else (exc.strerror or exc))
+                where, exc.reason if isinstance(exc, _tree.UnsafePath) else (getattr(exc, "strerror", None) or exc))
         finally:
             for d in opened:
                 d.close()
@@ -282,7 +294,8 @@ class Stash(object):
             finally:
                 os.close(src)
         except _tree.UnsafePath as exc:
-            return "%s was not put back: it %s; nothing was written there" % (where, exc.reason)
+            return "%s was not put back: %s %s; nothing was written there" % (
+                where, "it" if exc.path == where else exc.path, exc.reason)
         except OSError as exc:
             return "%s was not put back: %s" % (where, exc.strerror or exc)
         finally:
