@@ -115,7 +115,7 @@ def _state_dir_fd(create, path=None):
 # ------------------------------------------------------------------ the stash
 # The files a kept package still needs are copied, before the uninstall, into a directory of
 # root's alone beside STATE_DIR (one per run), and written back after it through directory
-# handles re-walked from / to the site directory without following a link: the uninstall runs
+# handles re-walked from / to the venv's directory without following a link: the uninstall runs
 # the venv's programs as its owner (its .pth lines included), who may meanwhile swap any
 # directory of the venv for a link, and root must never write where such a link points.
 _COPY_CHUNK = 1 << 20
@@ -150,9 +150,10 @@ def _copy_fd(src, dst, algo="sha256", limit=None):
 
 
 class Stash(object):
-    """Copies of files taken from a site directory through handles, put back through handles.
+    """Copies of files taken from below a directory (the venv's) through handles, put back
+    through handles.
 
-    Each item: ``site`` (the site directory's real path), ``chain`` (its directories' identities
+    Each item: ``site`` (that directory's real path), ``chain`` (its directories' identities
     from / as walked when taken), ``rel`` (the file below it), ``dirs`` (``[name, dev, ino, mode,
     uid, gid]`` of each directory between), the file's mode and owner, and the copy's name."""
 
@@ -184,16 +185,16 @@ class Stash(object):
         self.items = []
 
     def take(self, site, rel, digest=None, algo=None):
-        """Copy ``rel`` of the site directory ``site`` (real, absolute) here; a problem (text) when
-        it cannot be (a link on the way, a file that is no regular file or no longer matches
-        ``digest``), else None."""
+        """Copy ``rel`` of the directory ``site`` (real, absolute: the venv's) here; a problem
+        (text) when it cannot be (a link on the way, a file that is no regular file or no longer
+        matches ``digest``), else None."""
         import base64
         import hashlib
 
         parts = rel.split("/")
         where = os.path.join(site, rel)
         if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            return "%s is not below its site directory: not preserved" % where
+            return "%s is not below %s: not kept aside" % (where, site)
         dirs = []
         opened = []
         try:
@@ -551,6 +552,17 @@ class Contamination(object):
             raise GpufleetError(exc.msg, exc.partial or result) from exc
 
     # ------------------------------------------------------------------ removal
+    def _anchored(self, dist, abs_path):
+        """``(anchor, rel)``: the file at ``abs_path`` (a RECORD row of ``dist``) as a path below
+        the venv's real directory, where the stash takes it from and puts it back (a bin/ script
+        as well as a file of site-packages); ``(None, abs_path)`` when it is not below it."""
+        venv = os.path.realpath(self.venv)
+        rel = os.path.relpath(abs_path, dist.site_dir)
+        real = os.path.normpath(os.path.join(os.path.realpath(dist.site_dir), rel))
+        if os.path.realpath(dist.site_dir) not in self.own_sites or not real.startswith(venv.rstrip("/") + "/"):
+            return None, abs_path
+        return venv, real[len(venv.rstrip("/")) + 1:]
+
     def plan(self, dists, contaminants, shared):
         by_key = dict((d.key, d) for d in dists)
         remove, kept = [], []
@@ -596,9 +608,7 @@ class Contamination(object):
                         except (IOError, OSError, ValueError):
                             ok = False
                 if ok:
-                    site = dist.site_dir.rstrip("/") + "/"
-                    entry = preserve.setdefault(abs_path, [os.path.realpath(dist.site_dir), abs_path[len(site):],
-                                                           algo, digest, []])
+                    entry = preserve.setdefault(abs_path, list(self._anchored(dist, abs_path)) + [algo, digest, []])
                     if not entry[3] and digest:
                         entry[2:4] = [algo, digest]
                     entry[4].append((dist.name, dist.version))
@@ -606,7 +616,8 @@ class Contamination(object):
                     reinstall[dist.key] = dist
                 elif not any(k["name"] == dist.name for k in kept):
                     kept.append({"name": dist.name, "reason": _UNSAFE % (dist.name, dist.version, dist.info_dir)})
-        return remove, kept, sorted(preserve.values()), sorted(reinstall.values(), key=lambda d: d.key)
+        return remove, kept, sorted(preserve.values(), key=lambda e: (e[0] or "", e[1])), sorted(
+            reinstall.values(), key=lambda d: d.key)
 
     def remediate(self, result, dists, shared):
         if not (os.path.isfile(os.path.join(self.venv, "pyvenv.cfg")) or os.path.isdir(os.path.join(self.venv, "conda-meta"))):
@@ -669,12 +680,11 @@ class Contamination(object):
                     % (stash_dir(), exc.strerror or exc, os.path.dirname(stash_dir()))) from None
         try:
             taken = []
-            for site, rel, algo, digest, keepers in preserve:
-                if site not in self.own_sites:
-                    lost.append(("%s is not in the venv's own site directories: not preserved" % os.path.join(site, rel),
-                                 keepers))
+            for anchor, rel, algo, digest, keepers in preserve:
+                if anchor is None:
+                    lost.append(("%s is not in the venv: not kept aside" % rel, keepers))
                     continue
-                problem = stash.take(site, rel, digest, algo)
+                problem = stash.take(anchor, rel, digest, algo)
                 if problem:
                     lost.append((problem, keepers))
                 else:

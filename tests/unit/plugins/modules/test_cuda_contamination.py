@@ -523,7 +523,28 @@ def sharing_wheels(tmp_path_factory):
     body = "/tmp/the-venv-owner-s-library.so\n"
     build_wheel(out, "keeppkg", "1.0", {"keeppkg/__init__.py": "", "shared/ld.so.preload": body})
     build_wheel(out, "droppkg", "1.0+cu130", {"droppkg/__init__.py": "", "shared/ld.so.preload": body})
+    # A script both install in the venv's bin/ (RECORD: ../../../bin/sharedtool).
+    tool = "#!/bin/sh\necho shared\n"
+    build_wheel(out, "keeptool", "1.0", {"keeptool/__init__.py": "", "keeptool-1.0.data/scripts/sharedtool": tool})
+    build_wheel(out, "droptool", "1.0+cu130", {"droptool/__init__.py": "", "droptool-1.0+cu130.data/scripts/sharedtool": tool})
     return out
+
+
+def test_a_shared_script_in_bin_is_kept_through_the_venv_s_handle(run_module, tmp_path, sharing_wheels, state_dir):
+    """A file two packages share outside site-packages (a bin/ script, RECORD's ../../../bin row)
+    is kept aside and put back below the venv's directory, like one in site-packages."""
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, sharing_wheels, ["keeptool==1.0", "droptool==1.0+cu130"])
+    tool = os.path.join(venv, "bin", "sharedtool")
+    with open(tool, "rb") as f:
+        body = f.read()
+    result = run_module(cuda_contamination.main, dict(venv=venv, remove=True, expected_cuda="12"))
+    assert not result.get("failed"), result.get("msg")
+    assert [r["name"] for r in result["removed"]] == ["droptool"] and result["preserved_files"] == 1
+    with open(tool, "rb") as f:
+        assert f.read() == body
+    assert os.access(tool, os.X_OK)
+    assert inventory(run_module, venv, verify_files=True)["integrity"]["ok"] is True
 
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
