@@ -444,3 +444,52 @@ def write_file(top, name, data, mode=0o644, owner=None):
     finally:
         os.close(wfd)
     os.rename(tmp, name, src_dir_fd=top.fd, dst_dir_fd=top.fd)
+
+
+class ChainChanged(UnsafePath):
+    """A directory on the way that is not the one an earlier walk found (swapped meanwhile)."""
+
+
+def walk(path, expect=None):
+    """``(Dir, chain)``: the directory ``path`` (absolute, no ``..``) opened from / one component at
+    a time without following a link, and ``chain``, the ``[dev, ino]`` of / and of each directory
+    down to it. With ``expect`` (the chain of an earlier walk of the same path) a directory that is
+    not the one found then raises ChainChanged naming it: a parent exchanged for a sibling
+    (``renameat2`` with ``RENAME_EXCHANGE``) between two walks is never taken for the first.
+    A link or a non-directory on the way raises UnsafePath, as lookup() does."""
+    parts = _parts(path)
+    if ".." in parts:
+        raise ValueError(f"{path!r} holds '..': give the real path")
+    fd = os.open("/", _STEP_FLAGS)
+    names = []
+    chain = []
+    try:
+        for i, name in enumerate([None] + parts):
+            if name is not None:
+                here = "/" + "/".join(names + [name])
+                try:
+                    child = os.open(name, _STEP_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise _refusal(path, fd, here, name, i == len(parts)) from None
+                    raise
+                os.close(fd)
+                fd = child
+                names.append(name)
+            st = os.fstat(fd)
+            here = "/" + "/".join(names)
+            if not stat.S_ISDIR(st.st_mode):
+                raise UnsafePath(path, here, "is not a directory" if i == len(parts) else
+                                 f"is reached through {here}, which is not a directory")
+            chain.append([st.st_dev, st.st_ino])
+            if expect is not None and (len(expect) <= i or list(expect[i]) != chain[-1]):
+                raise ChainChanged(path, here, f"is reached through {here}, which is another directory than when it "
+                                   "was first read (it was exchanged meanwhile)")
+        final = os.open(".", DIR_FLAGS, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        return Dir(final, _real(parts)), chain
+    except OSError:
+        os.close(final)
+        raise

@@ -14,12 +14,12 @@ import contextlib
 import errno
 import fcntl
 import os
-import shutil
 import stat
 import tempfile
 import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tree
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import reference, scan
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import (
     DistError,
@@ -76,7 +76,8 @@ class VenvLock(object):
 # record in the venv, or in its parent, would be theirs to delete). One file per venv.
 STATE_DIR = "/var/lib/gpufleet-hygiene/restore"
 _STATE_MAX = 65536
-_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | _CLOEXEC
 
 
 def _trusted(st):
@@ -85,12 +86,12 @@ def _trusted(st):
     return st.st_uid in (0, os.geteuid()) and (not st.st_mode & 0o022 or st.st_mode & stat.S_ISVTX)
 
 
-def _state_dir_fd(create):
-    """STATE_DIR opened component by component from /, no symlink followed, each directory
-    trusted; None when it does not exist (and not ``create``)."""
+def _state_dir_fd(create, path=None):
+    """STATE_DIR (or ``path``) opened component by component from /, no symlink followed, each
+    directory trusted; None when it does not exist (and not ``create``)."""
     fd = os.open("/", _DIR_FLAGS)
     try:
-        for part in [p for p in STATE_DIR.split("/") if p]:
+        for part in [p for p in (path or STATE_DIR).split("/") if p]:
             try:
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
@@ -109,6 +110,217 @@ def _state_dir_fd(create):
     except BaseException:
         os.close(fd)
         raise
+
+
+# ------------------------------------------------------------------ the stash
+# The files a kept package still needs are copied, before the uninstall, into a directory of
+# root's alone beside STATE_DIR (one per run), and written back after it through directory
+# handles re-walked from / to the venv's directory without following a link: the uninstall runs
+# the venv's programs as its owner (its .pth lines included), who may meanwhile swap any
+# directory of the venv for a link, and root must never write where such a link points.
+_COPY_CHUNK = 1 << 20
+# The largest file kept aside: shared files are small (an __init__.py every wheel of a family
+# holds); a larger one is not copied into root's directory: it is named, and its package is
+# recorded as restore pending until it is reinstalled.
+STASH_FILE_MAX = 1 << 30
+
+
+def stash_dir():
+    """Where the copies go: ``stash`` beside STATE_DIR."""
+    return os.path.join(os.path.dirname(STATE_DIR), "stash")
+
+
+def _copy_fd(src, dst, algo="sha256", limit=None):
+    """Copy ``src`` to ``dst``; the hash of what was copied. Past ``limit`` bytes: ValueError."""
+    import hashlib
+
+    h = hashlib.new(algo)
+    total = 0
+    while True:
+        chunk = os.read(src, _COPY_CHUNK)
+        if not chunk:
+            return h
+        total += len(chunk)
+        if limit is not None and total > limit:
+            raise ValueError("larger than %d bytes" % limit)
+        h.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view):]
+
+
+class Stash(object):
+    """Copies of files taken from below a directory (the venv's) through handles, put back
+    through handles.
+
+    Each item: ``site`` (that directory's real path), ``chain`` (its directories' identities
+    from / as walked when taken), ``rel`` (the file below it), ``dirs`` (``[name, dev, ino, mode,
+    uid, gid]`` of each directory between), the file's mode and owner, and the copy's name."""
+
+    def __init__(self):
+        import secrets
+
+        self.made = []  # the directories above the run's that this run made, to remove when empty
+        if os.geteuid() == 0:
+            here = stash_dir()
+            while here != "/" and not os.path.lexists(here):
+                self.made.append(here)
+                here = os.path.dirname(here)
+            base = _state_dir_fd(create=True, path=stash_dir())
+            try:
+                st = os.fstat(base)
+                if st.st_uid == 0 and st.st_mode & 0o077:
+                    os.fchmod(base, 0o700)
+                elif st.st_mode & 0o077:
+                    raise OSError(errno.EPERM, "%s is not root's alone (mode 0700)" % stash_dir())
+                self.name = "%d-%s" % (os.getpid(), secrets.token_hex(8))
+                os.mkdir(self.name, 0o700, dir_fd=base)
+                self.fd = os.open(self.name, _DIR_FLAGS, dir_fd=base)
+            finally:
+                os.close(base)
+            self.where = os.path.join(stash_dir(), self.name)
+        else:  # not root: nothing is written anywhere a link could send it but where we may write
+            self.where = tempfile.mkdtemp(prefix="gpufleet-preserve-")
+            self.fd = os.open(self.where, _DIR_FLAGS)
+        self.items = []
+
+    def take(self, site, rel, digest=None, algo=None):
+        """Copy ``rel`` of the directory ``site`` (real, absolute: the venv's) here; a problem
+        (text) when it cannot be (a link on the way, a file that is no regular file or no longer
+        matches ``digest``), else None."""
+        import base64
+        import hashlib
+
+        parts = rel.split("/")
+        where = os.path.join(site, rel)
+        if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            return "%s is not below %s: not kept aside" % (where, site)
+        dirs = []
+        opened = []
+        try:
+            top, chain = _tree.walk(site)
+            opened.append(top)
+            here = top
+            for name in parts[:-1]:
+                child = here.child(name)
+                opened.append(child)
+                st = os.fstat(child.fd)
+                dirs.append([name, child.dev, child.ino, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid])
+                here = child
+            src = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, dir_fd=here.fd)
+            try:
+                st = os.fstat(src)
+                if not stat.S_ISREG(st.st_mode):
+                    return "%s is not a regular file: not preserved" % where
+                if st.st_size > STASH_FILE_MAX:
+                    return "%s is larger than %d bytes: not kept aside" % (where, STASH_FILE_MAX)
+                copy = str(len(self.items))
+                dst = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600, dir_fd=self.fd)
+                try:
+                    h = _copy_fd(src, dst, algo if digest and algo in hashlib.algorithms_guaranteed else "sha256",
+                                 STASH_FILE_MAX)
+                finally:
+                    os.close(dst)
+            finally:
+                os.close(src)
+        except (_tree.UnsafePath, OSError, ValueError) as exc:
+            return "%s could not be copied before the uninstall (%s): not preserved" % (
+                where, exc.reason if isinstance(exc, _tree.UnsafePath) else (getattr(exc, "strerror", None) or exc))
+        finally:
+            for d in opened:
+                d.close()
+        if digest and base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii") != digest:
+            return "%s changed while it was copied (it no longer matches its RECORD): not preserved" % where
+        self.items.append({"site": site, "chain": chain, "rel": rel, "dirs": dirs, "copy": copy,
+                           "mode": stat.S_IMODE(st.st_mode), "uid": st.st_uid, "gid": st.st_gid})
+        return None
+
+    def put_back(self, item):
+        """Write ``item`` back where it was taken, unless something is there now; a problem (text)
+        naming what changed when the way there is not the one walked when it was taken."""
+        site, rel = item["site"], item["rel"]
+        where = os.path.join(site, rel)
+        opened = []
+        try:
+            top, _chain = _tree.walk(site, expect=item["chain"])
+            opened.append(top)
+            here = top
+            for name, dev, ino, mode, uid, gid in item["dirs"]:
+                path = _tree._join(here.path, name)
+                made = False
+                try:
+                    fd = os.open(name, _tree.DIR_FLAGS, dir_fd=here.fd)
+                except FileNotFoundError:
+                    # Removed with the package (its last file went): made again, as it was.
+                    os.mkdir(name, 0o700, dir_fd=here.fd)
+                    fd = os.open(name, _tree.DIR_FLAGS, dir_fd=here.fd)
+                    made = True
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise _tree._refusal(where, here.fd, path, name, False) from None
+                    raise
+                child = _tree.Dir(fd, path)
+                opened.append(child)
+                if made:
+                    if os.fstat(fd).st_uid == os.geteuid() and (uid, gid) != (os.geteuid(), os.getegid()):
+                        os.fchown(fd, uid, gid)
+                    os.fchmod(fd, mode)
+                elif (child.dev, child.ino) != (dev, ino):
+                    raise _tree.ChainChanged(where, path, "is reached through %s, which is another directory than "
+                                             "before the uninstall (it was exchanged meanwhile)" % path)
+                here = child
+            name = rel.rsplit("/", 1)[-1]
+            try:
+                here.lstat(name)
+                return None  # there again (the installer kept it, or its owner put it back)
+            except FileNotFoundError:
+                pass
+            tmp = ".gpufleet-restore-%d-%s" % (os.getpid(), item["copy"])
+            src = os.open(item["copy"], os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=self.fd)
+            try:
+                dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600, dir_fd=here.fd)
+                try:
+                    _copy_fd(src, dst)
+                    os.fchmod(dst, item["mode"])
+                    os.fsync(dst)
+                    # linkat, relative to the handle: never replaces what appeared meanwhile.
+                    with contextlib.suppress(FileExistsError):
+                        os.link(tmp, name, src_dir_fd=here.fd, dst_dir_fd=here.fd, follow_symlinks=False)
+                    if (item["uid"], item["gid"]) != (os.geteuid(), os.getegid()) and os.geteuid() == 0:
+                        os.fchown(dst, item["uid"], item["gid"])
+                finally:
+                    os.close(dst)
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp, dir_fd=here.fd)
+            finally:
+                os.close(src)
+        except _tree.UnsafePath as exc:
+            return "%s was not put back: %s %s; nothing was written there" % (
+                where, "it" if exc.path == where else exc.path, exc.reason)
+        except OSError as exc:
+            return "%s was not put back: %s" % (where, exc.strerror or exc)
+        finally:
+            for d in opened:
+                d.close()
+        return None
+
+    def close(self):
+        """Remove the copies (through the handle), the run's directory, and the directories above
+        it that this run made, when they are empty: a removal leaves no trace of its stash."""
+        with _tree.Dir(self.fd, self.where) as d:
+            _tree.clear(d)
+        self.fd = None
+        for path in [self.where] + self.made:
+            try:
+                pfd = os.open(os.path.dirname(path), _DIR_FLAGS)  # root's directories (see __init__)
+            except OSError:
+                return
+            try:
+                os.rmdir(os.path.basename(path), dir_fd=pfd)
+            except OSError:
+                return  # not empty: another run's stash is there
+            finally:
+                os.close(pfd)
 
 
 class RestoreRecord(object):
@@ -340,6 +552,17 @@ class Contamination(object):
             raise GpufleetError(exc.msg, exc.partial or result) from exc
 
     # ------------------------------------------------------------------ removal
+    def _anchored(self, dist, abs_path):
+        """``(anchor, rel)``: the file at ``abs_path`` (a RECORD row of ``dist``) as a path below
+        the venv's real directory, where the stash takes it from and puts it back (a bin/ script
+        as well as a file of site-packages); ``(None, abs_path)`` when it is not below it."""
+        venv = os.path.realpath(self.venv)
+        rel = os.path.relpath(abs_path, dist.site_dir)
+        real = os.path.normpath(os.path.join(os.path.realpath(dist.site_dir), rel))
+        if os.path.realpath(dist.site_dir) not in self.own_sites or not real.startswith(venv.rstrip("/") + "/"):
+            return None, abs_path
+        return venv, real[len(venv.rstrip("/")) + 1:]
+
     def plan(self, dists, contaminants, shared):
         by_key = dict((d.key, d) for d in dists)
         remove, kept = [], []
@@ -366,7 +589,7 @@ class Contamination(object):
                 continue
             remove.append(dist)
         removing = set(d.key for d in remove)
-        preserve = []  # (abs_path, keeper) whose current content a keeper still needs
+        preserve = {}  # abs_path -> [site (real), rel, algo, digest, [keepers]]: content a keeper still needs
         reinstall = {}  # key -> dist whose shared files no longer match its RECORD
         for abs_path, group in shared.items():
             if not any(d.key in removing for d, _r, _a, _h in group):
@@ -385,12 +608,16 @@ class Contamination(object):
                         except (IOError, OSError, ValueError):
                             ok = False
                 if ok:
-                    preserve.append(abs_path)
+                    entry = preserve.setdefault(abs_path, list(self._anchored(dist, abs_path)) + [algo, digest, []])
+                    if not entry[3] and digest:
+                        entry[2:4] = [algo, digest]
+                    entry[4].append((dist.name, dist.version))
                 elif valid_project_name(dist.name) and valid_version(dist.version):
                     reinstall[dist.key] = dist
                 elif not any(k["name"] == dist.name for k in kept):
                     kept.append({"name": dist.name, "reason": _UNSAFE % (dist.name, dist.version, dist.info_dir)})
-        return remove, kept, sorted(set(preserve)), sorted(reinstall.values(), key=lambda d: d.key)
+        return remove, kept, sorted(preserve.values(), key=lambda e: (e[0] or "", e[1])), sorted(
+            reinstall.values(), key=lambda d: d.key)
 
     def remediate(self, result, dists, shared):
         if not (os.path.isfile(os.path.join(self.venv, "pyvenv.cfg")) or os.path.isdir(os.path.join(self.venv, "conda-meta"))):
@@ -438,31 +665,43 @@ class Contamination(object):
             return self._execute(result, dists, remove, preserve, reinstall, installer, pending)
 
     def _uninstall(self, remove, preserve, installer):
-        """Uninstall ``remove``, keeping the files in ``preserve`` that a remaining package needs."""
-        stash = tempfile.mkdtemp(prefix=".gpufleet-preserve-", dir=self.venv)
-        saved = []
+        """Uninstall ``remove``, keeping the files in ``preserve`` that a remaining package needs:
+        copied into root's stash before, written back through directory handles after (Stash).
+        Returns the installer's ``(rc, out, err)`` and the files not kept: ``[(problem, keepers)]``."""
+        lost = []
+        stash = None
+        if preserve:
+            try:
+                stash = Stash()
+            except OSError as exc:
+                raise DistError(
+                    "could not make %s, where the files the removed packages share with kept ones are kept during the "
+                    "uninstall (%s); nothing was removed: run as root, with %s root's and writable by root alone"
+                    % (stash_dir(), exc.strerror or exc, os.path.dirname(stash_dir()))) from None
         try:
-            for index, path in enumerate(preserve):
-                target = os.path.join(stash, str(index))
-                try:
-                    os.link(path, target)
-                except OSError:
-                    shutil.copy2(path, target)
-                saved.append((path, target))
+            taken = []
+            for anchor, rel, algo, digest, keepers in preserve:
+                if anchor is None:
+                    lost.append(("%s is not in the venv: not kept aside" % rel, keepers))
+                    continue
+                problem = stash.take(anchor, rel, digest, algo)
+                if problem:
+                    lost.append((problem, keepers))
+                else:
+                    taken.append(keepers)
             argv = installer.uninstall([d.name for d in remove])
             rc, out, err = self._installer_run(argv)
-            for path, target in saved:
-                if not os.path.lexists(path):
-                    parent = os.path.dirname(path)
-                    if not os.path.isdir(parent):
-                        os.makedirs(parent)
-                    os.rename(target, path)
+            for item, keepers in zip(stash.items if stash else [], taken):
+                problem = stash.put_back(item)
+                if problem:
+                    lost.append((problem, keepers))
         finally:
-            shutil.rmtree(stash, ignore_errors=True)
-        return rc, out, err
+            if stash is not None:
+                stash.close()
+        return rc, out, err, lost
 
     def _execute(self, result, dists, remove, preserve, reinstall, installer, pending):
-        rc, out, err = self._uninstall(remove, preserve, installer) if remove else (0, "", "")
+        rc, out, err, unkept = self._uninstall(remove, preserve, installer) if remove else (0, "", "", [])
 
         after = self.env.rescan()
         present = set(d.key for d in after)
@@ -486,7 +725,15 @@ class Contamination(object):
         # What is still not back is recorded (outside the venv) so that every later read reports
         # it until it is; once all is back the record goes.
         still = unrestored(after, pins)
-        recorded = self.restore_record.store([(p["name"], p["version"]) for p in still])
+        # A kept package whose file could not be put back is recorded like a failed reinstall.
+        pinned = set(canonical_name(n) for n, _v in pins)
+        extra = []
+        for _problem, keepers in unkept:
+            for name, version in keepers:
+                if canonical_name(name) not in pinned and valid_project_name(name) and valid_version(version):
+                    pinned.add(canonical_name(name))
+                    extra.append((name, version))
+        recorded = self.restore_record.store([(p["name"], p["version"]) for p in still + unrestored(after, extra)])
         damaged = ["%s (%d missing, %d modified)" % (p["name"], len(p["missing"]), len(p["modified"]))
                    for p in still if p["installed"]]
         new_result, _d, _c, _s = self.scan()
@@ -518,6 +765,13 @@ class Contamination(object):
                 % (", ".join("%s==%s" % p for p in pins), shell_join(hint), text[-400:]))
         if lost:
             errors.append("packages that were not asked for disappeared: %s" % ", ".join(lost))
+        if unkept:
+            errors.append(
+                "files that kept packages share with the removed ones were not put back: %s. Reinstall %s "
+                "(cuda_contamination remove=true find_links=<a directory holding them>) once the venv's directories "
+                "are plain directories again"
+                % ("; ".join(p for p, _k in unkept[:5]) + (" and %d more" % (len(unkept) - 5) if len(unkept) > 5 else ""),
+                   ", ".join(sorted(set("%s==%s" % k for _p, ks in unkept for k in ks)))))
         if damaged and not restore_failed:
             errors.append("restored packages still differ from their RECORD: %s" % ", ".join(damaged))
         if errors:

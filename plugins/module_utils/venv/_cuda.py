@@ -214,7 +214,8 @@ def classify(dist, scan_binaries=True, before_read=None):
 
     ``layer`` is the strongest layer that said anything (None: unknown). Only that layer
     decides; weaker layers are not read once a stronger one has spoken. ``before_read(path)``
-    is called before each shared object's DT_NEEDED is read (the evidence cache keys on them).
+    is called before each shared object's DT_NEEDED is read (the evidence cache keys on them); it
+    may return ``opened(stat_result)``, called with the fstat of the file then read.
     """
     found = label_cuda(dist.version)
     if found:
@@ -247,9 +248,10 @@ def classify(dist, scan_binaries=True, before_read=None):
         # shared objects, and reading them all would make one package most of the scan.
         found = 0
         for abs_path, rel in shared_objects:
+            opened = None
             if before_read is not None:
-                before_read(abs_path)
-            for soname in dt_needed(abs_path, dist.problems, rel) or ():
+                opened = before_read(abs_path)
+            for soname in dt_needed(abs_path, dist.problems, rel, opened) or ():
                 major = soname_cuda(soname)
                 if major is not None:
                     majors.setdefault(major, []).append("%s links %s (DT_NEEDED)" % (rel, soname))
@@ -368,13 +370,14 @@ def _kept_shared(dists, cache, keys):
     index = dict((id(d), i) for i, d in enumerate(dists))
     entries = [[abs_path, [[index[id(d)], rel, algo, digest] for d, rel, algo, digest in group]]
                for abs_path, group in shared.items()]
-    cache.keep_shared(key, entries, [d.problems[n:] for d, n in zip(dists, starts)])
+    cache.keep_shared(key, entries, [d.problems[n:] for d, n in zip(dists, starts)], dists)
     return shared
 
 
 def _kept_classify(dist, key, scan_binaries, cache):
     """classify(), taken from the evidence cache when the package and every shared object
     read for it are unchanged, else derived and kept."""
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import file_identity
     from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._evcache import identity
 
     kept = cache.package(dist, key, scan_binaries)
@@ -383,8 +386,16 @@ def _kept_classify(dist, key, scan_binaries, cache):
         dist.replay(problems)
         return layer, majors
     read = []
+
+    def before_read(path):
+        # The identity before the read (a file that cannot be opened is keyed on that), then
+        # that of the file actually read (fstat), so that what is kept is keyed on what was read.
+        entry = [path, identity(path)]
+        read.append(entry)
+        return lambda st: entry.__setitem__(1, file_identity(st))
+
     start = len(dist.problems)
-    layer, majors = classify(dist, scan_binaries, lambda path: read.append([path, identity(path)]))
+    layer, majors = classify(dist, scan_binaries, before_read)
     cache.keep_package(dist, key, scan_binaries, layer, majors, dist.problems[start:], read)
     return layer, majors
 

@@ -15,10 +15,13 @@ import errno
 import os
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tree
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import (
+    CAPS,
     Skipped,
     decode,
     open_stat,
+    read_fd,
     read_file,
     read_optional,
     read_text,
@@ -139,7 +142,7 @@ def parse_record(data, what="RECORD", problems=None, site_dir=None):
     # Without a quote character no field holds a comma, and splitting from the right is
     # exact and cheaper than the csv module; otherwise let csv do the unquoting.
     reader = (line.rsplit(",", 2) for line in lines) if '"' not in text else csv.reader(lines)
-    bad = 0
+    bad = refused = 0
     try:
         for lineno, row in enumerate(reader, 1):
             if not row or not row[0]:
@@ -164,13 +167,52 @@ def parse_record(data, what="RECORD", problems=None, site_dir=None):
             if prefix is None:
                 append((path, algo, digest, size))
             elif path[0] == "/" or ".." in path or "./" in path or "//" in path:
-                append((os.path.normpath(os.path.join(site_dir, path)), path, algo, digest, size))
+                abs_path = os.path.normpath(os.path.join(site_dir, path))
+                why = outside_row(site_dir, path, abs_path)
+                if why:
+                    refused += 1
+                    if refused <= _LISTED:
+                        problems.append(_REFUSED % (what, lineno, path[:200], why))
+                    continue
+                append((abs_path, path, algo, digest, size))
             else:
                 append((prefix + path, path, algo, digest, size))
     except csv.Error as exc:
         problems.append("%s is not valid CSV: %s" % (what, exc))
     _count_more(problems, what, "malformed hashes or sizes", bad)
+    _count_more(problems, what, "rows naming a file outside the environment (refused)", refused)
     return rows
+
+
+# A RECORD row is a path relative to the site directory. Installers write rows with `..` for
+# what goes beside it (bin/ scripts, include/, share/), always below the environment's prefix:
+# a row that is absolute or leaves the prefix names a file of somebody else, and is refused.
+_REFUSED = ("%s line %d names %r, %s: refused (never read, removed nor put back); an installer writes only "
+            "below the environment, so this RECORD was written by hand: reinstall the package")
+
+
+def environment_prefix(site_dir):
+    """The directory an environment's installer writes below, for its site directory:
+    ``<prefix>/lib/pythonX.Y/site-packages`` (or dist-packages, lib64, ``Lib/site-packages``,
+    ``lib/python3/dist-packages``) gives ``<prefix>``; any other directory is its own prefix."""
+    head = os.path.normpath(site_dir)
+    if os.path.basename(head) in ("site-packages", "dist-packages"):
+        head = os.path.dirname(head)
+        if os.path.basename(head).startswith("python"):
+            head = os.path.dirname(head)
+        if os.path.basename(head) in ("lib", "lib64", "Lib"):
+            head = os.path.dirname(head)
+    return head
+
+
+def outside_row(site_dir, rel, abs_path):
+    """Why the RECORD row ``rel`` (``abs_path`` once normalised) is refused, or None."""
+    if rel[0] == "/":
+        return "an absolute path"
+    prefix = environment_prefix(site_dir).rstrip("/") + "/"
+    if not abs_path.startswith(prefix):
+        return "which resolves outside the environment %s" % prefix.rstrip("/")
+    return None
 
 
 def file_digest(path, algo="sha256"):
@@ -200,13 +242,55 @@ def file_digest(path, algo="sha256"):
     return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
 
 
+def file_identity(st):
+    """``[dev, ino, size, mtime_ns, ctime_ns]`` of a stat result."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+class Anchor(object):
+    """A site directory opened from / without following a link (fs/_tree.walk) and held open:
+    its real path, ``chain`` (the device and inode of every directory from / down to it, as
+    walked) and ``dir`` (its handle), or None for both when it cannot be walked so (a link on
+    the way: its files are then read by path, as before, and nothing read from them is kept by
+    the evidence cache). Every dist-info file is read relative to the held handle, so what is
+    read is the directory the chain names, whatever is renamed above it afterwards."""
+
+    def __init__(self, site):
+        self.site = site
+        self.real = os.path.realpath(site)
+        self.chain = None
+        self.dir = None
+        try:
+            self.dir, self.chain = _tree.walk(self.real)
+        except (OSError, ValueError, _tree.UnsafePath):
+            self.chain = None
+
+    def open_info(self, name):
+        """The dist-info directory ``name`` of the site as a _tree.Dir, opened relative to the
+        held handle without following a link; OSError else."""
+        return self.dir.child(name)
+
+    def close(self):
+        if self.dir is not None:
+            self.dir.close()
+            self.dir = None
+
+    def __del__(self):
+        self.close()
+
+
 class Distribution(object):
     """One installed distribution: its dist-info directory and what it says."""
 
-    def __init__(self, site_dir, info_dir):
+    def __init__(self, site_dir, info_dir, anchor=None):
         self.site_dir = site_dir
         self.info_dir = info_dir
         self.problems = []
+        # Read through handles when the site was walked (Anchor): what was read, as fstat saw it.
+        self.anchor = anchor if anchor is not None and anchor.chain is not None else None
+        self.info_identity = None  # the dist-info directory's, at the first read through it
+        self.read_identities = {}  # file name -> identity of what was read
+        self.steady = self.anchor is not None  # False once a read found a directory exchanged
         self.is_egg_info = info_dir.endswith(".egg-info")
         meta_name = "PKG-INFO" if self.is_egg_info else "METADATA"
         # The long description after the headers can be large: the read stops at the blank line.
@@ -246,10 +330,78 @@ class Distribution(object):
 
     def _read(self, fname, kind, stop=None, missing_ok=False):
         """A file of the dist-info directory through the file layer; None (and a problem,
-        unless ``missing_ok`` and it does not exist) when it is skipped."""
+        unless ``missing_ok`` and it does not exist) when it is skipped. With an Anchor, the
+        file is opened relative to the dist-info directory reached through handles, and its
+        identity (fstat of what was read) is kept in ``read_identities``."""
         what = "%s/%s" % (os.path.basename(self.info_dir), fname)
-        reader = read_optional if missing_ok else read_file
-        return reader(os.path.join(self.info_dir, fname), kind, self.problems, what=what, stop=stop)
+        if self.anchor is None:
+            reader = read_optional if missing_ok else read_file
+            return reader(os.path.join(self.info_dir, fname), kind, self.problems, what=what, stop=stop)
+        info = self._open_info(what)
+        if info is None:
+            return None
+        with info:
+            try:
+                fd, st = open_stat(fname, info.fd, what)
+            except Skipped as exc:
+                if not (missing_ok and exc.problem.endswith(" does not exist")):
+                    self.problems.append(exc.problem)
+                return None
+        try:
+            self.read_identities[fname] = file_identity(st)
+            return read_fd(fd, CAPS[kind], what, self.problems, stop, size=st.st_size)
+        except Skipped as exc:
+            self.problems.append(exc.problem)
+            return None
+        finally:
+            os.close(fd)
+
+    def _open_info(self, what):
+        """The dist-info directory as a _tree.Dir through the Anchor, or None (and a problem)
+        when a directory on the way is not the one first walked."""
+        try:
+            info = self.anchor.open_info(os.path.basename(self.info_dir))
+        except FileNotFoundError:
+            self.problems.append("%s does not exist" % what)
+            return None
+        except (_tree.UnsafePath, OSError) as exc:
+            self.steady = False
+            self.problems.append("%s was not read: %s %s" % (
+                what, exc.path if isinstance(exc, _tree.UnsafePath) else self.info_dir,
+                exc.reason if isinstance(exc, _tree.UnsafePath) else "cannot be opened: %s" % (exc.strerror or exc)))
+            return None
+        ident = file_identity(os.fstat(info.fd))
+        if self.info_identity is None:
+            self.info_identity = ident
+        elif ident[:2] != self.info_identity[:2]:
+            info.close()
+            self.steady = False
+            self.problems.append("%s was not read: %s is another directory than when it was first read "
+                                 "(it was exchanged meanwhile)" % (what, self.info_dir))
+            return None
+        return info
+
+    def identities(self):
+        """What the evidence cache keys this package on, all through handles: the site's chain,
+        the dist-info directory, RECORD (fstat, or what was read) and METADATA (what was read);
+        None for each that cannot be had so (then nothing of it is kept)."""
+        meta = "PKG-INFO" if self.is_egg_info else "METADATA"
+        if self.anchor is None or not self.steady:
+            return [None, None, None, None]
+        opened = self._open_info("%s/RECORD" % os.path.basename(self.info_dir))
+        if opened is None:
+            return [None, None, None, None]
+        with opened:
+            info = file_identity(os.fstat(opened.fd))
+            record = self.read_identities.get("RECORD")
+            if record is None:
+                try:
+                    fd, st = open_stat("RECORD", opened.fd, "RECORD")
+                    os.close(fd)
+                    record = file_identity(st)
+                except Skipped:
+                    record = None
+        return [self.anchor.chain, info, record, self.read_identities.get(meta)]
 
     @property
     def installer(self):
@@ -304,10 +456,18 @@ class Distribution(object):
         rels = [line.rsplit(",", 2)[0] for line in record_lines(text)]  # as parse_record splits
         if text.startswith("/") or "\n/" in text or ".." in text or "./" in text or "//" in text:
             # Some path needs normalising (absolute, `..`, `.`, doubled slashes): per line.
-            return [
-                (os.path.normpath(os.path.join(self.site_dir, rel)), rel)
-                if rel[0] == "/" or ".." in rel or "./" in rel or "//" in rel else (prefix + rel, rel)
-                for rel in rels if rel]
+            out = []
+            for rel in rels:
+                if not rel:
+                    continue
+                if rel[0] == "/" or ".." in rel or "./" in rel or "//" in rel:
+                    abs_path = os.path.normpath(os.path.join(self.site_dir, rel))
+                    if outside_row(self.site_dir, rel, abs_path):
+                        return [(r[0], r[1]) for r in self.record]  # the full parser names the refusal
+                    out.append((abs_path, rel))
+                else:
+                    out.append((prefix + rel, rel))
+            return out
         # The common case, in bulk: every path is relative and already normal.
         return [(prefix + rel, rel) for rel in rels if rel]
 
@@ -420,6 +580,22 @@ def interpreter_site_dirs(python, run):
     return [p for p in paths if p and os.path.isdir(p)]
 
 
+def interpreter_dirs(python):
+    """The directories an interpreter reads at every start, found by its installation's layout
+    (nothing is run): its standard library (``<prefix>/lib*/python*``) and the site-packages and
+    dist-packages directories beside it, whose ``.pth`` lines site.py runs. run_as() is given
+    them, so that an interpreter of root's whose site directory (or a .pth in it) is another
+    user's is run as that user."""
+    import glob
+
+    prefix = glob.escape(os.path.dirname(os.path.dirname(os.path.realpath(python))))
+    found = []
+    for pattern in ("lib*/python*", "lib*/python*/site-packages", "lib*/python*/dist-packages",
+                    "local/lib*/python*/site-packages", "local/lib*/python*/dist-packages"):
+        found.extend(p for p in sorted(glob.glob(os.path.join(prefix, pattern))) if os.path.isdir(p))
+    return found
+
+
 def _python_xy(cfg):
     """``(X.Y, abiflags)`` from pyvenv.cfg's ``version_info`` (uv) or ``version`` (venv), or None."""
     import re
@@ -518,11 +694,14 @@ def iter_distributions(site_dirs):
     dists = []
     shadowed = []
     seen = {}
+    anchors = {}
     for site, entry in info_entries(site_dirs):
         path = os.path.join(site, entry)
         if not os.path.isdir(path):
             continue
-        dist = Distribution(site, path)
+        if site not in anchors:
+            anchors[site] = Anchor(site)
+        dist = Distribution(site, path, anchors[site])
         if dist.key in seen:
             shadowed.append(dist)
             continue
@@ -649,7 +828,7 @@ def inventory(venv, python, baseline, verify_files, run):
     else:
         # Another interpreter is run to ask its sys.path: as root only when root alone controls it.
         real = os.path.realpath(python)
-        sites = interpreter_site_dirs(python, privileged_run(run_as(os.path.dirname(real), python, ()), run))
+        sites = interpreter_site_dirs(python, privileged_run(run_as(os.path.dirname(real), python, interpreter_dirs(real)), run))
         dists, shadowed = iter_distributions(sites)
     result = {
         "changed": False,

@@ -29,11 +29,11 @@ _MAX_DYNAMIC = CAPS["elf_dynamic"]
 _MAX_STRTAB = CAPS["elf_strtab"]
 
 
-def dt_needed(path, problems=None, what=None):
+def dt_needed(path, problems=None, what=None, opened=None):
     """Return the list of DT_NEEDED sonames of ``path``; None if it is not a readable ELF.
 
     Opened through the file layer: a FIFO, a device or a symbolic link is not read, and why
-    is added to ``problems``."""
+    is added to ``problems``. ``opened(stat_result)``: called with the fstat of the file read."""
     try:
         fd = open_regular(path, what=what)
     except Skipped as exc:
@@ -41,6 +41,8 @@ def dt_needed(path, problems=None, what=None):
             problems.append(exc.problem)
         return None
     try:
+        if opened is not None:
+            opened(os.fstat(fd))
         with os.fdopen(fd, "rb") as f:
             return _read_needed(f)
     except (IOError, OSError, struct.error, ValueError, OverflowError, MemoryError):

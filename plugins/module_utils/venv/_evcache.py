@@ -6,13 +6,18 @@
 """The contamination scan's evidence, kept between reads of an unchanged venv.
 
 What the scan derives from a package's RECORD, METADATA and shared objects is kept in a
-root-owned directory (DEFAULT_DIR, mode 0700), one file per venv, keyed on the identity
-(device, inode, size, mtime and ctime in nanoseconds) of the package's dist-info directory,
-RECORD and METADATA, on the identity of every shared object whose DT_NEEDED was read, and on
-a fingerprint of the code that derives it. A key that differs is a miss: that package is read
-again. The files shared by several packages are hashed on every read (clobbering is judged
+root-owned directory (DEFAULT_DIR, mode 0700), one file per venv, keyed on what was read, as
+it was read: the chain of directories from / to the package's site directory (device and inode
+of each, as walked without following a link when the site was opened; its handle is held and
+every dist-info file read relative to it, _dist.Anchor), and the identity (device, inode, size,
+mtime and ctime in nanoseconds) of its dist-info directory, RECORD and METADATA taken with fstat
+of the files read (_dist.Distribution.identities()); of every shared object whose DT_NEEDED was
+read, the fstat of the file read; and a fingerprint of the code that derives it. A key that
+differs is a miss: that package is read again. A site directory swapped with a sibling as it was
+walked is read, and kept, under the sibling's chain, which the venv's own never matches; a
+dist-info directory exchanged between two reads of it is kept under no key. The files shared by several packages are hashed on every read (clobbering is judged
 live); only which paths are shared, and the RECORD rows naming them, are kept, keyed on every
-package's identity and the site directories'.
+package's key and the site directories' chains.
 
 Nothing here trusts the venv's owner: the directory is reached from / without following a
 link, every ancestor must be root's and writable by no one else, the file must be root's,
@@ -33,7 +38,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tree
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped, open_stat, read_fd
 
 DEFAULT_DIR = "/var/cache/gpufleet-hygiene/evidence"
-FORMAT = 1
+FORMAT = 2
 # The most bytes of one venv's cache file read back: far above a real venv's (a few hundred
 # bytes per package); a larger file is ignored and rewritten.
 MAX_BYTES = 32 << 20
@@ -211,12 +216,21 @@ class EvidenceCache(object):
     # ------------------------------------------------------------------ keys
     @staticmethod
     def package_key(dist):
-        """The identities a package's evidence is derived from: its site directory (device and
-        inode), its dist-info directory, RECORD and METADATA (or PKG-INFO)."""
-        site = identity(dist.site_dir)
-        meta = "PKG-INFO" if dist.is_egg_info else "METADATA"
-        return [site[:2] if site else None, identity(dist.info_dir),
-                identity(os.path.join(dist.info_dir, "RECORD")), identity(os.path.join(dist.info_dir, meta))]
+        """The identities a package's evidence is derived from, all taken through directory
+        handles (_dist.Distribution.identities): the chain of directories from / to its site
+        directory (device and inode of each, as walked), its dist-info directory, RECORD and
+        METADATA (or PKG-INFO) as read. A site directory exchanged with a sibling changes the
+        chain: a miss."""
+        return dist.identities()
+
+    @staticmethod
+    def _read_as_keyed(dist, key):
+        """Whether what was read of ``dist`` is what ``key`` names: every read steady (no
+        directory exchanged on the way), RECORD, when it was read, the file the key names."""
+        if not getattr(dist, "steady", False) or None in key[:3]:
+            return False
+        record = dist.read_identities.get("RECORD")
+        return record is None or record == key[2]
 
     def _keep(self, idents):
         """Whether entries keyed on ``idents`` may be kept (none of them racy)."""
@@ -243,9 +257,11 @@ class EvidenceCache(object):
         return layer, majors, list(problems)
 
     def keep_package(self, dist, key, scan_binaries, layer, majors, problems, read):
-        """Keep what was derived for ``dist``; ``read``: ``[[path, identity before the read]]`` of
-        the files outside its dist-info that were read (its shared objects)."""
-        if None in key[1:3] or not self._keep(key[1:] + [i for _p, i in read]):
+        """Keep what was derived for ``dist``; ``read``: ``[[path, identity]]`` of the files outside
+        its dist-info that were read (its shared objects), each as fstat saw the file read (as
+        lstat saw the path where it could not be opened). Nothing is kept when a read of ``dist``
+        met an exchanged directory or RECORD was not the file the key names."""
+        if not self._read_as_keyed(dist, key) or not self._keep(key[1:] + [i for _p, i in read]):
             self.packages.pop(dist.info_dir, None)
             return
         self.packages[dist.info_dir] = {
@@ -260,8 +276,10 @@ class EvidenceCache(object):
         import hashlib
         import json
 
-        key = {"sites": [[s, identity(s)] for s in sorted(set(d.site_dir for d in dists))],
+        chains = dict((d.site_dir, d.anchor.chain if d.anchor is not None else None) for d in dists)
+        key = {"sites": [[s, chains[s]] for s in sorted(chains)],
                "packages": [[d.info_dir, k] for d, k in zip(dists, keys)]}
+        key["steady"] = all(self._read_as_keyed(d, k) for d, k in zip(dists, keys))
         text = json.dumps(key, separators=(",", ":")).encode("utf-8", "surrogateescape")
         key["digest"] = hashlib.sha256(text).hexdigest()
         return key
@@ -284,9 +302,10 @@ class EvidenceCache(object):
             return None
         return entries, problems
 
-    def keep_shared(self, key, entries, problems):
-        idents = [k for _d, ks in key["packages"] for k in ks[1:]] + [s[1] for s in key["sites"]]
-        if any(k is None for _d, ks in key["packages"] for k in ks[1:3]) or not self._keep(idents):
+    def keep_shared(self, key, entries, problems, dists=None):
+        idents = [k for _d, ks in key["packages"] for k in ks[1:]]
+        steady = dists is None or all(self._read_as_keyed(d, k) for d, (_i, k) in zip(dists, key["packages"]))
+        if not key.get("steady") or not steady or any(s[1] is None for s in key["sites"]) or not self._keep(idents):
             self.shared = None
             return
         self.shared = {"key": key["digest"], "entries": entries, "problems": problems}

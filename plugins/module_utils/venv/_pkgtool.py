@@ -34,6 +34,20 @@ def _chain(path):
         path = parent
 
 
+def _pth_files(site_dirs):
+    """``(path, lstat)`` of every ``*.pth`` file in ``site_dirs``: site.py runs their lines."""
+    for site in site_dirs:
+        try:
+            names = sorted(n for n in os.listdir(site) if n.endswith(".pth"))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                yield os.path.join(site, name), os.lstat(os.path.join(site, name))
+            except OSError:
+                continue
+
+
 def _others_write(st):
     if stat.S_ISLNK(st.st_mode) or (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
         return False
@@ -68,7 +82,7 @@ def find_uv(venv, path_env=None):
 def run_as(venv, python, site_dirs, program=None):
     """Who runs an installer on ``venv``: None (root, as now) when root alone controls the
     venv, its interpreter (the real file and its directories), its own site-packages (their
-    ``.pth`` lines run at every start) and ``program``; else ``(uid, gid, why)`` of their
+    ``.pth`` lines run at every start, and those .pth files) and ``program``; else ``(uid, gid, why)`` of their
     owner, so that nothing a user controls runs as root. A root-owned part that others may
     write raises: no identity can run it safely."""
     if os.geteuid() != 0:
@@ -81,6 +95,9 @@ def run_as(venv, python, site_dirs, program=None):
         for where, st in chain:
             if st.st_uid != 0:
                 return st.st_uid, st.st_gid, "%s is owned by uid %d" % (where, st.st_uid)
+    for where, st in _pth_files(site_dirs):
+        if st.st_uid != 0:
+            return st.st_uid, st.st_gid, "%s is owned by uid %d" % (where, st.st_uid)
     for chain in chains:
         for where, st in chain:
             if _others_write(st):

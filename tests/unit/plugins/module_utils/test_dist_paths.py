@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -23,16 +24,22 @@ ROW = st.tuples(st.one_of(st.just(""), st.just("/"), st.just("./")), PATH,
                 st.sampled_from(["", "sha256=AAAA"]), st.sampled_from(["", "12"]))
 
 
-def _paths_both_ways(lines):
-    with tempfile.TemporaryDirectory() as site:
+def _paths_both_ways(lines, problems=None):
+    with tempfile.TemporaryDirectory() as prefix:
+        site = os.path.join(prefix, "lib", "python3.11", "site-packages")
         info = os.path.join(site, "demo-1.0.dist-info")
-        os.mkdir(info)
+        os.makedirs(info)
         with open(os.path.join(info, "METADATA"), "w") as f:
             f.write("Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n\n")
         with open(os.path.join(info, "RECORD"), "w", encoding="utf-8") as f:
             f.write("".join(line + "\n" for line in lines))
-        cheap = _dist.Distribution(site, info).paths
-        full = [(r[0], r[1]) for r in _dist.Distribution(site, info).record]
+        first = _dist.Distribution(site, info)
+        cheap = first.paths
+        second = _dist.Distribution(site, info)
+        full = [(r[0], r[1]) for r in second.record]
+        assert first.problems == second.problems
+        if problems is not None:
+            problems.extend(second.problems)
     return cheap, full
 
 
@@ -46,17 +53,35 @@ def test_cheap_paths_equal_the_full_parser(rows):
 
 
 def test_common_and_unusual_rows():
-    lines = ["torch/__init__.py,sha256=AAAA,10", "../../bin/torchrun,sha256=BBBB,20", "/abs/file.so,,",
+    lines = ["torch/__init__.py,sha256=AAAA,10", "../../../bin/torchrun,sha256=BBBB,20",
              "nvidia//cu13/lib/libcudart.so.13,,", "./pkg/x.py,,", "a,b.py,sha256=CCCC,3", "pkg/a\x85b\u2028c.py,,",
              "demo-1.0.dist-info/RECORD,,"]
-    cheap, full = _paths_both_ways(lines)
-    assert cheap == full
+    problems = []
+    cheap, full = _paths_both_ways(lines, problems)
+    assert cheap == full and problems == []
     expected = [
-        "torch/__init__.py", "../../bin/torchrun", "/abs/file.so", "nvidia//cu13/lib/libcudart.so.13", "./pkg/x.py",
+        "torch/__init__.py", "../../../bin/torchrun", "nvidia//cu13/lib/libcudart.so.13", "./pkg/x.py",
         "a,b.py", "pkg/a\x85b\u2028c.py", "demo-1.0.dist-info/RECORD",
     ]
     assert [rel for _abs, rel in cheap] == expected
-    assert cheap[1][0] == os.path.normpath(os.path.join(os.path.dirname(cheap[0][0]), "..", "..", "..", "bin", "torchrun"))
+    # A script row lands in the environment's bin/, beside lib/.
+    site = os.path.dirname(os.path.dirname(cheap[0][0]))
+    assert cheap[1][0] == os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(site))), "bin", "torchrun")
+
+
+@pytest.mark.parametrize("row, why", [
+    ("/etc/ld.so.preload", "an absolute path"),
+    ("../../../../etc/ld.so.preload", "resolves outside the environment"),
+    ("pkg/../../../../../etc/shadow", "resolves outside the environment"),
+])
+def test_a_row_outside_the_environment_is_refused_and_named(row, why):
+    """Absolute rows and rows whose `..` leave the environment are no installed file: they are
+    named once and never reach a reader (verify, the scan, the removal's restore)."""
+    problems = []
+    cheap, full = _paths_both_ways(["pkg/__init__.py,,", row + ",sha256=AAAA,10"], problems)
+    assert cheap == full and [rel for _abs, rel in full] == ["pkg/__init__.py"]
+    assert len(problems) == 1 and "demo-1.0.dist-info/RECORD line 2 names %r" % row in problems[0], problems
+    assert why in problems[0] and "refused" in problems[0]
 
 
 def test_a_body_that_is_not_utf8_is_no_problem_of_the_headers():

@@ -8,6 +8,7 @@ mtime kept); an unchanged venv is read from the cache; the venv's owner cannot p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import pytest
 from cuda_fixtures import SEED_ADDED, SEED_BASE, UV, make_venv, pins
 from wheelmaker import build_shared_object, build_wheel
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _evcache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import reference, scan
@@ -347,3 +349,90 @@ def test_only_the_cache_s_own_two_directories_are_made(venv, tmp_path):
     deep = tmp_path / "missing" / "cache" / "evidence"
     assert full(venv, str(deep)) == full(venv, False)
     assert not (tmp_path / "missing").exists()
+
+
+# ------------------------------------- the venv's owner exchanges site-packages while root reads
+
+EXCHANGE_SECONDS = float(os.environ.get("GPUFLEET_RACE_SECONDS", "20"))
+
+
+@pytest.fixture
+def exchanged_venv(seed_wheels, tmp_path):
+    """A real venv of nobody's holding torch (cu128) and evilpkg 1.0+cu130 (a contaminant by its
+    version label), and beside its site-packages a sibling of nobody's where evilpkg's METADATA
+    says 1.0: the same names, a clean verdict. ``REAL`` marks which one is the venv's own."""
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="gpufleet-owned-", dir="/tmp")
+    os.chmod(root, 0o755)
+    wheels = str(tmp_path / "wheels")
+    os.makedirs(wheels)
+    build_wheel(wheels, "evilpkg", "1.0+cu130", {"evilpkg/__init__.py": ""})
+    venv = os.path.join(root, "venv")
+    subprocess.run([UV, "venv", "--quiet", "--python", "/usr/bin/python3.11", venv], check=True)
+    install(venv, seed_wheels, ["torch==2.8.0+cu128"])
+    install(venv, wheels, ["evilpkg==1.0+cu130"])
+    site = Venv(venv, run).own_site_dirs[0]
+    sibling = site + ".clean"
+    shutil.copytree(site, sibling, symlinks=True)
+    meta = os.path.join(sibling, "evilpkg-1.0+cu130.dist-info", "METADATA")
+    with open(meta) as f:
+        text = f.read()
+    with open(meta, "w") as f:
+        f.write(text.replace("Version: 1.0+cu130", "Version: 1.0"))
+    open(os.path.join(site, "REAL"), "w").close()
+    subprocess.run(["chown", "-R", "%d:%d" % (NOBODY, NOBODY), venv], check=True)
+    yield venv, site, sibling
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _entry(cache_dir, venv, name):
+    """The kept entry of the dist-info ``name`` in the cache file of ``venv``, or None."""
+    files = os.listdir(cache_dir)
+    if not files:
+        return None
+    with open(os.path.join(cache_dir, files[0])) as f:
+        doc = json.load(f)
+    return next((e for d, e in doc["packages"].items() if os.path.basename(d) == name), None)
+
+
+def test_exchanging_site_packages_while_root_reads_never_poisons_the_cache(exchanged_venv, cache_dir):
+    """A real process of the venv's owner exchanges (renameat2 RENAME_EXCHANGE) site-packages with
+    its sibling in a loop while root reads the venv again and again with the cache. Whatever root
+    read during the loop, what it kept is keyed on what it read, through handles, directories from
+    / included: once the loop stops, the cached read equals a fresh one (evilpkg is flagged), and no
+    kept entry says 'clean' under the key of the venv's own evilpkg."""
+    from cachetree import Swapper
+
+    venv, site, sibling = exchanged_venv
+    info = "evilpkg-1.0+cu130.dist-info"
+    fresh = read(venv, False)[0]
+    assert "evilpkg" in names(fresh)
+    own_key = _evcache.EvidenceCache.package_key(
+        next(d for d in Venv(venv, run).distributions if d.key == "evilpkg"))
+    parent = os.path.dirname(site)
+    swapper = Swapper(parent, [(os.path.basename(site), os.path.basename(sibling))], NOBODY, NOBODY)
+    poisoned = rounds = 0
+    try:
+        deadline = time.monotonic() + EXCHANGE_SECONDS
+        while time.monotonic() < deadline and not poisoned:
+            rounds += 1
+            with contextlib.suppress(GpufleetError):  # a read of a half-exchanged venv may fail; never poison
+                read(venv, cache_dir)
+            entry = _entry(cache_dir, venv, info)
+            poisoned += bool(entry and entry["key"] == own_key and entry["layer"] is None)
+    finally:
+        swaps, _failed = swapper.stop()
+    if not os.path.exists(os.path.join(site, "REAL")):  # the loop stopped on the exchanged side
+        os.rename(site, site + ".tmp")
+        os.rename(sibling, site)
+        os.rename(site + ".tmp", sibling)
+    assert poisoned == 0, "a clean verdict was kept under the key of the venv's own evilpkg (round %d)" % rounds
+    assert swaps > 100 and rounds > 5, (swaps, rounds)
+    settle()
+    cached = read(venv, cache_dir)[0]
+    assert "evilpkg" in names(cached)
+    assert names(cached) == names(fresh)
+    settle()
+    again, hits, _misses, _records = read(venv, cache_dir)  # and the cache serves the venv again
+    assert hits > 0 and names(again) == names(fresh)

@@ -291,6 +291,38 @@ def test_another_users_interpreter_is_asked_as_that_user(run_module, reachable):
     assert ran_as(marker) == [str(NOBODY)]
 
 
+@pytest.mark.parametrize("owned", ["the directory", "the .pth file"])
+def test_a_root_interpreter_whose_site_directory_is_another_users_runs_as_that_user(run_module, reachable, owned):
+    """An interpreter of root's (its binary and bin/ root's) whose dist-packages directory, or a
+    .pth file in it, is nobody's: site.py runs the .pth lines there at every start, so asking it
+    its sys.path as root ran nobody's line as root. Its site directories are found by layout
+    (nothing run) and it runs as nobody."""
+    prefix = os.path.join(reachable, "prefix")
+    stdlib = os.path.join(prefix, "lib", "python3.11")
+    dist = os.path.join(prefix, "local", "lib", "python3.11", "dist-packages")
+    os.makedirs(os.path.join(prefix, "bin"))
+    os.makedirs(stdlib)
+    os.makedirs(dist)
+    python = os.path.join(prefix, "bin", "python3.11")
+    shutil.copy2("/usr/bin/python3.11", python)  # its prefix is where it lies: lib/python3.11/os.py there
+    for name in os.listdir("/usr/lib/python3.11"):
+        if name not in ("site-packages", "dist-packages"):
+            os.symlink(os.path.join("/usr/lib/python3.11", name), os.path.join(stdlib, name))
+    marker = os.path.join(reachable, "ran-as")
+    open(marker, "w").close()
+    os.chmod(marker, 0o666)
+    with open(os.path.join(dist, "zz_owner.pth"), "w") as f:
+        f.write("import os; open(%r, 'a').write('%%d\\n' %% os.getuid())\n" % marker)
+    if owned == "the directory":
+        subprocess.run(["chown", "-R", "%d:%d" % (NOBODY, NOBODY), os.path.join(prefix, "local")], check=True)
+    else:
+        os.chown(os.path.join(dist, "zz_owner.pth"), NOBODY, NOBODY)
+    inv = run_module(pip_inventory.main, dict(python=python))
+    assert not inv.get("failed"), inv
+    assert dist in inv["site_dirs"]
+    assert ran_as(marker) == [str(NOBODY)]
+
+
 def test_removal_runs_the_venv_own_programs_as_its_owner(run_module, reachable, seed_wheels):
     venv, marker = hostile_venv(reachable, seed_wheels, system_site=False)
     result = run_module(cuda_contamination.main, dict(venv=venv, remove=True))

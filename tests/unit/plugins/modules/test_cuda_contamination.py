@@ -94,7 +94,7 @@ def test_seed_environment_flags_exactly_the_cuda13_packages(run_module, seed_ven
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
 def test_seed_remediation_removes_exactly_what_was_asked_and_restores_clobbered(
-        run_module, tmp_path, seed_wheels, installer):
+        run_module, tmp_path, seed_wheels, installer, state_dir):
     venv = make_venv(str(tmp_path / "venv"), UV, seed_pip=(installer == "pip"))
     install(UV, venv, seed_wheels, pins(SEED_BASE))
     install(UV, venv, seed_wheels, pins(SEED_ADDED))
@@ -121,8 +121,11 @@ def test_seed_remediation_removes_exactly_what_was_asked_and_restores_clobbered(
     from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._elf import dt_needed
     for path in SHARED_LIBS.values():
         assert "libcudart.so.12" in dt_needed(os.path.join(site, path))
-    # Files every nvidia package shares (nvidia/__init__.py) survived the uninstall.
+    # Files every nvidia package shares (nvidia/__init__.py) survived the uninstall, put back
+    # from a stash of root's that is gone once the run is done.
+    assert result["preserved_files"] > 0
     assert os.path.isfile(os.path.join(site, "nvidia", "__init__.py"))
+    assert not os.path.exists(os.path.join(os.path.dirname(state_dir), "stash"))
 
     again = run_module(cuda_contamination.main, args)
     assert again["changed"] is False
@@ -463,3 +466,110 @@ def test_a_record_others_may_write_is_not_trusted(run_module, tmp_path, seed_whe
     result = run_module(cuda_contamination.main, dict(venv=venv))
     assert result["restore_pending"] == []
     assert any("cannot be read" in p and "writable by another user" in p for p in result["problems"]), result["problems"]
+
+
+# ------------------------------------- restore through directory handles (the venv's owner swaps)
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def reachable():
+    """A directory another user can reach (the tests' own are root's alone)."""
+    import shutil
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="gpufleet-owned-", dir="/tmp")
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+SWAP_PTH = (
+    "import os; s, t, m = %r, %r, %r; d = os.path.join(s, 'shared'); "
+    "open(m, 'a').write('%%d\\n' %% os.getuid()); "
+    "os.path.isdir(d) and not os.path.islink(d) and "
+    "(os.rename(d, os.path.join(s, '.shared-real')), os.symlink(t, d))\n")
+
+
+def _nobody_venv_sharing_a_file(root, wheels, seed_pip=False):
+    """A real venv of nobody's: keeppkg (kept) and droppkg 1.0+cu130 (removed) both install
+    shared/ld.so.preload, with the same bytes; a .pth line of nobody's swaps site/shared for a
+    link to ``target`` at every start of the interpreter, and writes its uid to ``marker``."""
+    import subprocess
+
+    venv = os.path.join(root, "venv")
+    # An interpreter another user can run (the tests' own may sit under root's home).
+    if seed_pip:
+        subprocess.run(["/usr/bin/python3.11", "-m", "venv", venv], check=True)
+    else:
+        subprocess.run([UV, "venv", "--quiet", "--python", "/usr/bin/python3.11", venv], check=True)
+    subprocess.run([UV, "pip", "install", "--quiet", "--link-mode", "copy", "--python", os.path.join(venv, "bin", "python"),
+                    "--no-index", "--find-links", wheels, "keeppkg==1.0", "droppkg==1.0+cu130"], check=True)
+    site = _contamination.Venv(venv, None).own_site_dirs[0]
+    target = os.path.join(root, "rootonly")
+    os.mkdir(target, 0o700)  # root's alone: nobody can create anything in it
+    marker = os.path.join(root, "pth-ran-as")
+    open(marker, "w").close()
+    with open(os.path.join(site, "zz_swap.pth"), "w") as f:
+        f.write(SWAP_PTH % (site, target, marker))
+    subprocess.run(["chown", "-R", "%d:%d" % (NOBODY, NOBODY), venv, marker], check=True)
+    return venv, site, target, marker
+
+
+@pytest.fixture(scope="session")
+def sharing_wheels(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("sharing"))
+    body = "/tmp/the-venv-owner-s-library.so\n"
+    build_wheel(out, "keeppkg", "1.0", {"keeppkg/__init__.py": "", "shared/ld.so.preload": body})
+    build_wheel(out, "droppkg", "1.0+cu130", {"droppkg/__init__.py": "", "shared/ld.so.preload": body})
+    # A script both install in the venv's bin/ (RECORD: ../../../bin/sharedtool).
+    tool = "#!/bin/sh\necho shared\n"
+    build_wheel(out, "keeptool", "1.0", {"keeptool/__init__.py": "", "keeptool-1.0.data/scripts/sharedtool": tool})
+    build_wheel(out, "droptool", "1.0+cu130", {"droptool/__init__.py": "", "droptool-1.0+cu130.data/scripts/sharedtool": tool})
+    return out
+
+
+def test_a_shared_script_in_bin_is_kept_through_the_venv_s_handle(run_module, tmp_path, sharing_wheels, state_dir):
+    """A file two packages share outside site-packages (a bin/ script, RECORD's ../../../bin row)
+    is kept aside and put back below the venv's directory, like one in site-packages."""
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, sharing_wheels, ["keeptool==1.0", "droptool==1.0+cu130"])
+    tool = os.path.join(venv, "bin", "sharedtool")
+    with open(tool, "rb") as f:
+        body = f.read()
+    result = run_module(cuda_contamination.main, dict(venv=venv, remove=True, expected_cuda="12"))
+    assert not result.get("failed"), result.get("msg")
+    assert [r["name"] for r in result["removed"]] == ["droptool"] and result["preserved_files"] == 1
+    with open(tool, "rb") as f:
+        assert f.read() == body
+    assert os.access(tool, os.X_OK)
+    assert inventory(run_module, venv, verify_files=True)["integrity"]["ok"] is True
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_a_swapped_directory_during_the_uninstall_is_never_followed_by_the_restore(
+        run_module, reachable, sharing_wheels, state_dir, installer):
+    """The venv's owner swaps a directory for a link to a root-only one from a .pth line that runs
+    (as them) during the uninstall; the kept file is put back through handles re-walked from the
+    site directory, so the link is refused and named, and nothing appears in the root-only directory."""
+    venv, site, target, marker = _nobody_venv_sharing_a_file(reachable, sharing_wheels, seed_pip=(installer == "pip"))
+    result = run_module(cuda_contamination.main, dict(venv=venv, remove=True, expected_cuda="12", installer=installer))
+    # The .pth line ran during the uninstall, as the venv's owner, and swapped the directory.
+    with open(marker) as f:
+        ran = f.read().split()
+    assert ran and set(ran) == {str(NOBODY)}, ran
+    assert os.path.islink(os.path.join(site, "shared"))
+    # Root created nothing in the root-only directory.
+    assert os.listdir(target) == []
+    # pip removes what the link hides; uv stops at the file it may not remove there, and says so.
+    assert [r["name"] for r in result["removed"]] == (["droppkg"] if installer == "pip" else []), result["msg"]
+    assert installer == "pip" or "uv exited" in result["msg"]
+    # The refusal is named, and the keeper that lost its file is reported until it is back.
+    assert result["failed"]
+    assert "shared/ld.so.preload" in result["msg"] and "symbolic link" in result["msg"], result["msg"]
+    assert [p["name"] for p in result["restore_pending"]] == ["keeppkg"]
+    # The stash was root's, outside the venv: nothing of it is left in the user's tree, nor beside.
+    assert not [n for n in os.listdir(venv) if n.startswith(".gpufleet")]
+    assert not [n for n in os.listdir(site) if n.startswith(".gpufleet")]
+    assert not os.path.exists(os.path.join(os.path.dirname(state_dir), "stash"))
