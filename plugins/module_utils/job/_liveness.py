@@ -21,11 +21,11 @@ Private to gpufleet.hygiene (leading underscore): not a public API. Standard lib
 
 from __future__ import annotations
 
-import os
 import re
 import time
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped, open_stat, read_fd
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import read_window, stat_log
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import DEFAULT_PATTERN, readings
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import PROC, ancestors, read_stat
 
@@ -56,10 +56,13 @@ def _leftovers(job_pids, gpus, proc):
 
 
 def _log(path):
+    """The log's size and mtime from fstat of its handle (fs._tail: no link followed on the way or
+    at the end, a regular file only): a link's target is never stat'ed, so nothing of a file the
+    job's user cannot read leaks into the record."""
     try:
-        st = os.stat(path)
-    except OSError as exc:
-        return {"path": path, "exists": False, "error": exc.strerror or str(exc)}
+        st = stat_log(path)
+    except Skipped as exc:
+        return {"path": path, "exists": False, "error": exc.problem}
     return {"path": path, "exists": True, "size": st.st_size, "mtime": st.st_mtime}
 
 
@@ -67,29 +70,20 @@ def throughput(path, pattern=None, baseline=None, tail=TAIL_BYTES):
     """{tokens_per_s, baseline, ratio, problem} of the job's log: its last reading (None when the
     end of the log holds none or cannot be read, ``problem`` saying why), the baseline as given,
     their ratio when both are known. The log is a file the container's user writes: opened as
-    fs._files opens such files (no link followed, regular files only, read capped and bounded)."""
+    fs._tail reads a user's log (its directory reached from / through no link, no link at the end,
+    a regular file only, its last ``tail`` bytes read within a time bound)."""
     out = {"tokens_per_s": None, "baseline": baseline or None, "ratio": None, "problem": None}
     try:
         regex = re.compile(pattern or DEFAULT_PATTERN)
     except re.error as exc:
         out["problem"] = "pattern %r is not a valid regular expression: %s" % (pattern, exc)
         return out
-    problems = []
     try:
-        fd, st = open_stat(path)
+        data, cut, _where, _st = read_window(path, tail)
     except Skipped as exc:
         out["problem"] = exc.problem
         return out
-    try:
-        start = max(0, st.st_size - tail)
-        os.lseek(fd, start, os.SEEK_SET)
-        data = read_fd(fd, tail, path, problems)
-    except (OSError, Skipped) as exc:
-        out["problem"] = getattr(exc, "problem", None) or "%s cannot be read: %s" % (path, exc)
-        return out
-    finally:
-        os.close(fd)
-    if start:  # the first line is cut: a part of a number is no reading
+    if cut:  # the first line is cut: a part of a number is no reading
         data = data.partition(b"\n")[2]
     values = readings(data.decode("utf-8", "replace"), regex)
     if not values:
