@@ -14,6 +14,8 @@ author: gpufleet.hygiene maintainers (@gpufleet)
 description:
   - Waits until a line the job wrote to its log after O(since) matches O(regex), or O(timeout) seconds pass.
     The relaunch role waits with it for the job's ready line.
+  - Without O(regex), only says where the log stands now (RV(log)), to be given as O(since) after a launch;
+    the relaunch role records it so before each launch.
   - The log is a file the job's user writes, read as root as every such file is - its directory reached
     from C(/) without following a symbolic link, the log itself opened without following one and only
     when it is a regular file, read from the launch offset a bounded number of bytes at a time. A log
@@ -30,9 +32,10 @@ options:
     type: path
     required: true
   regex:
-    description: A Python regular expression searched in each line written since O(since).
+    description:
+      - A Python regular expression searched in each line written since O(since).
+      - Omitted, nothing is waited for and RV(log) says where the log stands.
     type: str
-    required: true
   since:
     description:
       - Where the log stood when the run was launched (as M(gpufleet.hygiene.throughput)'s O(since)).
@@ -59,6 +62,13 @@ seealso:
 """
 
 EXAMPLES = r"""
+- name: Where the log stands before the launch
+  gpufleet.hygiene.log_wait:
+    log: /root/train/train.log
+  register: at_launch
+
+# ... launch the job, its output appended to /root/train/train.log ...
+
 - name: The relaunched job says it trains
   gpufleet.hygiene.log_wait:
     log: /root/train/train.log
@@ -68,6 +78,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+log:
+  description:
+    - Where the log stands now, from C(fstat) of its handle - C(exists), C(inode) and C(size) (null when it does not
+      exist); its C(inode) and C(size) (as C(offset)) are the O(since) of a run launched after it.
+  returned: always
+  type: dict
+  sample: {"exists": true, "inode": 1835021, "size": 48213}
 matched:
   description: The first line written since O(since) that matched O(regex).
   returned: success
@@ -91,7 +108,19 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import Follower
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import Follower, stat_log
+
+
+def position(log):
+    """{exists, inode, size} of the log now (read as the gate reads it); GpufleetError for a log
+    that is refused (a link, not a regular file)."""
+    try:
+        st = stat_log(log)
+    except Skipped as exc:
+        if exc.problem.endswith(" does not exist"):
+            return {"exists": False, "inode": None, "size": None}
+        raise GpufleetError("cannot read log %s: %s; point log at the job's own regular file" % (log, exc.problem)) from None
+    return {"exists": True, "inode": st.st_ino, "size": st.st_size}
 
 
 def wait(log, regex, since=None, timeout=300, max_line=65536, sleep=time.sleep, clock=time.monotonic):
@@ -127,14 +156,15 @@ def wait(log, regex, since=None, timeout=300, max_line=65536, sleep=time.sleep, 
                 partial["read_from"] = follower.where
             raise GpufleetError("no line of %s written since the launch matched %r in %ss%s" % (
                 log, regex, timeout, "" if follower.where is not None else " (the log does not exist)"), partial=partial)
-        sleep(min(1.0, max(0.0, timeout - waited)))
+        if not follower.more:
+            sleep(min(1.0, max(0.0, timeout - waited)))
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             log=dict(type="path", required=True),
-            regex=dict(type="str", required=True),
+            regex=dict(type="str"),
             since=dict(type="dict", options=dict(inode=dict(type="int"), offset=dict(type="int", required=True))),
             timeout=dict(type="int", default=300),
             max_line=dict(type="int", default=65536),
@@ -143,7 +173,8 @@ def main():
     )
     p = module.params
     try:
-        result = wait(p["log"], p["regex"], p["since"], p["timeout"], p["max_line"])
+        result = {} if p["regex"] is None else wait(p["log"], p["regex"], p["since"], p["timeout"], p["max_line"])
+        result["log"] = position(p["log"])
     except GpufleetError as exc:
         fail(module, exc)
     module.exit_json(changed=False, **result)

@@ -116,6 +116,7 @@ class Follower:
         self.inode = None
         self.where = None
         self.partial = b""
+        self.more = False
 
     def _start(self, st):
         offset, reason = 0, "launch"
@@ -146,6 +147,7 @@ class Follower:
                 self.pos, self.inode, self.partial = 0, st.st_ino, b""
             data = read_at(fd, self.pos, min(self.per_read, max(0, st.st_size - self.pos)), self.path)
         self.pos += len(data)
+        self.more = st.st_size > self.pos  # written beyond this read's bound: read on at once
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
         if len(self.partial) > self.max_line:  # a line without an end: judged by its first part

@@ -170,3 +170,26 @@ def test_log_wait_refuses_dev_zero_and_a_fifo_within_its_bound(home, make):
     as_nobody(*(make + (log,)))
     out = in_subprocess(WAIT % log, seconds=10)
     assert "symbolic link" in out["msg"] or "a FIFO" in out["msg"]
+
+
+def test_where_the_log_stands_before_a_launch_is_read_by_its_handle(run_module, home, secret):
+    """The relaunch role's record of the log before a launch: the log's own inode and size; a log
+    linked to a root-only file is refused before anything starts, the target's size never told."""
+    log = os.path.join(home, "train.log")
+    assert run_module(log_wait.main, {"log": log})["log"] == {"exists": False, "inode": None, "size": None}
+    as_nobody("sh", "-c", "printf 'step 1\\n' > %s" % log)
+    assert run_module(log_wait.main, {"log": log})["log"] == {"exists": True, "inode": os.stat(log).st_ino, "size": 7}
+    os.unlink(log)
+    as_nobody("ln", "-s", secret, log)
+    got = run_module(log_wait.main, {"log": log})
+    assert got["failed"] and "symbolic link" in got["msg"] and str(len(SECRET)) not in str(got)
+
+
+def test_log_wait_reads_a_large_new_part_in_bounded_steps_without_pausing(home):
+    """12 MiB written since the launch before the ready line: read 4 MiB at a time, never all at
+    once, and without a pause between reads while there is more."""
+    log = os.path.join(home, "train.log")
+    as_nobody("sh", "-c", "head -c 12582912 /dev/zero | tr '\\0' 'x' | fold -w 1000 > %s; printf '\\nready at step 0\\n' >> %s" % (log, log))
+    slept = []
+    got = log_wait.wait(log, "^ready", since={"offset": 0}, timeout=60, sleep=slept.append)
+    assert got["matched"] == "ready at step 0" and slept == []
