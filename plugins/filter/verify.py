@@ -145,6 +145,7 @@ GIVEN_WHEN_SET = (
     ("expected_cuda", "verify_expected_cuda", "gpufleet_expected_cuda", "", str),
     ("baseline", "verify_baseline", "gpufleet_baseline", "", None),
     ("cache_user", "verify_cache_user", "gpufleet_job.user", "", None),
+    ("leftover_users", "verify_leftover_users", "gpufleet_job.leftover_users", [], None),
     ("cache_environment", "verify_cache_environment", "gpufleet_job.env", {}, dict),
     ("gpu_driver_pin", "verify_gpu_driver_pin", "gpufleet_gpu_driver_pin", "", str),
     ("job_throughput_pattern", "verify_job_throughput_pattern", "gpufleet_job.throughput_regex", "", None),

@@ -22,9 +22,9 @@ description:
   - Reads NVML through C(libnvidia-ml.so.1) where it loads (in-process, no command run), else
     C(nvidia-smi --query-gpu); O(source=xml) reads C(nvidia-smi -q -x), which also names the
     processes of each MIG instance.
-  - With O(kernel_log=true), Xid events since O(since) are read from C(/dev/kmsg) (else
-    C(dmesg --time-format iso)) and tied to their GPU by PCI address, with the common codes
-    explained. A kernel log that cannot be read (C(kernel.dmesg_restrict), an unprivileged
+  - With O(kernel_log=true), Xid events since O(since) (by default the last 24 hours) are read from
+    C(/dev/kmsg) (else C(dmesg --time-format iso --facility kern)) and tied to their GPU by PCI address,
+    with the common codes explained. A kernel log that cannot be read (C(kernel.dmesg_restrict), an unprivileged
     container) is the finding C(kernel_log_unreadable), not a failure.
   - A C(Driver/library version mismatch) is diagnosed as such (the user-space
     C(libnvidia-ml.so.<version>) against the kernel module's version in
@@ -54,14 +54,21 @@ options:
         finding C(driver_pin_mismatch). Unset, the version is only reported.
     type: str
   kernel_log:
-    description: Read Xid events from the kernel log (costs a read of the whole ring buffer).
+    description:
+      - Read Xid events from the kernel log (costs a read of the ring buffer).
+      - 'Only the driver''s own lines count - C(NVRM: Xid (PCI:dddd:bb:dd): <code>, ...), or its MIG form
+        C(NVRM: Xid (PCI:dddd:bb:dd GPU-I:nn GPU-CI:nn): <code>, ...), at the start of a kernel message, from the
+        kernel facility; a line that only holds that text (quoted in another message, or written to C(/dev/kmsg) by a
+        process) is no event. See docs/gpu_health.md.'
     type: bool
     default: false
   since:
     description:
-      - With O(kernel_log), only the Xid events at or after this time - an ISO 8601 timestamp, or a number of
-        seconds before now. Unset, every event still in the ring buffer.
+      - With O(kernel_log), only the Xid events at or after this time - an ISO 8601 timestamp, a number of
+        seconds before now, or V(boot) for every event still in the ring buffer.
+      - Unset, the last 24 hours (V(86400)).
     type: str
+    aliases: [xid_since]
 notes:
   - Standard library only; NVML is called through C(ctypes), no Python binding is needed.
 seealso:
@@ -139,7 +146,7 @@ def main():
             command_timeout=dict(type="float", default=15),
             driver_pin=dict(type="str"),
             kernel_log=dict(type="bool", default=False),
-            since=dict(type="str"),
+            since=dict(type="str", aliases=["xid_since"]),
         ),
         supports_check_mode=True,
     )
@@ -149,8 +156,8 @@ def main():
     try:
         since = parse_since(p["since"])
     except ValueError:
-        module.fail_json(msg="since must be an ISO 8601 timestamp (2026-12-01T03:00:00Z) or a number of seconds, got %r"
-                         % p["since"])
+        module.fail_json(msg="since must be an ISO 8601 timestamp (2026-12-01T03:00:00Z), a number of seconds or boot, "
+                         "got %r" % p["since"])
     health = read_health(source=p["source"], nvidia_smi=p["nvidia_smi"] or module.get_bin_path("nvidia-smi"),
                          timeout=p["command_timeout"], pin=p["driver_pin"], kernel_log=p["kernel_log"], since=since,
                          dmesg=module.get_bin_path("dmesg"))

@@ -118,6 +118,12 @@ options:
     description: Seconds the node's C(nvidia-smi) may take (O(gpu_read=node)).
     type: float
     default: 15
+  xid_since:
+    description:
+      - With O(gpu_read=node), how far back the node's kernel log is read for Xid events - an ISO 8601 timestamp, a
+        number of seconds before now, or V(boot) for every event still in the ring buffer.
+      - Unset, the last 24 hours (V(86400)). Only the driver's own kernel lines count (see M(gpufleet.hygiene.gpu_health)).
+    type: str
 notes:
   - The container's Python runs with C(-I -B) (isolated from C(PYTHON*) variables and the user site, no bytecode
     written) and needs only its standard library (and, for the NVML backend, the NVML bindings where it has them).
@@ -177,6 +183,7 @@ read:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._xid import parse_since
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import GPU_READS, fold_node_health, gpu_reading, read_node
 
 
@@ -198,6 +205,7 @@ def main():
             gpu_read=dict(type="str", choices=list(GPU_READS), default="container"),
             nvidia_smi=dict(type="path"),
             command_timeout=dict(type="float", default=15),
+            xid_since=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -212,10 +220,16 @@ def main():
         module.fail_json(msg="containers: each host may be listed once; listed more than once: %s" % ", ".join(twice))
     if p["command_timeout"] <= 0:
         module.fail_json(msg="command_timeout must be more than 0 (got %s)" % p["command_timeout"])
+    try:
+        xid_since = parse_since(p["xid_since"])
+    except ValueError:
+        module.fail_json(msg="xid_since must be an ISO 8601 timestamp (2026-12-01T03:00:00Z), a number of seconds or boot, "
+                         "got %r" % p["xid_since"])
     gpus = gpu_reading(module, p["gpu_read"], p["nvidia_smi"], p["command_timeout"])
     results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], short=p["brief"], gpus=gpus)
     if gpus is not None:
-        summary["xid_events"] = fold_node_health(module, results, p["containers"], p["nvidia_smi"], p["command_timeout"])
+        summary["xid_events"] = fold_node_health(module, results, p["containers"], p["nvidia_smi"], p["command_timeout"],
+                                                 since=xid_since)
     module.exit_json(changed=False, containers=results, read=summary)
 
 

@@ -41,10 +41,22 @@ options:
     elements: str
     default: []
   job_users:
-    description: The job's users, to narrow O(job_patterns) (M(gpufleet.hygiene.processes) O(gpufleet.hygiene.processes#module:scope.users)).
+    description:
+      - The job's users, to narrow O(job_patterns) (M(gpufleet.hygiene.processes) O(gpufleet.hygiene.processes#module:scope.users)).
+      - GPU holders left by a job that is gone (C(job_live)'s C(leftovers)) are only ever processes of these users
+        and of the owners of the job's processes (or of O(leftover_users)); another user's process never is.
     type: list
     elements: str
     default: []
+  leftover_users:
+    description:
+      - Whose GPU holders may be C(job_live)'s C(leftovers) (user names or uids), instead of O(job_users) and the
+        owners of the job's processes. With none of these known (no job running, no O(job_users)), no holder is a
+        leftover. See docs/checks.md.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.3.0
   venv:
     description:
       - The training venv. When unset, the venv, its packages and its caches are not read
@@ -307,10 +319,19 @@ checks:
       type: str
     leftovers:
       description:
-        - For V(job_live), the GPU holders left by a job that is gone - neither a job process nor a
-          descendant of one, their parent the container's init - each C(pid), C(start_time), C(cmdline).
+        - For V(job_live), the GPU holders left by a job that is gone - processes of the job's users (O(job_users),
+          the owners of its processes, or O(leftover_users)) that are neither a job process nor a descendant of one,
+          their parent the container's init - each C(pid), C(start_time), C(cmdline).
       type: list
       elements: dict
+    namespace_inits:
+      description:
+        - For V(job_live), such holders that are the init of their own PID namespace, which are never signalled - each
+          C(pid), C(start_time), C(cmdline), C(user); the check fails and its summary says how to stop them.
+      type: list
+      elements: dict
+      returned: when there are
+      version_added: 0.3.0
     gpus:
       description:
         - For V(gpu_healthy), each GPU's C(index), C(uuid), C(name), C(healthy), C(findings) (C(code), C(severity),
@@ -342,14 +363,15 @@ liveness:
   description:
     - Whether the job makes progress - C(state) (V(none), V(running), V(stalled)), C(pids), C(log)
       (C(path), C(exists), C(size), C(mtime), C(age_s)), C(reason) (why it is stalled), C(stall_after) -
-      and C(leftovers), the GPU holders whose job is gone (C(pid), C(start_time), C(name), C(cmdline),
-      C(gpu), C(used_memory_mib)). Skipped without O(job_patterns). With O(job_log), C(throughput) - its
+      and C(leftovers), the GPU holders of the job's users whose job is gone (C(pid), C(start_time), C(name),
+      C(cmdline), C(gpu), C(used_memory_mib), C(user)), and C(namespace_inits), those of them that are the init of
+      a PID namespace. Skipped without O(job_patterns). With O(job_log), C(throughput) - its
       last reading (C(tokens_per_s), C(baseline), C(ratio), and C(problem) saying why there is none).
   returned: unless O(brief=true) or O(record)
   type: dict
   version_added: 0.2.0
   sample: {state: running, pids: [1731], log: {path: /var/log/train.log, exists: true, size: 48213, mtime: 1764600000.0, age_s: 0.4},
-           reason: null, stall_after: 900, leftovers: []}
+           reason: null, stall_after: 900, leftovers: [], namespace_inits: []}
 gpus:
   description: With O(brief=true) or O(record), RV(gpu_state)'s C(gpus).
   returned: when O(brief=true) or with O(record)

@@ -18,6 +18,7 @@ import datetime
 import json
 import os
 import re
+import socket
 import subprocess
 import xml.etree.ElementTree as ET
 
@@ -247,13 +248,24 @@ def test_inventory_finds_gpus_passed_through_as_proxmox_writes_them(box):
 
 
 def kmsg_xid(bus_id, code):
-    """One Xid line in this machine's real kernel log, as the driver writes it (every simulated node
-    shares this kernel): the gpu_health module reads /dev/kmsg, not the stand-in's file."""
+    """One Xid line in this machine's real kernel log as the driver writes it - a message of the
+    kernel facility that starts with ``NVRM: Xid`` (every simulated node shares this kernel): the
+    gpu_health module reads /dev/kmsg, not the stand-in's file. A line written to /dev/kmsg is the
+    user facility whatever it asks, and is not read as an event (tests/unit/.../test_xid.py); the
+    kernel logs this one itself, as root may make it: a netfilter log rule whose prefix is the line,
+    hit by one UDP datagram on the loopback, then removed."""
     domain, bus, device = bus_id.lower().split(":")
-    line = "NVRM: Xid (PCI:%s:%s:%s): %d, pid=4242, name=python3, Ch 00000008, injected by test_gpu_box" % (
+    line = "NVRM: Xid (PCI:%s:%s:%s): %d, pid=4242, name=python3, injected by test_gpu_box " % (
         domain[-4:], bus, device.split(".")[0], code)
-    with open("/dev/kmsg", "w", encoding="utf-8") as kmsg:
-        kmsg.write(line + "\n")
+    table = "gpufleet_xid_%d" % os.getpid()
+    rules = ("add table inet %s\nadd chain inet %s out { type filter hook output priority 0; }\n"
+             "add rule inet %s out ip daddr 127.0.0.1 udp dport 9 log prefix \"%s\"\n" % (table, table, table, line))
+    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.sendto(b"x", ("127.0.0.1", 9))
+    finally:
+        subprocess.run(["nft", "delete", "table", "inet", table], check=True)
     return line
 
 

@@ -10,9 +10,13 @@
   holds shows no utilisation (nvidia-smi's utilization.gpu, itself an average over the
   driver's last sample period). A log is the better witness: a job hung in a collective can
   keep its GPUs busy spinning.
-- **leftovers**: GPU holders that are neither a job process nor a descendant or an ancestor of
-  one, whose parent is the container's init (PID 1): workers whose job is gone, reparented to
-  init. Each carries its PID and start time, which the repair names it by.
+- **leftovers**: GPU holders of the job's own users (the job's ``users``, the owners of its
+  processes, or ``leftover_users`` when given) that are neither a job process nor a descendant
+  or an ancestor of one, whose parent is the container's init (PID 1): workers whose job is gone,
+  reparented to init. Each carries its PID and start time, which the repair names it by. Another
+  user's process is never one, whatever it holds; with no job user known there are none.
+- **namespace_inits**: such holders that are the init of their own PID namespace (NSpid ends in
+  1): never signalled (proc._proc.protection), so returned apart, for the check to say what to do.
 - **throughput**: the last tokens/s reading at the end of the log (the throughput gate's
   pattern and parser, job/_throughput), against the job's recorded baseline when one is given.
 
@@ -21,13 +25,14 @@ Private to gpufleet.hygiene (leading underscore): not a public API. Standard lib
 
 from __future__ import annotations
 
-import os
+import pwd
 import re
 import time
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped, open_stat, read_fd
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import read_window, stat_log
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import DEFAULT_PATTERN, readings
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import PROC, ancestors, read_stat
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import PROC, ancestors, parse_status, read_stat, user_name
 
 DEFAULT_STALL_AFTER = 900
 # How much of the log's end is searched for the last throughput reading: a job logs one every few
@@ -35,8 +40,48 @@ DEFAULT_STALL_AFTER = 900
 TAIL_BYTES = 64 << 10
 
 
-def _leftovers(job_pids, gpus, proc):
-    out, seen = [], set()
+def uids_of(names):
+    """The uids of user names (or numeric uids as text); a name that is not a user here is left out."""
+    out = set()
+    for name in names or ():
+        text = str(name).strip()
+        if text.isdigit():
+            out.add(int(text))
+            continue
+        try:
+            out.add(pwd.getpwnam(text).pw_uid)
+        except KeyError:
+            continue
+    return out
+
+
+def job_owners(job, users=None, leftover_users=None):
+    """Whose GPU holders may be leftovers: the uids of ``leftover_users`` when given, else of the
+    job's users (``users``, gpufleet_job.users) and of the owners of the job's processes."""
+    if leftover_users:
+        return uids_of(leftover_users)
+    owners = uids_of(users)
+    owners |= uids_of(p.get("user") for p in job.get("processes", []) if p.get("user") is not None)
+    return owners
+
+
+def _owner(pid, proc):
+    """(real uid, NSpid list) of a live PID, or (None, [])."""
+    try:
+        with open("%s/%d/status" % (proc, pid), "r", encoding="utf-8", errors="replace") as f:
+            return parse_status(f.read())
+    except (IOError, OSError, ValueError):
+        return None, []
+
+
+def _leftovers(job_pids, gpus, proc, owners):
+    """(leftovers, namespace_inits): GPU holders of one of ``owners`` (uids) whose parent is init
+    and that are neither the job nor its worker nor what it runs under. A holder that is the init
+    of its own PID namespace is never signalled (proc._proc.protection): it is returned apart,
+    for the check to say what to do. Another user's holder is neither: it is not the job's."""
+    out, inits, seen = [], [], set()
+    if not owners:
+        return out, inits
     # A holder the job runs under (a launcher that keeps a GPU open) is the job's, not left behind.
     above = set().union(*(ancestors(pid, proc) for pid in job_pids)) if job_pids else set()
     for gpu in gpus:
@@ -50,16 +95,23 @@ def _leftovers(job_pids, gpus, proc):
             st = read_stat(pid, proc)
             if st is None or st[2] != 1:
                 continue  # gone, or another parent than init: not left behind by a job
-            out.append({"pid": pid, "start_time": st[3], "name": h.get("name") or st[0], "cmdline": h.get("cmdline") or "",
-                        "gpu": gpu.get("index"), "used_memory_mib": h.get("used_memory_mib")})
-    return out
+            uid, nspid = _owner(pid, proc)
+            if uid is None or uid not in owners:
+                continue  # another user's process: never the job's leftover
+            entry = {"pid": pid, "start_time": st[3], "name": h.get("name") or st[0], "cmdline": h.get("cmdline") or "",
+                     "gpu": gpu.get("index"), "used_memory_mib": h.get("used_memory_mib"), "user": user_name(uid)}
+            (inits if len(nspid) > 1 and nspid[-1] == 1 else out).append(entry)
+    return out, inits
 
 
 def _log(path):
+    """The log's size and mtime from fstat of its handle (fs._tail: no link followed on the way or
+    at the end, a regular file only): a link's target is never stat'ed, so nothing of a file the
+    job's user cannot read leaks into the record."""
     try:
-        st = os.stat(path)
-    except OSError as exc:
-        return {"path": path, "exists": False, "error": exc.strerror or str(exc)}
+        st = stat_log(path)
+    except Skipped as exc:
+        return {"path": path, "exists": False, "error": exc.problem}
     return {"path": path, "exists": True, "size": st.st_size, "mtime": st.st_mtime}
 
 
@@ -67,29 +119,20 @@ def throughput(path, pattern=None, baseline=None, tail=TAIL_BYTES):
     """{tokens_per_s, baseline, ratio, problem} of the job's log: its last reading (None when the
     end of the log holds none or cannot be read, ``problem`` saying why), the baseline as given,
     their ratio when both are known. The log is a file the container's user writes: opened as
-    fs._files opens such files (no link followed, regular files only, read capped and bounded)."""
+    fs._tail reads a user's log (its directory reached from / through no link, no link at the end,
+    a regular file only, its last ``tail`` bytes read within a time bound)."""
     out = {"tokens_per_s": None, "baseline": baseline or None, "ratio": None, "problem": None}
     try:
         regex = re.compile(pattern or DEFAULT_PATTERN)
     except re.error as exc:
         out["problem"] = "pattern %r is not a valid regular expression: %s" % (pattern, exc)
         return out
-    problems = []
     try:
-        fd, st = open_stat(path)
+        data, cut, _where, _st = read_window(path, tail)
     except Skipped as exc:
         out["problem"] = exc.problem
         return out
-    try:
-        start = max(0, st.st_size - tail)
-        os.lseek(fd, start, os.SEEK_SET)
-        data = read_fd(fd, tail, path, problems)
-    except (OSError, Skipped) as exc:
-        out["problem"] = getattr(exc, "problem", None) or "%s cannot be read: %s" % (path, exc)
-        return out
-    finally:
-        os.close(fd)
-    if start:  # the first line is cut: a part of a number is no reading
+    if cut:  # the first line is cut: a part of a number is no reading
         data = data.partition(b"\n")[2]
     values = readings(data.decode("utf-8", "replace"), regex)
     if not values:
@@ -101,13 +144,16 @@ def throughput(path, pattern=None, baseline=None, tail=TAIL_BYTES):
     return out
 
 
-def liveness(job, gpus, log=None, stall_after=DEFAULT_STALL_AFTER, proc=PROC, now=None):
-    """{state, pids, log, reason, leftovers} of a container: state "none" (no job process),
-    "running" or "stalled"; job is the processes read ({processes: [...]}), gpus gpu_state's GPUs."""
+def liveness(job, gpus, log=None, stall_after=DEFAULT_STALL_AFTER, proc=PROC, now=None, users=None, leftover_users=None):
+    """{state, pids, log, reason, leftovers, namespace_inits} of a container: state "none" (no job
+    process), "running" or "stalled"; job is the processes read ({processes: [...]}), gpus
+    gpu_state's GPUs; users the job's users, leftover_users whose holders may be leftovers
+    (job_owners())."""
     pids = set(p["pid"] for p in job.get("processes", []))
     now = time.time() if now is None else now
+    leftovers, inits = _leftovers(pids, gpus, proc, job_owners(job, users, leftover_users))
     result = {"state": "none", "pids": sorted(pids), "log": _log(log) if log else None, "reason": None,
-              "stall_after": stall_after, "leftovers": _leftovers(pids, gpus, proc)}
+              "stall_after": stall_after, "leftovers": leftovers, "namespace_inits": inits}
     if not pids:
         return result
     result["state"] = "running"

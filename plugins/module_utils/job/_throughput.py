@@ -18,12 +18,13 @@ Private to gpufleet.hygiene (leading underscore): not a public API. Standard lib
 from __future__ import annotations
 
 import math
-import os
 import re
 import statistics
 import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import read_window
 
 # A number starts only where no digit or dot precedes it, with one place for blanks on either
 # side of the unit: linear on any line (the obvious pattern backtracks on long runs of digits).
@@ -39,22 +40,13 @@ def read_tail(path, max_bytes, since=None):
     or absent: the file is the same one). With it the third value says where reading began:
     {offset, inode, from} with from "launch", "rotated" (another inode: read from the start) or
     "truncated" (now shorter than offset: read from the start); without it, None.
+
+    The log is a file the job's user writes: it is read through fs._tail (its directory reached
+    from / without following a link, the log itself no link, a regular file, only that window
+    read, within a time bound). Raises Skipped with the reason for a log that is refused.
     """
-    with open(path, "rb") as f:
-        st = os.fstat(f.fileno())
-        size, start = st.st_size, 0
-        where = None
-        if since is not None:
-            offset, inode = int(since.get("offset") or 0), since.get("inode")
-            reason = "launch"
-            if inode is not None and int(inode) != st.st_ino:
-                reason, offset = "rotated", 0
-            elif size < offset:
-                reason, offset = "truncated", 0
-            start = offset
-            where = {"offset": offset, "inode": st.st_ino, "from": reason}
-        f.seek(max(start, size - max_bytes))
-        return f.read().decode("utf-8", "replace"), size - start > max_bytes, where
+    data, cut, where, _st = read_window(path, max_bytes, since)
+    return data.decode("utf-8", "replace"), cut, where
 
 
 def readings(text, regex):
@@ -95,11 +87,11 @@ class Gate:
     def _read(self):
         try:
             text, cut, self.read_from = read_tail(self.log, self.max_bytes, self.since)
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise GpufleetError("cannot read log %s: %s" % (self.log, exc.strerror or exc),
-                                partial=dict(floor=self.floor, passed=False)) from exc
+        except Skipped as exc:
+            if exc.problem.endswith(" does not exist"):
+                return []  # not written yet: waited for
+            raise GpufleetError("cannot read log %s: %s; point log at the job's own regular file" % (self.log, exc.problem),
+                                partial=dict(floor=self.floor, passed=False)) from None
         values = readings(text, self.regex)
         if cut:  # the start of the log is not in view: the warm-up readings are not either
             values = [None] * self.skip + values

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _xid
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import fold_node_xid, node_xid, read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import GpuError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import read_gpus as query_gpus
@@ -131,17 +132,21 @@ def gpu_reading(module, gpu_read, nvidia_smi, timeout):
         return None
 
 
-def fold_node_health(module, results, containers, nvidia_smi, timeout):
+def fold_node_health(module, results, containers, nvidia_smi, timeout, since=_xid.DEFAULT_SINCE_SECONDS):
     """With the GPUs read on the node: the node's kernel log, read once here as root (a
     container's root seldom may: dmesg_restrict, an unprivileged container), its Xid events folded
     into the gpu_healthy check of each container that asked for gpu_health, matched by GPU UUID
     (_health.fold_node_xid); a check that fails now makes its container not ready. The number of
-    Xid events the log holds, or None when it was not read (nobody asked, or it could not be)."""
+    Xid events the log holds, or None when it was not read (nobody asked, or it could not be).
+    ``since`` (an aware datetime, None for the whole buffer, or a number of seconds before now;
+    by default the last 24 hours) bounds how far back the log is read."""
     asked = [e["host"] for e in containers if str((e.get("args") or {}).get("gpu_health")).lower() in ("true", "yes", "1", "on")]
     if not asked:
         return None
+    if isinstance(since, (int, float)):
+        since = _xid.parse_since(str(since))
     health = read_health(source="auto", nvidia_smi=nvidia_smi or module.get_bin_path("nvidia-smi"), timeout=timeout,
-                         kernel_log=True, dmesg=module.get_bin_path("dmesg"))
+                         kernel_log=True, since=since, dmesg=module.get_bin_path("dmesg"))
     if not health["kernel_log"]["read"]:
         module.warn("the node's kernel log could not be read, Xid events not checked: %s" % health["kernel_log"]["problem"])
         return None

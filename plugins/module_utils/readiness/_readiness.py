@@ -31,6 +31,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import
 ARGUMENT_SPEC = dict(
     job_patterns=dict(type="list", elements="str", default=[]),
     job_users=dict(type="list", elements="str", default=[]),
+    leftover_users=dict(type="list", elements="str", default=[]),
     require_gpu=dict(type="bool", default=True),
     threshold_mib=dict(type="int", default=64),
     nvidia_smi=dict(type="path"),
@@ -124,7 +125,8 @@ def read_liveness(p, result):
     """Whether the job makes progress, and GPU holders left behind by a job that is gone (job/_liveness)."""
     if result["processes"].get("skipped") or result["processes"].get("failed") or "gpus" not in result["gpu_state"]:
         return skipped("no job_patterns, or the processes or the GPUs could not be read")
-    live = liveness(result["processes"], result["gpu_state"]["gpus"], p["job_log"], p["stall_after"])
+    live = liveness(result["processes"], result["gpu_state"]["gpus"], p["job_log"], p["stall_after"],
+                    users=p["job_users"], leftover_users=p.get("leftover_users"))
     if p["job_log"]:
         live["throughput"] = throughput(p["job_log"], p.get("job_throughput_pattern"), p.get("job_baseline_tokens_per_s"))
     return live
@@ -301,9 +303,19 @@ def check_job(live, job):
     if leftovers:
         parts.append("%d GPU holder(s) left by a job that is gone (parent is init): %s" % (len(leftovers), ", ".join(
             "pid %s %s (GPU %s, %s MiB)" % (h["pid"], h["name"], h["gpu"], h["used_memory_mib"]) for h in leftovers[:5])))
-    ok = not error and state != "stalled" and not leftovers
+    inits = live.get("namespace_inits") or []
+    if inits:
+        parts.append("%d GPU holder(s) left by a job that is gone are the init of their own PID namespace, which this "
+                     "collection never signals: %s; stop each as its user (kill -TERM <pid>, or end the unshare/bwrap/"
+                     "container that made it), then run again" % (len(inits), ", ".join(
+                         "pid %s %s of %s (GPU %s, %s MiB)" % (h["pid"], h["name"], h.get("user"), h["gpu"], h["used_memory_mib"])
+                         for h in inits[:5])))
+    ok = not error and state != "stalled" and not leftovers and not inits
     out = {"name": "job_live", "severity": "fail", "ok": ok, "error": error, "summary": "; ".join(parts),
            "state": state, "leftovers": [{"pid": h["pid"], "start_time": h["start_time"], "cmdline": h["cmdline"]} for h in leftovers]}
+    if inits:
+        out["namespace_inits"] = [{"pid": h["pid"], "start_time": h["start_time"], "cmdline": h["cmdline"], "user": h.get("user")}
+                                  for h in inits]
     if live.get("throughput"):
         out["throughput"] = dict((k, live["throughput"][k]) for k in ("tokens_per_s", "baseline", "ratio"))
     return out

@@ -446,8 +446,11 @@ def test_a_readable_kmsg_file_is_read_to_its_end(tmp_path):
     path = tmp_path / "kmsg"
     path.write_text("4,1,1000000,-;NVRM: Xid (PCI:0000:00:06): 31, pid=7, name=a, MMU Fault\n")
     (tmp_path / "uptime").write_text("100.0 50.0\n")
-    events, problem = _xid.read_xid_events(kmsg=str(path), proc=str(tmp_path))
+    events, problem = _xid.read_xid_events(kmsg=str(path), proc=str(tmp_path), kmsg_device=None)
     assert problem is None and [e["xid"] for e in events] == [31]
+    # Without the test's leave, a regular file in the place of /dev/kmsg is not the kernel's log.
+    events, problem = _xid.read_xid_events(kmsg=str(path), proc=str(tmp_path))
+    assert events == [] and "not the kernel's log device" in problem
 
 
 # --------------------------------------------------------------------------- pin and the check

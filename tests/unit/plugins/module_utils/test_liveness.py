@@ -17,6 +17,7 @@ def _proc(tmp_path, table):
         d = tmp_path / str(pid)
         d.mkdir()
         (d / "stat").write_text("%d (%s) S %d %s %d 0 0\n" % (pid, comm, ppid, " ".join(["0"] * 17), started))
+        (d / "status").write_text("Name:\t%s\nUid:\t0\t0\t0\t0\nNSpid:\t%d\n" % (comm, pid))
     return str(tmp_path)
 
 
@@ -29,15 +30,15 @@ def test_a_holder_the_job_runs_under_is_not_a_leftover(tmp_path):
     leftover (the repair stops leftovers with their descendants: that would reach the job)."""
     proc = _proc(tmp_path, {1: ("init", 0, 1), 10: ("launcher", 1, 100), 11: ("python3", 10, 101),
                             20: ("python3", 1, 200), 30: ("python3", 10, 300)})
-    live = liveness({"processes": [{"pid": 11}]}, _gpu(10, 11, 20, 30), proc=proc, now=0)
+    live = liveness({"processes": [{"pid": 11, "user": "root"}]}, _gpu(10, 11, 20, 30), proc=proc, now=0)
     assert live["state"] == "running"
     # 20: reparented to init, no job process above or below it: left behind, with its start time.
     assert [(h["pid"], h["start_time"]) for h in live["leftovers"]] == [(20, 200)]
 
 
-def test_without_a_job_every_holder_whose_parent_is_init_is_a_leftover(tmp_path):
+def test_without_a_job_the_job_users_holders_whose_parent_is_init_are_leftovers(tmp_path):
     proc = _proc(tmp_path, {1: ("init", 0, 1), 20: ("python3", 1, 200), 21: ("python3", 20, 201)})
-    live = liveness({"processes": []}, _gpu(20, 21), proc=proc, now=0)
+    live = liveness({"processes": []}, _gpu(20, 21), proc=proc, now=0, users=["root"])
     assert live["state"] == "none" and [h["pid"] for h in live["leftovers"]] == [20]
 
 

@@ -550,7 +550,10 @@ def test_a_worker_whose_job_was_killed_is_a_leftover_and_is_stopped(run_module, 
         while _ppid(worker) != 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _ppid(worker) == 1, "no reparenting to init on this machine (a subreaper?)"
+        # No job runs now: whose a holder is comes from the job's users (gpufleet_job.users).
         res = run_module(readiness.main, args_of(rig, venv=None, allow_running_job=True))
+        assert res["checks"][1]["ok"] is True and res["liveness"]["leftovers"] == []
+        res = run_module(readiness.main, args_of(rig, venv=None, allow_running_job=True, job_users=["root"]))
         live = res["checks"][1]
         assert live["ok"] is False and live["state"] == "none" and res["ready"] is False
         assert [h["pid"] for h in live["leftovers"]] == [worker] and "--tag worker" in live["leftovers"][0]["cmdline"]

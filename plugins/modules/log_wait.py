@@ -1,0 +1,184 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: log_wait
+short_description: Wait for a line of a training job's log to match, reading only what the launched run wrote
+version_added: 0.3.0
+author: gpufleet.hygiene maintainers (@gpufleet)
+description:
+  - Waits until a line the job wrote to its log after O(since) matches O(regex), or O(timeout) seconds pass.
+    The relaunch role waits with it for the job's ready line.
+  - Without O(regex), only says where the log stands now (RV(log)), to be given as O(since) after a launch;
+    the relaunch role records it so before each launch.
+  - The log is a file the job's user writes, read as root as every such file is - its directory reached
+    from C(/) without following a symbolic link, the log itself opened without following one and only
+    when it is a regular file, read from the launch offset a bounded number of bytes at a time. A log
+    that is a link (to a root-only file, C(/dev/zero)), a FIFO or a device is refused at once with a
+    message that says so; nothing it points to is read.
+  - A log rotated (another inode) or truncated (shorter than O(since.offset)) since the launch is read
+    from its start, all of it being the new run's.
+extends_documentation_fragment:
+  - gpufleet.hygiene.attributes
+  - gpufleet.hygiene.attributes.INFO_MODULE
+options:
+  log:
+    description: The training log on the target, an absolute path.
+    type: path
+    required: true
+  regex:
+    description:
+      - A Python regular expression searched in each line written since O(since).
+      - Omitted, nothing is waited for and RV(log) says where the log stands.
+    type: str
+  since:
+    description:
+      - Where the log stood when the run was launched (as M(gpufleet.hygiene.throughput)'s O(since)).
+      - Omitted, the whole log is searched, whoever wrote it.
+    type: dict
+    suboptions:
+      inode:
+        description: The log's inode at launch; omitted when the log did not exist.
+        type: int
+      offset:
+        description: The log's size in bytes at launch; 0 when it did not exist.
+        type: int
+        required: true
+  timeout:
+    description: Seconds to wait for a matching line; the module fails after them, naming the log and the regex.
+    type: int
+    default: 300
+  max_line:
+    description: The longest line looked at, in bytes; a longer line is searched in its first O(max_line) bytes.
+    type: int
+    default: 65536
+seealso:
+  - module: gpufleet.hygiene.throughput
+"""
+
+EXAMPLES = r"""
+- name: Where the log stands before the launch
+  gpufleet.hygiene.log_wait:
+    log: /root/train/train.log
+  register: at_launch
+
+# ... launch the job, its output appended to /root/train/train.log ...
+
+- name: The relaunched job says it trains
+  gpufleet.hygiene.log_wait:
+    log: /root/train/train.log
+    regex: 'training started'
+    since: {inode: 1835021, offset: 48213}
+    timeout: 300
+"""
+
+RETURN = r"""
+log:
+  description:
+    - Where the log stands now, from C(fstat) of its handle - C(exists), C(inode) and C(size) (null when it does not
+      exist); its C(inode) and C(size) (as C(offset)) are the O(since) of a run launched after it.
+  returned: always
+  type: dict
+  sample: {"exists": true, "inode": 1835021, "size": 48213}
+matched:
+  description: The first line written since O(since) that matched O(regex).
+  returned: success
+  type: str
+  sample: "step 0 | training started"
+read_from:
+  description: Where in the log reading began (as M(gpufleet.hygiene.throughput)'s).
+  returned: once the log exists
+  type: dict
+  sample: {"offset": 48213, "inode": 1835021, "from": "launch"}
+waited:
+  description: Seconds spent waiting.
+  returned: always
+  type: float
+"""
+
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import Follower, stat_log
+
+
+def position(log):
+    """{exists, inode, size} of the log now (read as the gate reads it); GpufleetError for a log
+    that is refused (a link, not a regular file)."""
+    try:
+        st = stat_log(log)
+    except Skipped as exc:
+        if exc.problem.endswith(" does not exist"):
+            return {"exists": False, "inode": None, "size": None}
+        raise GpufleetError("cannot read log %s: %s; point log at the job's own regular file" % (log, exc.problem)) from None
+    return {"exists": True, "inode": st.st_ino, "size": st.st_size}
+
+
+def wait(log, regex, since=None, timeout=300, max_line=65536, sleep=time.sleep, clock=time.monotonic):
+    """{matched, read_from, waited}: the first line written since ``since`` that matches; raises
+    GpufleetError (with read_from and waited) on a refused log, a bad regex or the timeout."""
+    try:
+        pattern = re.compile(regex)
+    except re.error as exc:
+        raise GpufleetError("regex %r is not a valid regular expression: %s" % (regex, exc)) from None
+    if timeout < 0 or max_line < 1:
+        raise GpufleetError("timeout must be at least 0 and max_line at least 1")
+    if since is not None and (int(since.get("offset") or 0) < 0 or (since.get("inode") or 0) < 0):
+        raise GpufleetError("since.offset and since.inode must be at least 0")
+    follower = Follower(log, since, max_line=max_line)
+    start = clock()
+    while True:
+        try:
+            lines = follower.lines()
+        except Skipped as exc:
+            raise GpufleetError("cannot read log %s: %s; point log at the job's own regular file" % (log, exc.problem),
+                                partial=dict(waited=round(clock() - start, 2))) from None
+        for line in lines:
+            text = line.decode("utf-8", "replace")
+            if pattern.search(text):
+                out = dict(matched=text, waited=round(clock() - start, 2))
+                if follower.where is not None:
+                    out["read_from"] = follower.where
+                return out
+        waited = clock() - start
+        if waited >= timeout:
+            partial = dict(waited=round(waited, 2))
+            if follower.where is not None:
+                partial["read_from"] = follower.where
+            raise GpufleetError("no line of %s written since the launch matched %r in %ss%s" % (
+                log, regex, timeout, "" if follower.where is not None else " (the log does not exist)"), partial=partial)
+        if not follower.more:
+            sleep(min(1.0, max(0.0, timeout - waited)))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            log=dict(type="path", required=True),
+            regex=dict(type="str"),
+            since=dict(type="dict", options=dict(inode=dict(type="int"), offset=dict(type="int", required=True))),
+            timeout=dict(type="int", default=300),
+            max_line=dict(type="int", default=65536),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        result = {} if p["regex"] is None else wait(p["log"], p["regex"], p["since"], p["timeout"], p["max_line"])
+        result["log"] = position(p["log"])
+    except GpufleetError as exc:
+        fail(module, exc)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

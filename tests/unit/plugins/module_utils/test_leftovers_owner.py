@@ -1,0 +1,122 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Whose GPU holders are leftovers: REAL processes of two unprivileged users (nobody runs the
+job, daemon is another user), reparented to init as a worker whose job died is, and a PID
+namespace init that nobody made with unshare. Only the job's users' holders are leftovers (or
+those of leftover_users); a namespace init is reported with what to do, never left to fail
+silently nor named for the repair to signal."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from ansible_collections.gpufleet.hygiene.plugins.filter.repair import repair_plan
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import check_job
+
+
+@pytest.fixture
+def spawn():
+    """spawn(user, *argv): a process of ``user`` whose parent is init (its launcher exited)."""
+    pids = []
+
+    def _spawn(user, *argv):
+        out = subprocess.run(["runuser", "-u", user, "--", "sh", "-c", '"$@" >/dev/null 2>&1 </dev/null & echo $!', "sh"] + list(argv),
+                             capture_output=True, text=True, check=True).stdout
+        pid = int(out.split()[0])
+        pids.append(pid)
+        deadline = time.monotonic() + 5
+        while _ppid(pid) != 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return pid
+
+    yield _spawn
+    for pid in pids:
+        for child in _children(pid):
+            _kill(child)
+        _kill(pid)
+
+
+def _ppid(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(next(line for line in f if line.startswith("PPid:")).split()[1])
+
+
+def _children(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def _kill(pid):
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def gpus(*pids):
+    return [{"index": 0, "utilization_pct": 50, "processes": [{"pid": p, "name": "python3", "used_memory_mib": 100} for p in pids]}]
+
+
+def job_of(user, pid):
+    return {"processes": [{"pid": pid, "user": user}]}
+
+
+def test_another_user_s_holder_is_never_the_job_s_leftover(spawn):
+    """nobody's job runs; daemon's process holds a GPU with init as parent: not a leftover (the
+    repair would stop it, and, the host then repaired, the job too). nobody's own orphan is."""
+    job = spawn("nobody", "sleep", "300")
+    theirs = spawn("daemon", "sleep", "300")
+    mine = spawn("nobody", "sleep", "301")
+    live = liveness(job_of("nobody", job), gpus(job, theirs, mine), now=0)
+    assert [h["pid"] for h in live["leftovers"]] == [mine] and live["leftovers"][0]["user"] == "nobody"
+    check = check_job(live, {})
+    plan = repair_plan({"ready": False, "running_job": True, "checks": [check]}, allow_running_job=True, leftovers="always")
+    assert [h["pid"] for h in plan["leftover_pids"]] == [mine]
+
+
+def test_with_no_job_user_known_no_holder_is_a_leftover(spawn):
+    """No job running and no job users given: whose a holder is cannot be told, so none is named."""
+    theirs = spawn("daemon", "sleep", "300")
+    live = liveness({"processes": []}, gpus(theirs), now=0)
+    assert live["leftovers"] == [] and check_job(live, {})["ok"] is True
+
+
+def test_the_job_s_users_and_leftover_users_say_whose_holders_are_leftovers(spawn):
+    theirs = spawn("daemon", "sleep", "300")
+    mine = spawn("nobody", "sleep", "300")
+    assert [h["pid"] for h in liveness({"processes": []}, gpus(theirs, mine), now=0, users=["nobody"])["leftovers"]] == [mine]
+    # leftover_users, when given, is the whole rule (by name or uid).
+    live = liveness({"processes": []}, gpus(theirs, mine), now=0, users=["nobody"], leftover_users=["1"])
+    assert [h["pid"] for h in live["leftovers"]] == [theirs]
+
+
+def test_a_namespace_init_holding_a_gpu_is_reported_with_the_action(spawn):
+    """nobody's own PID namespace (unshare -Urpf), its launcher gone: its init is never signalled,
+    so it is not a leftover the repair would try to stop; the check fails and says what to do."""
+    unshare = spawn("nobody", "unshare", "-Urpf", "sleep", "300")
+    deadline = time.monotonic() + 5
+    while not _children(unshare) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    [init] = _children(unshare)
+    _kill(unshare)
+    while _ppid(init) != 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        live = liveness({"processes": []}, gpus(init), now=0, users=["nobody"])
+        assert live["leftovers"] == [] and [h["pid"] for h in live["namespace_inits"]] == [init]
+        check = check_job(live, {})
+        assert check["ok"] is False and check["leftovers"] == []
+        assert check["namespace_inits"][0]["pid"] == init and check["namespace_inits"][0]["user"] == "nobody"
+        assert "init of their own PID namespace" in check["summary"] and "kill -TERM" in check["summary"]
+        assert "pid %d" % init in check["summary"]
+    finally:
+        _kill(init)

@@ -1,0 +1,222 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Xid events: every code's severity and action pinned one by one, the driver's MIG form, and the
+lines that only look like the driver's (forged) refused: quoted inside another kernel message,
+written to /dev/kmsg by a process (user facility), or after a user-space prefix. The read is
+bounded in time (the last 24 hours unless told), on the node path too.
+
+The line formats are the driver's own (open-gpu-kernel-modules' format strings):
+``NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s`` and, on a MIG GPU,
+``NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u): %d, ...`` (or with ``GPU-I`` only)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import stat
+
+import pytest
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _health, _xid
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "h200")
+with open(os.path.join(FIXTURES, "nvidia-smi-q-x.xml"), encoding="utf-8") as _f:
+    H200_XML = _f.read()
+NOW = datetime.datetime(2026, 12, 1, 16, 0, 0, tzinfo=datetime.timezone.utc)
+BOOT = (NOW - datetime.timedelta(days=3)).timestamp()  # booted three days before NOW
+
+
+def kmsg(message, prio=4, ago=60.0, seq=1):
+    """A /dev/kmsg record of ``message`` logged ``ago`` seconds before NOW (prio: facility << 3 | level)."""
+    usec = int((NOW.timestamp() - ago - BOOT) * 1e6)
+    return "%d,%d,%d,-;%s\n" % (prio, seq, usec, message)
+
+
+# Every code of the table: (code, severity, the action asked for, why: the test id).
+TABLE = [
+    (13, "warn", "restart the application; if it recurs on this GPU only, run diagnostics (dcgmi diag)",
+     "13-graphics-exception-is-the-application-s-fault-warn"),
+    (31, "warn", "restart the application; if it recurs across applications, reset the GPU and run diagnostics",
+     "31-mmu-fault-is-an-invalid-address-of-the-application-warn"),
+    (43, "warn", "restart the application", "43-channel-reset-gpu-stays-usable-warn"),
+    (45, "warn", "look at the Xid logged before it; alone it needs no action", "45-preemptive-cleanup-follows-another-event-warn"),
+    (48, "fail", "drain the GPU and reset it; if it recurs or row remapping fails, RMA", "48-double-bit-ecc-uncorrectable-fail"),
+    (63, "fail", "drain and reset the GPU to apply the remapping (no RMA yet)", "63-row-remap-pending-needs-a-reset-fail"),
+    (64, "fail", "drain the GPU and RMA it (the memory can no longer be repaired in the field)",
+     "64-row-remap-failure-cannot-be-repaired-fail"),
+    (74, "fail", "drain and reset the GPU (all GPUs of the NVLink domain if needed); if it recurs, check the links and RMA",
+     "74-nvlink-fault-fail"),
+    (79, "fail", "drain the node and reboot (power-cycle) it; if it recurs, check PCIe, power and cooling, then RMA",
+     "79-fallen-off-the-bus-needs-a-power-cycle-fail"),
+    (92, "warn", "watch the ECC counters; reset the GPU at the next drain, RMA if it persists",
+     "92-high-single-bit-rate-is-corrected-warn"),
+    (94, "fail", "restart the affected application; reset the GPU at the next drain to remap the row",
+     "94-contained-ecc-still-needs-a-row-remap-fail"),
+    (95, "fail", "drain the GPU and reset it; if it recurs, RMA", "95-uncontained-ecc-hits-every-application-fail"),
+    (119, "fail", "drain and reset the GPU; if it recurs, reboot the node and update the driver, then contact support",
+     "119-gsp-rpc-timeout-fail"),
+]
+
+
+def test_the_table_has_a_row_for_every_code_and_no_other():
+    """A code added to (or dropped from) the collection's table without its row here fails."""
+    assert sorted(_xid.XID_CODES) == sorted(row[0] for row in TABLE)
+
+
+@pytest.mark.parametrize("code, severity, action", [pytest.param(*row[:3], id=row[3]) for row in TABLE])
+def test_every_code_s_severity_and_action_read_from_the_driver_s_lines(code, severity, action):
+    """The code as the driver logs it, without and with MIG attribution: the same verdict."""
+    records = [kmsg("NVRM: Xid (PCI:0000:3b:00): %d, pid=4242, name=python3, event text" % code, seq=1),
+               kmsg("NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:00): %d, pid=4242, name=python3, event text" % code, seq=2)]
+    events = _xid.parse_kmsg(records, BOOT)
+    assert [(e["xid"], e["severity"], e["action"]) for e in events] == [(code, severity, action)] * 2
+    assert _xid.explain(code) == {"severity": severity, "meaning": _xid.XID_CODES[code][1], "action": action}
+
+
+def test_a_code_not_in_the_table_warns_and_says_where_to_look():
+    event = _xid.parse_line("NVRM: Xid (PCI:0000:3b:00): 154, pid='<unknown>', name=<unknown>, GPU recovery action")
+    assert (event["xid"], event["severity"], event["action"]) == (154, "warn", "look it up in NVIDIA's Xid catalog")
+
+
+@pytest.mark.parametrize("line, pci, gi, ci, code, pid", [
+    pytest.param("NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:00): 13, pid=9, name=python3, Graphics Exception",
+                 "0000:3b:00", 1, 0, 13, 9, id="mig-gpu-and-compute-instance"),
+    pytest.param("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+                 "0000:01:00", 5, None, 94, 7194, id="mig-gpu-instance-only-contained-ecc"),
+    pytest.param("NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained: LTC TAG (0x2,0x1). RST: Yes, D-RST: No",
+                 "0000:01:00", None, None, 95, 7062, id="no-mig-uncontained-ecc"),
+    pytest.param("NVRM: Xid (0000:03:00): 14, Channel 00000001", "0000:03:00", None, None, 14, None,
+                 id="older-driver-without-pci-prefix"),
+])
+def test_the_driver_s_line_forms_are_parsed(line, pci, gi, ci, code, pid):
+    event = _xid.parse_line(line)
+    assert (event["pci"], event.get("gpu_instance"), event.get("compute_instance"), event["xid"], event["pid"]) == (
+        pci, gi, ci, code, pid)
+
+
+def test_a_mig_xid_lands_on_its_gpu_by_pci_address():
+    """The MIG form's address ties the event to the GPU (the recorded H200's, PCI 0000:00:06) as the
+    plain form does: an Xid 79 of one of its instances makes the GPU unhealthy."""
+    _driver, gpus = _health.parse_xml(H200_XML)
+    [event] = _xid.parse_kmsg([kmsg("NVRM: Xid (PCI:0000:00:06 GPU-I:01 GPU-CI:00): 79, pid=1, name=a, GPU has fallen off the bus.")],
+                              BOOT)
+    host = _health.assess(gpus, "580.159.04", None, [event], None, True)
+    assert host == [] and [e["xid"] for e in gpus[0]["xid"]] == [79]
+    assert ("xid_79", "fail") in [(f["code"], f["severity"]) for f in gpus[0]["findings"]] and not gpus[0]["healthy"]
+
+
+# ------------------------------------------------------------------------------- forged lines
+
+FORGED_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=a, GPU has fallen off the bus."
+
+
+@pytest.mark.parametrize("record", [
+    # A refused overlay mount in a user namespace logs the option it was given, at kernel facility.
+    pytest.param(kmsg('overlayfs: failed to resolve \'%s\': -2' % FORGED_79), id="unanchored-quoted-in-another-kernel-message"),
+    pytest.param(kmsg("x " + FORGED_79), id="unanchored-anything-before-it"),
+    # What a process writes to /dev/kmsg gets the user facility (1) whatever prefix it sends.
+    pytest.param(kmsg(FORGED_79, prio=(1 << 3) | 4), id="wrong-facility-user-written-to-kmsg"),
+    pytest.param(kmsg(FORGED_79, prio=(3 << 3) | 3), id="wrong-facility-daemon"),
+    pytest.param(kmsg("python3[4242]: " + FORGED_79, prio=(1 << 3) | 6), id="user-space-prefix"),
+    pytest.param(kmsg("NVRM: Xid (PCI:0000:3b:00): 79 GPU has fallen off the bus."), id="not-the-driver-s-format-no-comma"),
+    pytest.param(kmsg("NVRM: Xid (PCI:0000:3b:00 owned-by-me): 79, x"), id="not-the-driver-s-format-odd-parenthesis"),
+])
+def test_a_forged_kmsg_line_is_no_event(record):
+    assert _xid.parse_kmsg([record, kmsg("NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, real", seq=2)], BOOT) == [
+        dict(_xid.parse_line("NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, real"),
+             time=(NOW - datetime.timedelta(seconds=60)).isoformat())]
+
+
+DMESG_STAMP = "2026-12-01T15:59:00,000000+00:00"
+
+
+@pytest.mark.parametrize("line, events", [
+    pytest.param("%s %s" % (DMESG_STAMP, FORGED_79), 1, id="the-driver-s-line"),
+    pytest.param("%s [  T4242] %s" % (DMESG_STAMP, FORGED_79), 1, id="the-driver-s-line-with-printk-caller"),
+    pytest.param("%s overlayfs: failed to resolve '%s'" % (DMESG_STAMP, FORGED_79), 0, id="unanchored-quoted"),
+    pytest.param("%s python3[4242]: %s" % (DMESG_STAMP, FORGED_79), 0, id="user-space-prefix"),
+    pytest.param("    %s" % FORGED_79, 0, id="no-timestamp-a-continuation-line"),
+])
+def test_dmesg_lines_count_only_at_the_message_s_start(line, events):
+    assert len(_xid.parse_dmesg(line + "\n")) == events
+
+
+def test_dmesg_is_asked_for_the_kernel_facility_only(tmp_path):
+    """A real dmesg run (a stand-in script) gets --facility kern: what processes log is not read."""
+    argv_file = tmp_path / "argv"
+    dmesg = tmp_path / "dmesg"
+    dmesg.write_text("#!/bin/sh\nprintf '%%s\\n' \"$@\" > %s\necho '%s %s'\n" % (argv_file, DMESG_STAMP, FORGED_79))
+    os.chmod(dmesg, stat.S_IRWXU)
+    rc, out, _err = _xid.run_dmesg(str(dmesg), 10)
+    args = argv_file.read_text().split()
+    assert rc == 0 and args[args.index("--facility") + 1] == "kern" and FORGED_79 in out
+
+
+def test_a_file_in_the_place_of_dev_kmsg_is_not_the_kernel_s_log(tmp_path):
+    fake = tmp_path / "kmsg"
+    fake.write_text(kmsg(FORGED_79))
+    with pytest.raises(OSError) as exc:
+        _xid.read_kmsg(str(fake))
+    assert "not the kernel's log device" in str(exc.value)
+    os.symlink("/dev/kmsg", str(tmp_path / "link"))
+    with pytest.raises(OSError):
+        _xid.read_kmsg(str(tmp_path / "link"))  # a link is not followed, even to the real device
+
+
+# ------------------------------------------------------------------------------- the read's bound
+
+def test_since_defaults_to_the_last_24_hours_and_boot_reads_everything():
+    assert _xid.parse_since(None, now=NOW) == NOW - datetime.timedelta(hours=24)
+    assert _xid.parse_since("", now=NOW) == NOW - datetime.timedelta(hours=24)
+    assert _xid.parse_since("boot", now=NOW) is None
+    assert _xid.parse_since("3600", now=NOW) == NOW - datetime.timedelta(hours=1)
+    records = [kmsg(FORGED_79, ago=2 * 86400, seq=1), kmsg(FORGED_79.replace("79", "48", 1), ago=3600, seq=2)]
+    assert [e["xid"] for e in _xid.parse_kmsg(records, BOOT, _xid.parse_since(None, now=NOW))] == [48]
+    assert [e["xid"] for e in _xid.parse_kmsg(records, BOOT, None)] == [79, 48]
+
+
+def test_a_record_without_a_time_is_not_within_a_bound():
+    assert _xid.parse_kmsg(["4,1,notatime,-;" + FORGED_79], BOOT, NOW - datetime.timedelta(hours=1)) == []
+
+
+class _Module:
+    def __init__(self):
+        self.warnings = []
+
+    def get_bin_path(self, name):
+        return None
+
+    def warn(self, text):
+        self.warnings.append(text)
+
+
+def test_the_node_path_reads_only_the_last_24_hours_by_default(monkeypatch):
+    """node_readiness's fold (gpu_read=node): an Xid 79 of two days ago in the node's ring buffer is
+    not folded into its containers' checks; one of an hour ago is."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    boot = (now - datetime.timedelta(days=3)).timestamp()
+
+    def record(code, ago, seq):
+        return "4,%d,%d,-;NVRM: Xid (PCI:0000:3b:00): %d, pid=1, name=a, text\n" % (seq, int((now.timestamp() - ago - boot) * 1e6), code)
+
+    buffer = [record(79, 2 * 86400, 1)]
+    seen = []
+
+    def reader(since=None, **_kw):
+        seen.append(since)
+        return _xid.parse_kmsg(buffer, boot, since), None
+
+    real = _health.read_health
+    monkeypatch.setattr(_node, "read_health", lambda **kw: real(cdll=_no_nvml, xid_reader=reader, **kw))
+    containers = [{"host": "train-101", "args": {"gpu_health": True}}]
+    results = {"train-101": {"ready": True, "checks": []}}
+    assert _node.fold_node_health(_Module(), results, containers, None, 5) == 0
+    assert seen[0] is not None and now - datetime.timedelta(hours=24, seconds=30) < seen[0] < now - datetime.timedelta(hours=23)
+    buffer.append(record(13, 3600, 2))
+    assert _node.fold_node_health(_Module(), results, containers, None, 5) == 1
+
+
+def _no_nvml(name):
+    raise OSError("no %s here" % name)
