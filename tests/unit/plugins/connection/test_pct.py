@@ -772,3 +772,99 @@ def test_opening_the_master_is_tried_again_when_refused(monkeypatch, tmp_path, n
     conn._connect()
     assert len(rec.masters) == 3 and no_pause == [1, 2]
     assert os.path.exists(conn._control_path())
+
+
+# ------------------------------------------------------------------ the control-path directory
+
+@pytest.fixture
+def shared_tmp():
+    """A directory every user can write, as /tmp (pytest's own are root's, 0700), removed afterwards."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="pct-cp-", dir="/tmp")
+    os.chmod(d, 0o1777)
+    yield d
+    shutil.rmtree(d)
+
+
+def as_nobody(*argv):
+    subprocess.run(["runuser", "-u", "nobody", "--", *argv], check=True)
+
+
+@pytest.mark.parametrize("planted", ["slot", "master lock"])
+def test_a_control_path_directory_of_another_user_is_refused(popen, shared_tmp, planted):
+    """An unprivileged user makes the control-path directory before root's run and plants a link
+    where a slot file or the master's lock file will be created: root must refuse the directory
+    and create nothing where the link points."""
+    rec = popen(stdout=b"ok\n")
+    cpdir = os.path.join(shared_tmp, "cp")
+    target = os.path.join(shared_tmp, "root-only", "planted")
+    os.mkdir(os.path.dirname(target), 0o700)  # root's, as /etc is
+    as_nobody("mkdir", "-m", "0700", cpdir)
+    conn = make_conn(ansible_pct_control_path_dir=cpdir)
+    link = conn._control_path() + (".slots/0" if planted == "slot" else ".lock")
+    if planted == "slot":
+        as_nobody("mkdir", "-m", "0700", os.path.dirname(link))
+    as_nobody("ln", "-s", target, link)
+    with pytest.raises(AnsibleConnectionFailure, match=r"control_path_dir %s belongs to uid 65534, not to this user \(uid 0\)"
+                                                       r".*Remove it \(or chown 0 it\) or choose another control_path_dir"
+                                                       % cpdir):
+        conn._connect()
+        conn.exec_command("true")
+    assert not os.path.lexists(target)
+    assert rec.calls == [] and rec.masters == []  # no ssh ran
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o733, 0o1777])
+def test_a_control_path_directory_others_can_enter_is_refused(popen, tmp_path, mode):
+    rec = popen(stdout=b"ok\n")
+    cpdir = tmp_path / "cp"
+    cpdir.mkdir()
+    cpdir.chmod(mode)
+    with pytest.raises(AnsibleConnectionFailure, match=r"control_path_dir %s has mode %04o: others can enter or write it\. "
+                                                       r"chmod 0700 it" % (cpdir, mode)):
+        make_conn(ansible_pct_control_path_dir=str(cpdir))._connect()
+    assert rec.calls == [] and rec.masters == []
+
+
+def test_a_control_path_directory_that_is_a_link_is_refused(popen, tmp_path):
+    popen(stdout=b"ok\n")
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "cp").symlink_to(tmp_path / "real")
+    with pytest.raises(AnsibleConnectionFailure, match=r"control_path_dir .*/cp is not a directory of its own"):
+        make_conn(ansible_pct_control_path_dir=str(tmp_path / "cp"))._connect()
+
+
+def test_a_missing_control_path_directory_is_made_private(popen, tmp_path):
+    popen(stdout=b"ok\n")
+    cpdir = tmp_path / "a" / "cp"
+    conn = make_conn(ansible_pct_control_path_dir=str(cpdir))
+    conn._connect()
+    assert conn.exec_command("true")[1] == b"ok\n"
+    for d in (cpdir, cpdir / (os.path.basename(conn._control_path()) + ".slots")):
+        st = os.lstat(d)
+        assert st.st_uid == os.geteuid() and (st.st_mode & 0o777) == 0o700, (d, oct(st.st_mode))
+
+
+@pytest.mark.parametrize("planted", ["slot", "master lock"])
+def test_lock_files_are_never_opened_through_a_link(popen, tmp_path, planted):
+    """Inside a private directory too, a link in a lock file's place is not followed (O_NOFOLLOW):
+    no file appears where it points, and the descriptors are close-on-exec."""
+    rec = popen(stdout=b"ok\n")
+    cpdir = tmp_path / "cp"
+    cpdir.mkdir(mode=0o700)
+    target = tmp_path / "elsewhere"
+    conn = make_conn(ansible_pct_control_path_dir=str(cpdir), ansible_pct_max_sessions=1)
+    slots = conn._control_path() + ".slots"
+    os.mkdir(slots, 0o700)
+    os.symlink(target, os.path.join(slots, "0") if planted == "slot" else conn._control_path() + ".lock")
+    if planted == "slot":
+        with pytest.raises(AnsibleConnectionFailure, match=r"cannot take a session slot in .*\.slots: .*Too many levels of symbolic links"):
+            conn._connect()  # opening the node's master takes a slot
+            conn.exec_command("true")
+    else:
+        conn._connect()  # no master lock: each connection opens its own master, as ssh would
+        assert conn.exec_command("true")[1] == b"ok\n"
+        assert rec.masters == []
+    assert not os.path.lexists(target)
