@@ -392,7 +392,10 @@ def assert_unreadable_everywhere(dest, host, message, hosts):
     assert sample(fams, "host_ready", host=host) == [0.0] and sample(fams, "host_error", host=host) == [1.0]
     parser = TagCollector()
     parser.feed(page)
-    assert message in "".join(parser.text)  # the page says it, as text
+    text = "".join(parser.text)
+    assert message in text  # the page says it, as text
+    assert "unreadable record" in text and "unreachable or unreadable" in text
+    assert "unreachable: unreadable" not in text and "unreadable record: unreadable record" not in text
     return rows
 
 
