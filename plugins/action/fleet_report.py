@@ -37,14 +37,15 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _validation, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC, required_one_of=[["hosts", "merge_from"]])
-        hosts, run_started, merged = p["hosts"] or [], p["run_started"], []
+        hosts, run_started, merged, origins = p["hosts"] or [], p["run_started"], [], None
         try:
             if p["merge_from"] is not None:
-                hosts, slices, merged = merge_slices(p["merge_from"], hosts, missing=p["merge_missing"])
+                origins = []
+                hosts, slices, merged = merge_slices(p["merge_from"], hosts, missing=p["merge_missing"], origins=origins)
                 result["slices"] = slices
                 run_started = run_started or earliest_start(slices)
             report = FleetReport(hosts, p["dest"], formats=p["formats"], title=p["title"], run_started=run_started,
-                                 prometheus_file=p["prometheus_file"], check_mode=self._task.check_mode)
+                                 prometheus_file=p["prometheus_file"], check_mode=self._task.check_mode, origins=origins)
             result.update(report.apply())
         except GpufleetError as exc:
             result.update(failed=True, msg=exc.msg)

@@ -207,7 +207,10 @@ options:
         with jitter). V(0) never tries again.
       - Tried again only when ssh exited 255 with no output and its identification exchange with the
         node failed (C(kex_exchange_identification:) or C(ssh_exchange_identification:), as when
-        sshd drops connections past C(MaxStartups)); nothing was authenticated, so nothing ran. A
+        sshd drops connections past C(MaxStartups)); nothing was authenticated, so nothing ran.
+        That line is read from ssh's own log of the try (C(ssh -E), a new 0600 file in
+        O(control_path_dir)), which only ssh writes; what the remote command prints on its stderr,
+        whatever it says, never makes a command run again. A
         session the master refused (C(Session open refused by peer)) makes ssh fall back to a
         connection of its own (C(ControlSocket ... already exists, disabling multiplexing)), which
         runs the command or meets that same refusal; any other failure, the command's own exit
@@ -341,6 +344,7 @@ import random
 import re
 import selectors
 import shlex
+import stat
 import subprocess
 import tempfile
 import time
@@ -384,22 +388,68 @@ def control_path(directory, user, host, port):
 # ssh's words when the node's sshd closed the connection before the identification exchange
 # (MaxStartups drops it there): before authentication, so no command can have started.
 _NOT_STARTED = ("kex_exchange_identification:", "ssh_exchange_identification:")
+# The most of ssh's own log (ssh -E) read after a try: its last lines say how the try ended.
+SSH_LOG_MAX = 65536
 
 
-def refused_before_start(rc, stdout, stderr):
-    """True when ssh provably never started the command: it exited 255 with no output and its
-    connection to the node ended in the identification exchange. A session refused by the
-    master alone proves nothing: ssh then runs the command over a connection of its own."""
+def refused_before_start(rc, stdout, ssh_log):
+    """True when ssh provably never started the command: it exited 255 with no output and its own
+    log (ssh -E: what ssh itself says, which the remote command's stderr never reaches) ends its
+    connection to the node in the identification exchange. A session refused by the master alone
+    proves nothing: ssh then runs the command over a connection of its own. Text the command
+    printed on its stderr is never read here: a command can print anything."""
     if rc != 255 or stdout:
         return False
-    text = to_text(stderr or b"", errors="surrogate_or_replace")
+    text = to_text(ssh_log or b"", errors="surrogate_or_replace")
     return any(line.strip().startswith(_NOT_STARTED) for line in text.splitlines())
+
+
+def with_log(argv, path):
+    """ssh's argv with its own messages sent to path (-E, placed last of the options so that it wins
+    over one in ssh_extra_args)."""
+    at = argv.index("--")
+    return argv[:at] + ["-E", path] + argv[at:]
 
 
 def retry_delay(attempt, base=0.25, cap=4.0):
     """Seconds before try number attempt + 1: doubling from base up to cap, with jitter so that the
     forks refused together do not come back together."""
     return min(cap, base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+
+
+# Every lock and slot file: never through a link planted in its place, never left to a child.
+LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def private_directory(path, option="control_path_dir"):
+    """Make path (0700, its missing parents too) or take the one there when it is a directory of
+    this user that nobody else can enter or write; refuse anything else with what to fix. The
+    master sockets, their lock files and the session slots live here: another user able to plant a
+    link in it would make this process create or lock a file where the link points."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise AnsibleConnectionFailure("gpufleet.hygiene.pct: cannot create %s %s: %s" % (option, path, exc)) from exc
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise AnsibleConnectionFailure(
+            "gpufleet.hygiene.pct: %s %s is not a directory of its own (a symbolic link or another file: %s); remove it "
+            "or choose another %s" % (option, path, exc.strerror, option)) from exc
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise AnsibleConnectionFailure(
+            "gpufleet.hygiene.pct: %s %s belongs to uid %d, not to this user (uid %d): another user could plant links "
+            "in it. Remove it (or chown %d it) or choose another %s" % (option, path, st.st_uid, uid, uid, option))
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise AnsibleConnectionFailure(
+            "gpufleet.hygiene.pct: %s %s has mode %04o: others can enter or write it. chmod 0700 it or choose another %s"
+            % (option, path, stat.S_IMODE(st.st_mode), option))
+    return path
 
 
 def acquire_slot(directory, limit, timeout=None, poll=0.01):
@@ -411,7 +461,7 @@ def acquire_slot(directory, limit, timeout=None, poll=0.01):
     first = os.getpid() % limit  # the forks start on different slots
     while True:
         for i in range(limit):
-            fd = os.open(os.path.join(directory, str((first + i) % limit)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(os.path.join(directory, str((first + i) % limit)), LOCK_FLAGS, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return fd
@@ -493,11 +543,7 @@ class Connection(ConnectionBase):
             # On the node the vmid is not used: node_readiness checks every container's own.
             self._vmid = None if on_node else validate_vmid(self.get_option("vmid"))
             validate_user(self.get_option("node_user"))
-            cpdir = os.path.expanduser(self.get_option("control_path_dir"))
-            try:
-                os.makedirs(cpdir, mode=0o700, exist_ok=True)
-            except OSError as exc:
-                raise AnsibleConnectionFailure("gpufleet.hygiene.pct: cannot create control_path_dir %s: %s" % (cpdir, exc)) from exc
+            cpdir = private_directory(os.path.expanduser(self.get_option("control_path_dir")))
             display.vvv("PCT CONNECT node=%s:%s vmid=%s method=%s run_on=%s" % (
                 self.get_option("node_host"), self.get_option("node_port"), self._vmid, self.get_option("method"),
                 self.get_option("run_on")),
@@ -518,7 +564,7 @@ class Connection(ConnectionBase):
         if os.path.exists(socket):
             return
         try:
-            with open(socket + ".lock", "a") as lock:
+            with os.fdopen(os.open(socket + ".lock", LOCK_FLAGS, 0o600), "rb") as lock:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -531,12 +577,12 @@ class Connection(ConnectionBase):
         except OSError:
             return  # no lock (or no ssh): each connection opens its own master, as ssh would
 
-    def _open_master(self):
+    def _open_master(self, log):
         # The task's own command meets any problem of this one and says what it is. Its stderr is a
         # file, not a pipe: a master that keeps it (ssh -v) must not hold this call until it exits.
         with tempfile.TemporaryFile() as err:
             try:
-                res = subprocess.run(self._ssh_argv("true"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                res = subprocess.run(with_log(self._ssh_argv("true"), log), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                      timeout=self.get_option("connect_timeout") + 5, check=False)
             except subprocess.TimeoutExpired:
                 return None, b"", b""
@@ -552,8 +598,8 @@ class Connection(ConnectionBase):
             return
         directory = self._control_path() + ".slots"
         wait = self.get_option("command_timeout") or None
+        private_directory(directory, "control_path_dir's session slots")
         try:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
             fd = acquire_slot(directory, limit, wait)
         except OSError as exc:
             raise AnsibleConnectionFailure("gpufleet.hygiene.pct: cannot take a session slot in %s: %s" % (directory, exc)) from exc
@@ -566,18 +612,61 @@ class Connection(ConnectionBase):
         finally:
             os.close(fd)
 
+    @contextlib.contextmanager
+    def _ssh_log(self):
+        """A new file for ssh's own messages of one try (ssh -E): (its path, a function returning what
+        ssh wrote there, at most SSH_LOG_MAX bytes from its end). Made 0600 and exclusively in the
+        private control-path directory; removed after the try (a master forked by the try keeps
+        writing to the removed file, never to another try's)."""
+        fd, path = tempfile.mkstemp(prefix=".ssh-", suffix=".log", dir=os.path.dirname(self._control_path()))
+
+        def read():
+            size = os.fstat(fd).st_size
+            return os.pread(fd, SSH_LOG_MAX, max(0, size - SSH_LOG_MAX))
+
+        try:
+            yield path, read
+            self._copy_log(fd)
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    def _copy_log(self, fd):
+        """ssh's messages of a try, appended to the -E file that ssh_extra_args names, if one: ours
+        comes last and wins, the user's still gets what ssh said."""
+        extra = shlex.split(self.get_option("ssh_extra_args") or "")
+        wanted = [extra[i + 1] for i, arg in enumerate(extra[:-1]) if arg == "-E"]
+        wanted += [arg[2:] for arg in extra if arg.startswith("-E") and len(arg) > 2]
+        if not wanted:
+            return
+        try:
+            with open(os.path.expanduser(wanted[-1]), "ab") as out:
+                offset = 0
+                while True:
+                    chunk = os.pread(fd, 1 << 16, offset)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    offset += len(chunk)
+        except OSError as exc:
+            display.warning("gpufleet.hygiene.pct: cannot append ssh's messages to %s (ssh_extra_args -E): %s" % (wanted[-1], exc))
+
     def _with_session(self, attempt):
-        """attempt() -> (rc, stdout, stderr), run holding one of the node's sessions; run again
-        after a pause while the node's sshd refused it before the command started."""
+        """attempt(ssh_log_path) -> (rc, stdout, stderr), run holding one of the node's sessions; run
+        again after a pause while the node's sshd refused it before the command started, as ssh's
+        own log of the try says (never the command's stderr). Returns (rc, stdout, stderr and then
+        ssh's own messages), the way ssh without -E would have printed both on its stderr."""
         retries = max(0, self.get_option("refusal_retries"))
         for tried in itertools.count(1):
-            with self._session():
-                rc, out, err = attempt()
-            if tried > retries or not refused_before_start(rc, out, err):
-                return rc, out, err
+            with self._session(), self._ssh_log() as (path, read):
+                rc, out, err = attempt(path)
+                log = read()
+            if tried > retries or not refused_before_start(rc, out, log):
+                return rc, out, (err or b"") + log
             delay = retry_delay(tried)
             display.vvv("PCT RETRY %d/%d in %.2fs, refused by %s before the command started: %s" % (
-                tried, retries, delay, self._node_label(), to_text(err, errors="surrogate_or_replace").strip()),
+                tried, retries, delay, self._node_label(), to_text(log, errors="surrogate_or_replace").strip()),
                 host=self.get_option("node_host"))
             time.sleep(delay)
         return None  # not reached: itertools.count never ends
@@ -606,8 +695,8 @@ class Connection(ConnectionBase):
                 "the containers (set become: false on that task)")
         argv = self._in_container([self._shell_executable(), "-c", cmd])
 
-        def attempt():
-            proc = self._popen(argv)
+        def attempt(log):
+            proc = self._popen(with_log(argv, log))
             b_out, b_err = self._ensure_become_success(proc, sudoable)
             stdout, stderr = self._communicate(proc, in_data)
             return proc.returncode, b_out + (stdout or b""), b_err + (stderr or b"")
@@ -686,8 +775,8 @@ class Connection(ConnectionBase):
         """(what `pct status` says of the container, its kind of failure, its exit status, its text)."""
         argv = self._on_node(_pct.status_argv(self._vmid, self.get_option("pct_path")))
 
-        def attempt():
-            proc = self._popen(argv)
+        def attempt(log):
+            proc = self._popen(with_log(argv, log))
             try:
                 out, err = proc.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -727,10 +816,10 @@ class Connection(ConnectionBase):
             with open(to_bytes(in_path, errors="surrogate_or_strict"), "rb") as src:
                 argv = self._in_container(["/bin/sh", "-c", "cat > %s" % shlex.quote(out_path)])
 
-                def attempt():
+                def attempt(log):
                     src.seek(0)  # a refused try read nothing; start the stream over all the same
                     # The file descriptor is ssh's stdin: the file streams through, never read whole here.
-                    proc = self._popen(argv, stdin=src)
+                    proc = self._popen(with_log(argv, log), stdin=src)
                     stdout, stderr = self._communicate(proc)
                     return proc.returncode, stdout, stderr
 
@@ -749,10 +838,10 @@ class Connection(ConnectionBase):
             with open(b_out, "wb") as dst:
                 argv = self._in_container(["cat", "--", in_path])
 
-                def attempt():
+                def attempt(log):
                     dst.seek(0)
                     dst.truncate()
-                    proc = self._popen(argv, stdout=dst)
+                    proc = self._popen(with_log(argv, log), stdout=dst)
                     _stdout, stderr = self._communicate(proc)
                     # What reached the file is the command's output: none, when ssh never started it.
                     return proc.returncode, b"x" if os.fstat(dst.fileno()).st_size else b"", stderr

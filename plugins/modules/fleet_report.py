@@ -25,7 +25,12 @@ description:
     the collection.
   - An action that runs on the controller and writes the files there, whatever host the task runs
     for; it opens no connection. Run it once, with C(run_once=true).
-  - Every host result is validated; a bad one fails the task with a message naming the host and the key.
+  - Every host result is checked before any file is written (a record comes from a container's read
+    or a slice's file, and is not trusted) - numbers are numbers, findings are dicts with a code,
+    names and texts are bounded, and only the keys the reports know are kept. A record that fails
+    is that host's C(unreadable record) row in every format (not ready, no check, its error naming
+    the key and what is wrong, and the slice's file for a merged one) and a warning; the other
+    hosts are reported as usual. Two records of one host fail the task.
   - A file is written only when its content differs from what is on disk, through a temporary
     file in the same directory and a rename, with mode C(0644).
 extends_documentation_fragment:
@@ -106,7 +111,8 @@ options:
         whole run - each a C(report.json) the module wrote for one slice, or the directory
         holding it.
       - Every host must be in exactly one slice (or in O(hosts)); a host reported twice fails
-        the task and names both places.
+        the task and names both places. A file that is not a fleet report (not JSON, nesting
+        arrays and objects more than 32 deep, another schema) fails the task and names the file.
       - The merged records are the slices' records unchanged, in the report's usual order, so
         the merged C(report.json) holds for every host what one unsliced run would have written.
       - Without O(run_started), the merged report takes the earliest of the slices' C(run_started).

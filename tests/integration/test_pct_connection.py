@@ -208,6 +208,26 @@ def test_started_container_becomes_reachable(ansible_cli):
         assert res.returncode == 0, res.stdout
 
 
+def test_a_command_printing_ssh_s_refusal_runs_once(ansible_cli, tmp_path):
+    """A command in the container that exits 255 with no output and prints sshd's refusal line on
+    its stderr, over the real sshd of a node: it ran, so it is not run again (only ssh's own log
+    says whether sshd refused)."""
+    runs = "/root/gpufleet-refusal-runs"
+    line = "kex_exchange_identification: Connection closed by remote host"
+    try:
+        ansible_cli("ansible", "-i", INVENTORY, "train-100", "-m", "ansible.builtin.raw", "-a", "rm -f %s" % runs)
+        res = ansible_cli("ansible", "-i", INVENTORY, "train-100", "-m", "ansible.builtin.raw",
+                          "-a", "echo ran >> %s; echo '%s' >&2; exit 255" % (runs, line),
+                          "-e", "ansible_pct_control_path_dir=%s" % (tmp_path / "cp"))
+        assert res.returncode != 0, res.stdout
+        res = ansible_cli("ansible", "-i", INVENTORY, "train-100", "-m", "ansible.builtin.command", "-a", "cat %s" % runs)
+        assert res.returncode == 0, res.stdout
+        assert res.stdout.split(">>\n", 1)[1].split() == ["ran"], res.stdout
+    finally:
+        ansible_cli("ansible", "-i", INVENTORY, "train-100", "-m", "ansible.builtin.raw", "-a", "rm -f %s" % runs)
+        close_masters(tmp_path / "cp")
+
+
 # ------------------------------------------------------------------ sshd's default limits
 
 BUSY_STATE = os.path.abspath(os.environ.get("GPUFLEET_SESSIONS_STATE", "/var/tmp/gpufleet-sim-sessions"))

@@ -46,7 +46,7 @@ def site(tmp_path):
     """(substitute, paths): the documented paths replaced by the test's own, the fleet's inventory
     at the documented inventory path, a settings file making the run report-only and moving the
     report (so that reading it proves the file was read)."""
-    paths = {"install": REPO, "config": str(tmp_path / "etc"), "state": str(tmp_path / "state"), "lock": str(tmp_path / "lock"),
+    paths = {"install": REPO, "config": str(tmp_path / "etc"), "state": str(tmp_path / "state"),
              "report": str(tmp_path / "state" / "nightly")}
     os.makedirs(paths["config"])
     os.makedirs(paths["state"], mode=0o750)  # StateDirectory= (the cron entry: its install step)
@@ -54,7 +54,7 @@ def site(tmp_path):
     with open(os.path.join(paths["config"], "hygiene.env"), "w") as f:
         f.write('# report-only\nGPUFLEET_HYGIENE_ARGS="-e gpufleet_hygiene_remediate=false"\nGPUFLEET_REPORT_DIR=%s\n' % paths["report"])
     substitute = schedfiles.substituter({schedfiles.INSTALL_DIR: paths["install"], schedfiles.CONFIG_DIR: paths["config"],
-                                         schedfiles.STATE_DIR: paths["state"], schedfiles.LOCK: paths["lock"]})
+                                         schedfiles.STATE_DIR: paths["state"]})
     return substitute, paths
 
 
@@ -113,10 +113,15 @@ def test_service_exec_start_runs_over_the_fleet(fleet, site):
 def test_service_does_not_overlap_a_running_one(site):
     substitute, paths = site
     argv, env, cwd = service_command(substitute)
-    with open(paths["lock"], "w") as held:
+    lock = schedfiles.lock_file(argv)
+    os.mkdir(os.path.dirname(lock), 0o700)  # as the previous run made it
+    with open(lock, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         res = run(argv, env, cwd)
-    assert res.returncode == 75, res.stdout  # SuccessExitStatus=75: a skipped run, not a failed one
+    # A run that did not start is a failure (the unit turns red), saying who holds the lock.
+    assert res.returncode == 75, res.stdout
+    assert res.returncode not in schedfiles.success_statuses(schedfiles.unit(schedfiles.SERVICE)["Service"])
+    assert "another run holds the lock %s (pid %d (user root)" % (lock, os.getpid()) in res.stdout, res.stdout
     assert not os.path.exists(paths["report"])
 
 

@@ -41,7 +41,7 @@ def _health(index, findings=(), throttle=()):
         "xid_events": dict((f["code"][4:], 1) for f in findings if f["code"].startswith("xid_")),
         "ecc": {"volatile_uncorrected": 0, "aggregate_uncorrected": 0}, "remapped_rows": {"pending": False, "failed": False},
         "throttle": list(throttle), "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
-        "persistence_mode": True, "mig": {"enabled": False},
+        "persistence_mode": True, "mig": {"current": False, "pending": False, "instances": None},
     }
 
 

@@ -21,7 +21,10 @@ CRON = os.path.join(ROOT, "contrib", "cron", "gpufleet-hygiene")
 INSTALL_DIR = "/opt/gpufleet-hygiene"
 CONFIG_DIR = "/etc/gpufleet-hygiene"
 STATE_DIR = "/var/lib/gpufleet-hygiene"
-LOCK = "/run/lock/gpufleet-hygiene.lock"
+# The run lock: its directory (the user's, 0700) in the state directory; the runner that takes it.
+LOCK_DIR = STATE_DIR + "/lock"
+LOCK = LOCK_DIR + "/gpufleet-hygiene.lock"
+RUNNER = INSTALL_DIR + "/contrib/bin/gpufleet-hygiene-run"
 
 
 def unit(path):
@@ -132,3 +135,30 @@ def substituter(mapping):
         return text
 
     return substitute
+
+
+def _runner_at(argv):
+    return next((i for i, a in enumerate(argv) if a.endswith("/gpufleet-hygiene-run")), None)
+
+
+def lock_file(argv):
+    """The lock file a command line takes: gpufleet-hygiene-run's (LOCK_DIR -- ...), or that of a
+    flock command line (flock [options] FILE COMMAND ...), as earlier units had."""
+    at = _runner_at(argv)
+    if at is not None:
+        return os.path.join(argv[at + 1], "gpufleet-hygiene.lock")
+    assert os.path.basename(argv[0]) == "flock", argv
+    return next(a for a in argv[1:] if not a.startswith("-") and not a.isdigit())
+
+
+def with_command(argv, command):
+    """The command line with the playbook's command replaced by command (the lock taken as before)."""
+    at = _runner_at(argv)
+    if at is not None:
+        return argv[:argv.index("--", at) + 1] + list(command)
+    return argv[:argv.index(lock_file(argv)) + 1] + list(command)
+
+
+def success_statuses(service):
+    """The exit statuses systemd counts as the service's success: 0 and SuccessExitStatus=."""
+    return {0} | {int(v) for v in (setting(service, "SuccessExitStatus") or "").split() if v.isdigit()}

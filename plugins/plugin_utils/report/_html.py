@@ -18,6 +18,7 @@ import os
 import jinja2
 
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import check_state, started
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema import UNREADABLE
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # The throughput gate's default min_fraction (job/_throughput.Gate, the relaunch role's
@@ -37,6 +38,12 @@ def human_bytes(n):
             return ("%d %s" % (n, unit)) if unit == "B" else ("%.1f %s" % (n, unit))
         n /= 1024.0
     return "%.1f TiB" % n
+
+
+def error_word(h):
+    """What a host's error is called on the page: a record the report could not read (its check
+    failed), else a host that could not be reached or read."""
+    return "unreadable record" if (h["error"] or "").startswith(UNREADABLE) else "unreachable"
 
 
 def host_ok(h):
@@ -151,6 +158,8 @@ def _finding(h):
         "host": h["host"],
         "where": " \u00b7 ".join(x for x in (h["node"] and "node %s" % h["node"], h["vmid"] is not None and "vmid %d" % h["vmid"]) if x),
         "error": h["error"],
+        # an unreadable record's error says so itself
+        "error_label": "unreachable" if error_word(h) == "unreachable" else "",
         "checks": [(c["name"], check_state(c), c["summary"]) for c in h["checks"] if not c["ok"]],
         "contaminants": h["contaminants"],
         "stale_caches": [dict(c, size=human_bytes(c["size_bytes"])) for c in h["caches"] if c["fresh"] is False],
@@ -167,7 +176,8 @@ def _groups(hosts, checks):
     for h in hosts:
         if not groups or groups[-1]["node"] != h["node"]:
             groups.append({"node": h["node"], "rows": []})
-        groups[-1]["rows"].append(dict(h, ok=host_ok(h), cells=_cells(h, checks), gpu_view=_gpus(h), rate=_rate(h)))
+        groups[-1]["rows"].append(dict(h, ok=host_ok(h), cells=_cells(h, checks), gpu_view=_gpus(h), rate=_rate(h),
+                                       error_word=error_word(h)))
     for g in groups:
         g["ok"] = all(r["ok"] for r in g["rows"])
         g["ready"] = sum(1 for r in g["rows"] if r["ready"])
@@ -187,7 +197,8 @@ def render_html(run, links=()):
     cards = [("ready", s["ready"], "ready"), ("notready", s["not_ready"], "not ready"),
              ("job", s["running_job"], "running jobs left alone"), ("fix", s["remediated"], "remediated this run")]
     if s["error"]:
-        cards.append(("err", s["error"], "unreachable"))
+        unreadable = any(error_word(h) != "unreachable" for h in run["hosts"] if h["error"])
+        cards.append(("err", s["error"], "unreachable or unreadable" if unreadable else "unreachable"))
     findings = [f for f in (_finding(h) for h in run["hosts"]) if f]
     groups = _groups(run["hosts"], run["checks"])
     health = [x for x in (_health(h) for h in run["hosts"]) if x]

@@ -16,10 +16,29 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._report import FILENAMES, read_text
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import SCHEMA_VERSION, TIME_FORMAT, parse_timestamp
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema import ReportError
+
+# The deepest nesting of arrays and objects a slice's report.json may have (a report's own nests
+# 12 deep at most: a MIG instance's holders in a gpu_healthy check).
+JSON_DEPTH_MAX = 32
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def json_depth(text):
+    """How deep arrays and objects nest in a JSON text (strings skipped), counted without parsing."""
+    depth = deepest = 0
+    for m in _JSON_TOKEN.finditer(text):
+        token = m.group(0)
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
 
 
 def report_path(path):
@@ -32,9 +51,13 @@ def load_slice(path):
     text = read_text(path)
     if text is None:
         raise ReportError("slice report %s is missing" % path)
+    depth = json_depth(text)
+    if depth > JSON_DEPTH_MAX:
+        raise ReportError("slice report %s nests arrays and objects %d deep, more than a fleet report's %d at most; "
+                          "it is not one of this collection's reports" % (path, depth, JSON_DEPTH_MAX))
     try:
         run = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ReportError("slice report %s is not JSON: %s" % (path, exc)) from exc
     if not isinstance(run, dict) or not isinstance(run.get("hosts"), list):
         raise ReportError("slice report %s is not a fleet report (no hosts list)" % path)
@@ -44,17 +67,27 @@ def load_slice(path):
     return run
 
 
-def merge_slices(paths, hosts=(), missing="fail"):
+def _name(rec):
+    """The host a record names, when it names one (a string); else None: the report checks the
+    record and shows it as unreadable."""
+    name = rec.get("host") if isinstance(rec, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def merge_slices(paths, hosts=(), missing="fail", origins=None):
     """Merge the slices' reports (and the records in hosts, if any) into one list of records.
 
     Returns (records, slices, warnings): slices describes each path (its report, whether it was
     found, how many hosts it held, its run_started). A host in two places is an error; a missing
-    slice is one too unless missing is "warn", when it is named in a warning and left out.
+    slice is one too unless missing is "warn", when it is named in a warning and left out. When
+    origins is a list, it is filled with where each record came from (for the report's errors).
     """
     if missing not in ("fail", "warn"):
         raise ReportError("merge_missing must be 'fail' or 'warn', got %s" % json.dumps(missing))
     records = list(hosts)
-    where = dict((r.get("host"), "hosts[%d]" % i) for i, r in enumerate(records) if isinstance(r, dict))
+    where = dict((_name(r), "hosts[%d]" % i) for i, r in enumerate(records) if _name(r) is not None)
+    if origins is not None:
+        origins[:] = ["hosts[%d]" % i for i in range(len(records))]
     slices, warnings, absent = [], [], []
     for path in map(report_path, paths):
         if not os.path.exists(path):
@@ -62,13 +95,16 @@ def merge_slices(paths, hosts=(), missing="fail"):
             slices.append({"path": path, "found": False, "hosts": 0, "run_started": None})
             continue
         run = load_slice(path)
-        for rec in run["hosts"]:
-            name = rec.get("host") if isinstance(rec, dict) else None
-            if name in where:
+        for i, rec in enumerate(run["hosts"]):
+            name = _name(rec)
+            if name is not None and name in where:
                 raise ReportError("host %s is in two slices: %s and %s (the slices must not overlap)"
                                   % (json.dumps(name), where[name], path))
-            where[name] = path
+            if name is not None:
+                where[name] = path
             records.append(rec)
+            if origins is not None:
+                origins.append("slice report %s, its hosts[%d]" % (path, i))
         slices.append({"path": path, "found": True, "hosts": len(run["hosts"]), "run_started": run.get("run_started")})
     if absent:
         msg = "%d of %d slice reports missing: %s" % (len(absent), len(slices), ", ".join(absent))

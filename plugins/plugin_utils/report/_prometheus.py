@@ -9,8 +9,11 @@ Private to gpufleet.hygiene (not a public API).
 
 from __future__ import annotations
 
+import math
+
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import THROTTLE_REASONS
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import started
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema import ReportError
 
 MIB = 1024 * 1024
 HOST_STATES = ("ready", "not_ready", "running_job", "remediated", "error")
@@ -55,11 +58,15 @@ def _labels(pairs):
 
 
 def _num(v):
+    """A sample's value: only a number is ever written (the records are checked before; this is
+    the last guard, so that no text can end a sample line and start another)."""
     if isinstance(v, bool):
         return "1" if v else "0"
-    if isinstance(v, float):
+    if isinstance(v, float) and math.isfinite(v):
         return repr(v)
-    return str(v)
+    if isinstance(v, int):
+        return str(v)
+    raise ReportError("a Prometheus sample's value must be a finite number, got %s" % type(v).__name__)
 
 
 def _host_samples(add, h):

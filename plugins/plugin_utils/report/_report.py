@@ -85,10 +85,10 @@ class FleetReport(object):
     """Plan and write the report files; a file is rewritten only when its content differs."""
 
     def __init__(self, hosts, dest, formats=FORMATS, title="GPU fleet hygiene", run_started=None,
-                 prometheus_file=None, check_mode=False, now=None):
+                 prometheus_file=None, check_mode=False, now=None, origins=None):
         if not title or not str(title).strip():
             raise ReportError("title must not be empty")
-        self.hosts, self.warnings = normalize_hosts(hosts)
+        self.hosts, self.warnings = normalize_hosts(hosts, origins)
         self.dest = dest
         self.formats = [f for f in FORMATS if f in formats]
         unknown = sorted(set(formats) - set(FORMATS))

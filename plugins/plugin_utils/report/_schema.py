@@ -2,7 +2,13 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The host record as the report takes it: every key checked, typed and filled in.
+"""The host record as the report takes it: every key checked, typed, bounded and filled in.
+
+A record comes from a container's read or from a slice's file: it is input, not trusted. Every
+value the reports write is checked here, before any file is made: numbers are numbers, findings
+are dicts with codes, strings and lists are bounded, and only the keys the reports know are kept
+(nothing else reaches a file). A record that fails becomes that host's "unreadable record" row:
+not ready, no check, its error saying what was wrong where; the other hosts are reported as usual.
 
 Private to gpufleet.hygiene (not a public API).
 """
@@ -14,7 +20,7 @@ import math
 import re
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import HOST_KEYS, health_detail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import HOST_KEYS
 
 SEVERITIES = ("fail", "warn")
 THROUGHPUT_KEYS = ("tokens_per_s", "baseline", "ratio")
@@ -22,6 +28,14 @@ THROUGHPUT_KEYS = ("tokens_per_s", "baseline", "ratio")
 # with record, as the verify role registers it) carries along: accepted and left out, not warned about.
 RESULT_KEYS = ("changed", "failed", "failed_when_result", "failed_when_suppressed_exception", "msg", "rc", "unreachable",
                "warnings", "deprecations", "exception", "attempts", "retries", "ansible_facts", "module_stdout", "module_stderr")
+
+# Bounds: a name (a host, a node, a check, a code, a label) and a free text (a summary, an error,
+# what a finding says); the entries of any list (GPUs, checks, findings, processes ...).
+NAME_MAX = 256
+TEXT_MAX = 16384
+ITEMS_MAX = 4096
+FINDING_SEVERITIES = ("fail", "warn", "info")
+UNREADABLE = "unreadable record"
 
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
@@ -42,20 +56,31 @@ class _Where(object):
         who = "hosts[%d]" % self.index
         if self.host:
             who += " (host %s)" % json.dumps(self.host)
-        raise ReportError("%s: %s %s" % (who, key, problem))
+        raise ReportError("%s: %s" % (who, "%s %s" % (key, problem) if key else problem))
 
-    def str(self, key, value, nullable=False):
+    def str(self, key, value, nullable=False, limit=NAME_MAX):
         if value is None:
             if nullable:
                 return None
             self.fail(key, "is required (a string)")
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             self.fail(key, "must be a string, got %s" % type(value).__name__)
-        return str(value)
+        value = str(value)
+        if len(value) > limit:
+            self.fail(key, "is longer than %d characters (%d)" % (limit, len(value)))
+        return value
 
     def text(self, key, value):
         """An optional free text: missing or null is the empty string."""
-        return self.str(key, value, nullable=True) or ""
+        return self.str(key, value, nullable=True, limit=TEXT_MAX) or ""
+
+    def dict(self, key, value):
+        """An optional dict: missing or null is the empty dict."""
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail(key, "must be a dict, got %s" % type(value).__name__)
+        return value
 
     def int(self, key, value, nullable=False, minimum=0):
         if value is None:
@@ -68,7 +93,7 @@ class _Where(object):
         if integral or (isinstance(value, float) and value.is_integer()):
             value = int(value)
         if not isinstance(value, int):
-            self.fail(key, "must be an integer, got %s" % json.dumps(value, default=repr))
+            self.fail(key, "must be an integer, got %s" % _shown(value))
         if minimum is not None and value < minimum:
             self.fail(key, "must be >= %d, got %d" % (minimum, value))
         return value
@@ -82,7 +107,7 @@ class _Where(object):
             return value
         if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
             return value.strip().lower() in _TRUE
-        self.fail(key, "must be true or false, got %s" % json.dumps(value, default=repr))
+        self.fail(key, "must be true or false, got %s" % _shown(value))
         return None  # unreachable
 
     def items(self, key, value):
@@ -91,6 +116,8 @@ class _Where(object):
             return
         if not isinstance(value, (list, tuple)):
             self.fail(key, "must be a list, got %s" % type(value).__name__)
+        if len(value) > ITEMS_MAX:
+            self.fail(key, "has more than %d entries (%d)" % (ITEMS_MAX, len(value)))
         for i, item in enumerate(value):
             k = "%s[%d]" % (key, i)
             if not isinstance(item, dict):
@@ -122,8 +149,138 @@ def _check(where, k, c):
             where.fail(k + ".throughput", "must be a dict, got %s" % type(t).__name__)
         out["throughput"] = dict((key, _number(where, "%s.throughput.%s" % (k, key), t.get(key))) for key in THROUGHPUT_KEYS)
     if name == "gpu_healthy":  # its per-GPU detail feeds the GPU health metrics and the page
-        out.update(health_detail(c))
+        out.update(_health(where, k, c))
     return out
+
+
+def _shown(value, limit=80):
+    """A value as an error message shows it: JSON, cut short."""
+    try:
+        text = json.dumps(value, default=repr)
+    except (ValueError, RecursionError):
+        text = type(value).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _fields(where, k, value, spec):
+    """A dict of the known scalar fields it has (spec: {key: "int" | "bool" | "name"}), each checked;
+    other keys are left out."""
+    value = where.dict(k, value)
+    out = {}
+    for key, kind in spec.items():
+        if key not in value:
+            continue
+        v, kk = value[key], "%s.%s" % (k, key)
+        if kind == "int":
+            out[key] = where.int(kk, v, nullable=True)
+        elif kind == "bool":
+            out[key] = where.bool(kk, v, nullable=True)
+        else:
+            out[key] = where.str(kk, v, nullable=True)
+    return out
+
+
+def _finding(where, k, f):
+    code = where.str(k + ".code", f.get("code"))
+    if not code.strip():
+        where.fail(k + ".code", "must not be empty")
+    severity = where.str(k + ".severity", f.get("severity"))
+    if severity not in FINDING_SEVERITIES:
+        where.fail(k + ".severity", "must be 'fail', 'warn' or 'info', got %s" % _shown(severity))
+    return {"code": code, "severity": severity, "what": where.text(k + ".what", f.get("what")),
+            "action": where.text(k + ".action", f.get("action"))}
+
+
+def _findings(where, k, value):
+    return [_finding(where, fk, f) for fk, f in where.items(k, value)]
+
+
+def _xid_events(where, k, value):
+    """{Xid code as digits: count}: the Prometheus file labels by the code and counts by the value."""
+    out = {}
+    for code, count in where.dict(k, value).items():
+        text = str(code)
+        if isinstance(code, bool) or not re.match(r"^\d{1,10}$", text):
+            where.fail(k, "keys must be Xid codes (digits), got %s" % _shown(code))
+        out[str(int(text))] = where.int("%s.%s" % (k, text), count)
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+
+
+ECC = dict(mode="name", volatile_uncorrected="int", aggregate_uncorrected="int", volatile_corrected="int", aggregate_corrected="int")
+REMAPPED = dict(correctable="int", uncorrectable="int", pending="bool", failed="bool")
+RETIRED = dict(single_bit="int", double_bit="int", pending="bool")
+PCIE = dict(gen="int", max_gen="int", width="int", max_width="int")
+MIG_INSTANCE = dict(gpu_instance_id="int", compute_instance_id="int", memory_used_mib="int", memory_total_mib="int")
+
+
+def _mig(where, k, value):
+    mig = where.dict(k, value)
+    out = _fields(where, k, mig, dict(current="bool", pending="bool"))
+    if "instances" in mig:
+        out["instances"] = None
+    if mig.get("instances") is not None:
+        out["instances"] = []
+        for ik, inst in where.items(k + ".instances", mig["instances"]):
+            entry = _fields(where, ik, inst, MIG_INSTANCE)
+            entry["holders"] = [{"pid": where.int(hk + ".pid", h.get("pid"), nullable=True),
+                                 "name": where.str(hk + ".name", h.get("name"), nullable=True),
+                                 "used_memory_mib": where.int(hk + ".used_memory_mib", h.get("used_memory_mib"), nullable=True)}
+                                for hk, h in where.items(ik + ".holders", inst.get("holders"))]
+            out["instances"].append(entry)
+    return out
+
+
+def _throttle(where, k, reasons):
+    reasons = reasons or []
+    if not isinstance(reasons, (list, tuple)):
+        where.fail(k, "must be a list of reasons, got %s" % type(reasons).__name__)
+    if len(reasons) > ITEMS_MAX:
+        where.fail(k, "has more than %d entries (%d)" % (ITEMS_MAX, len(reasons)))
+    return [where.str("%s[%d]" % (k, i), reason) for i, reason in enumerate(reasons)]
+
+
+# A GPU of gpu_healthy's record: each field the record has, checked by its kind (the others are left out).
+HEALTH_GPU = (
+    ("uuid", lambda w, k, v: w.str(k, v, nullable=True)),
+    ("name", lambda w, k, v: w.str(k, v, nullable=True)),
+    ("findings", _findings),
+    ("ecc", lambda w, k, v: _fields(w, k, v, ECC)),
+    ("remapped_rows", lambda w, k, v: _fields(w, k, v, REMAPPED)),
+    ("retired_pages", lambda w, k, v: _fields(w, k, v, RETIRED)),
+    ("throttle", _throttle),
+    ("pcie", lambda w, k, v: _fields(w, k, v, PCIE)),
+    ("persistence_mode", lambda w, k, v: w.bool(k, v, nullable=True)),
+    ("mig", _mig),
+    ("xid_events", _xid_events),
+)
+
+
+def _health_gpu(where, k, g):
+    out = {"index": where.int(k + ".index", g.get("index")), "healthy": where.bool(k + ".healthy", g.get("healthy"))}
+    for key, check in HEALTH_GPU:
+        if key in g:
+            out[key] = check(where, "%s.%s" % (k, key), g[key])
+    return out
+
+
+def _health(where, k, c):
+    """What the reports keep of a gpu_healthy check besides its verdict, every field checked: the
+    read's error, each GPU's reading and findings, the driver against its pin, the host's findings."""
+    error = c.get("error")
+    driver = where.dict(k + ".driver", c.get("driver"))
+    gpus, seen = [], set()
+    for gk, g in where.items(k + ".gpus", c.get("gpus")):
+        gpu = _health_gpu(where, gk, g)
+        where.unique(seen, gk + ".index", gpu["index"], json.dumps(gpu["index"]))
+        gpus.append(gpu)
+    return {
+        # A failed read's checks carry error: true (no text) on the checks other than this one.
+        "error": None if error is None or isinstance(error, bool) else where.text(k + ".error", error) or None,
+        "gpus": gpus,
+        "driver": {"version": where.str(k + ".driver.version", driver.get("version"), nullable=True),
+                   "pin": where.str(k + ".driver.pin", driver.get("pin"), nullable=True)},
+        "findings": _findings(where, k + ".findings", c.get("findings")),
+    }
 
 
 def _number(where, key, value):
@@ -135,7 +292,7 @@ def _number(where, key, value):
     except (TypeError, ValueError):
         number = None
     if number is None or not math.isfinite(number) or number < 0:
-        where.fail(key, "must be a number >= 0 or null, got %s" % json.dumps(value, default=repr))
+        where.fail(key, "must be a number >= 0 or null, got %s" % _shown(value))
     return number
 
 
@@ -181,6 +338,8 @@ def normalize_host(index, raw):
     host = raw.get("host")
     if not isinstance(host, str) or not host.strip():
         where.fail("host", "is required: a non-empty string (the inventory_hostname)")
+    if len(host) > NAME_MAX:
+        where.fail("host", "is longer than %d characters (%d)" % (NAME_MAX, len(host)))
     where.host = host
     for key in ("ready", "running_job", "remediated"):
         if key not in raw:
@@ -218,15 +377,44 @@ def _natural(s):
     return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", s or "")]
 
 
-def normalize_hosts(hosts):
-    """Validate every host; return (hosts sorted by node, vmid then name, warnings)."""
+def unreadable(index, raw, problem, origin=None):
+    """The row of a record that failed its check: the host it names (when that much is readable,
+    else its place in the input), not ready, no check, its error saying what was wrong where."""
+    raw = raw if isinstance(raw, dict) else {}
+    host = raw.get("host")
+    if not isinstance(host, str) or not host.strip() or len(host) > NAME_MAX:
+        host = "hosts[%d]" % index
+    node = raw.get("node")
+    vmid = raw.get("vmid")
+    return {
+        "host": host,
+        "node": node if isinstance(node, str) and node and len(node) <= NAME_MAX else None,
+        "vmid": vmid if isinstance(vmid, int) and not isinstance(vmid, bool) and vmid >= 0 else None,
+        "ready": False, "running_job": False, "remediated": False,
+        "error": "%s%s: %s" % (UNREADABLE, " (%s)" % origin if origin else "", problem),
+        "checks": [], "gpus": [], "contaminants": [], "caches": [],
+    }
+
+
+def normalize_hosts(hosts, origins=None):
+    """Validate every host; return (hosts sorted by node, vmid then name, warnings).
+
+    A record that fails its check is that host's "unreadable record" row (unreadable()), named in
+    a warning; origins, when given, says where each record came from (a slice's file) for both.
+    Two records of one host are an error: which one is the host's is not known."""
     if not isinstance(hosts, (list, tuple)):
         raise ReportError("hosts must be a list of per-host results, got %s" % type(hosts).__name__)
     out, warnings, names = [], [], {}
     for i, raw in enumerate(hosts):
-        h, unknown = normalize_host(i, raw)
+        origin = origins[i] if origins and i < len(origins) else None
+        try:
+            h, unknown = normalize_host(i, raw)
+        except ReportError as exc:
+            h, unknown = unreadable(i, raw, exc.msg, origin), []
+            warnings.append("%s; reported as not ready, with this error" % h["error"])
         if h["host"] in names:
-            raise ReportError("hosts[%d] (host %s): host appears twice (also hosts[%d])" % (i, json.dumps(h["host"]), names[h["host"]]))
+            raise ReportError("hosts[%d] (host %s): host appears twice (also hosts[%d])%s"
+                              % (i, json.dumps(h["host"]), names[h["host"]], " (%s)" % origin if origin else ""))
         names[h["host"]] = i
         if unknown:
             warnings.append("hosts[%d] (host %s): unknown keys ignored: %s" % (i, json.dumps(h["host"]), ", ".join(unknown)))

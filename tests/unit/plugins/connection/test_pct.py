@@ -11,6 +11,7 @@ login shell would, with a pct that prints the argv it received.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -56,14 +57,29 @@ def make_conn(**options):
 class Recorder:
     """Stands in for subprocess.Popen inside the plugin: records argv, runs a real process."""
 
-    def __init__(self, rc=0, stdout=b"", stderr=b"", echo_stdin=False, master_ok=True, master_delay=0.0):
-        self.calls = []
+    def __init__(self, rc=0, stdout=b"", stderr=b"", echo_stdin=False, master_ok=True, master_delay=0.0, ssh_log=b""):
+        self.calls, self.logs = [], []
         self.rc, self.stdout, self.stderr, self.echo_stdin = rc, stdout, stderr, echo_stdin
+        # What ssh itself says (its -E file, as the real ssh writes it): apart from the command's stderr.
+        self.ssh_log = ssh_log
         # The node's shared master (subprocess.run of `ssh … true`): made (its socket appears
         # after master_delay seconds) or not (the node does not answer).
         self.masters, self.master_ok, self.master_delay = [], master_ok, master_delay
 
+    def take_log(self, argv, text=b""):
+        """argv without ssh's -E FILE (recorded in self.logs), text written to that file as ssh would."""
+        argv = list(argv)
+        if "-E" not in argv:  # ssh -O exit: no command, no retry
+            return argv
+        at = argv.index("-E")
+        path = argv[at + 1]
+        self.logs.append(path)
+        with open(path, "ab") as f:
+            f.write(text)
+        return argv[:at] + argv[at + 2:]
+
     def run(self, argv, **kwargs):
+        argv = self.take_log(argv)
         self.masters.append(list(argv))
         time.sleep(self.master_delay)
         if self.master_ok:
@@ -72,7 +88,7 @@ class Recorder:
         return subprocess.CompletedProcess(argv, 0 if self.master_ok else 255)
 
     def __call__(self, argv, **kwargs):
-        self.calls.append((list(argv), kwargs))
+        self.calls.append((self.take_log(argv, self.ssh_log), kwargs))
         script = (
             "import sys\n"
             "sys.stdout.buffer.write(%r); sys.stdout.flush()\n"
@@ -423,14 +439,14 @@ def test_reset_stops_the_node_master(popen, tmp_path):
 
 
 class Sequence(Recorder):
-    """A Recorder whose calls answer in turn: [(rc, stdout, stderr), ...]."""
+    """A Recorder whose calls answer in turn: [(rc, stdout, stderr[, what ssh itself logs]), ...]."""
 
     def __init__(self, answers):
         super().__init__()
         self.answers = list(answers)
 
     def __call__(self, argv, **kwargs):
-        self.rc, self.stdout, self.stderr = self.answers.pop(0)
+        self.rc, self.stdout, self.stderr, self.ssh_log = (tuple(self.answers.pop(0)) + (b"",))[:4]
         return super().__call__(argv, **kwargs)
 
 
@@ -676,7 +692,7 @@ def no_pause(monkeypatch):
 
 
 def test_a_command_refused_before_it_started_is_tried_again(monkeypatch, tmp_path, no_pause):
-    rec = Sequence([(255, b"", KEX_CLOSED), (255, b"", MUX_REFUSED + FALLBACK + KEX_RESET), (0, b"ran once\n", b"")])
+    rec = Sequence([(255, b"", b"", KEX_CLOSED), (255, b"", b"", MUX_REFUSED + FALLBACK + KEX_RESET), (0, b"ran once\n", b"")])
     patch_popen(monkeypatch, rec)
     conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))
     conn._connect()
@@ -686,7 +702,7 @@ def test_a_command_refused_before_it_started_is_tried_again(monkeypatch, tmp_pat
 
 
 def test_refusals_past_the_retries_are_reported(monkeypatch, tmp_path, no_pause):
-    rec = Sequence([(255, b"", KEX_CLOSED)] * 3)
+    rec = Sequence([(255, b"", b"", KEX_CLOSED)] * 3)
     patch_popen(monkeypatch, rec)
     conn = make_conn(ansible_pct_control_path_dir=str(tmp_path), ansible_pct_refusal_retries=2)
     conn._connect()
@@ -716,7 +732,7 @@ def test_a_command_that_may_have_started_is_never_run_again(monkeypatch, tmp_pat
 
 
 def test_refusal_retries_0_tries_once(monkeypatch, tmp_path, no_pause):
-    rec = Sequence([(255, b"", KEX_CLOSED)])
+    rec = Sequence([(255, b"", b"", KEX_CLOSED)])
     patch_popen(monkeypatch, rec)
     conn = make_conn(ansible_pct_control_path_dir=str(tmp_path), ansible_pct_refusal_retries=0)
     conn._connect()
@@ -734,10 +750,11 @@ def test_file_transfers_are_tried_again_from_the_start(monkeypatch, tmp_path, no
 
     def popen(argv, **kwargs):
         calls.append(argv)
+        log = argv[argv.index("-E") + 1]  # ssh's own messages: where the refusal is said
         script = ("import shutil, sys\n"
                   "shutil.copyfileobj(sys.stdin.buffer, open(%r, 'wb') if %r else open('/dev/null', 'wb'))\n"
-                  "sys.stderr.buffer.write(%r); sys.exit(%d)\n") % (
-            str(received), len(calls) == 2, KEX_CLOSED if len(calls) == 1 else b"", 255 if len(calls) == 1 else 0)
+                  "open(%r, 'ab').write(%r); sys.exit(%d)\n") % (
+            str(received), len(calls) == 2, log, KEX_CLOSED if len(calls) == 1 else b"", 255 if len(calls) == 1 else 0)
         return subprocess.Popen([sys.executable, "-c", script], **kwargs)
 
     patch_popen(monkeypatch, popen)
@@ -747,7 +764,7 @@ def test_file_transfers_are_tried_again_from_the_start(monkeypatch, tmp_path, no
     conn.put_file(str(src), "/tmp/dst.bin")
     assert len(calls) == 2 and no_pause == [1]
     assert received.read_bytes() == src.read_bytes()
-    rec = Sequence([(255, b"", KEX_RESET), (0, b"whole file\n", b"")])
+    rec = Sequence([(255, b"", b"", KEX_RESET), (0, b"whole file\n", b"")])
     patch_popen(monkeypatch, rec)
     conn.fetch_file("/etc/hostname", str(tmp_path / "back"))
     assert (tmp_path / "back").read_bytes() == b"whole file\n"
@@ -759,11 +776,10 @@ def test_opening_the_master_is_tried_again_when_refused(monkeypatch, tmp_path, n
     answers = [255, 255, 0]
 
     def run(argv, **kwargs):
-        rec.masters.append(list(argv))
         rc = answers.pop(0)
+        rec.masters.append(rec.take_log(argv, KEX_CLOSED if rc else b""))
         if rc == 0:
             open(next(a for a in argv if a.startswith("ControlPath=")).split("=", 1)[1], "w").close()
-        kwargs["stderr"].write(KEX_CLOSED if rc else b"")
         return subprocess.CompletedProcess(argv, rc)
 
     rec.run = run
@@ -772,3 +788,186 @@ def test_opening_the_master_is_tried_again_when_refused(monkeypatch, tmp_path, n
     conn._connect()
     assert len(rec.masters) == 3 and no_pause == [1, 2]
     assert os.path.exists(conn._control_path())
+
+
+# ------------------------------------------------------------------ the control-path directory
+
+@pytest.fixture
+def shared_tmp():
+    """A directory every user can write, as /tmp (pytest's own are root's, 0700), removed afterwards."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="pct-cp-", dir="/tmp")
+    os.chmod(d, 0o1777)
+    yield d
+    shutil.rmtree(d)
+
+
+def as_nobody(*argv):
+    subprocess.run(["runuser", "-u", "nobody", "--", *argv], check=True)
+
+
+@pytest.mark.parametrize("planted", ["slot", "master lock"])
+def test_a_control_path_directory_of_another_user_is_refused(popen, shared_tmp, planted):
+    """An unprivileged user makes the control-path directory before root's run and plants a link
+    where a slot file or the master's lock file will be created: root must refuse the directory
+    and create nothing where the link points."""
+    rec = popen(stdout=b"ok\n")
+    cpdir = os.path.join(shared_tmp, "cp")
+    target = os.path.join(shared_tmp, "root-only", "planted")
+    os.mkdir(os.path.dirname(target), 0o700)  # root's, as /etc is
+    as_nobody("mkdir", "-m", "0700", cpdir)
+    conn = make_conn(ansible_pct_control_path_dir=cpdir)
+    link = conn._control_path() + (".slots/0" if planted == "slot" else ".lock")
+    if planted == "slot":
+        as_nobody("mkdir", "-m", "0700", os.path.dirname(link))
+    as_nobody("ln", "-s", target, link)
+    with pytest.raises(AnsibleConnectionFailure, match=r"control_path_dir %s belongs to uid 65534, not to this user \(uid 0\)"
+                                                       r".*Remove it \(or chown 0 it\) or choose another control_path_dir"
+                                                       % cpdir):
+        conn._connect()
+        conn.exec_command("true")
+    assert not os.path.lexists(target)
+    assert rec.calls == [] and rec.masters == []  # no ssh ran
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o733, 0o1777])
+def test_a_control_path_directory_others_can_enter_is_refused(popen, tmp_path, mode):
+    rec = popen(stdout=b"ok\n")
+    cpdir = tmp_path / "cp"
+    cpdir.mkdir()
+    cpdir.chmod(mode)
+    with pytest.raises(AnsibleConnectionFailure, match=r"control_path_dir %s has mode %04o: others can enter or write it\. "
+                                                       r"chmod 0700 it" % (cpdir, mode)):
+        make_conn(ansible_pct_control_path_dir=str(cpdir))._connect()
+    assert rec.calls == [] and rec.masters == []
+
+
+def test_a_control_path_directory_that_is_a_link_is_refused(popen, tmp_path):
+    popen(stdout=b"ok\n")
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "cp").symlink_to(tmp_path / "real")
+    with pytest.raises(AnsibleConnectionFailure, match=r"control_path_dir .*/cp is not a directory of its own"):
+        make_conn(ansible_pct_control_path_dir=str(tmp_path / "cp"))._connect()
+
+
+def test_a_missing_control_path_directory_is_made_private(popen, tmp_path):
+    popen(stdout=b"ok\n")
+    cpdir = tmp_path / "a" / "cp"
+    conn = make_conn(ansible_pct_control_path_dir=str(cpdir))
+    conn._connect()
+    assert conn.exec_command("true")[1] == b"ok\n"
+    for d in (cpdir, cpdir / (os.path.basename(conn._control_path()) + ".slots")):
+        st = os.lstat(d)
+        assert st.st_uid == os.geteuid() and (st.st_mode & 0o777) == 0o700, (d, oct(st.st_mode))
+
+
+@pytest.mark.parametrize("planted", ["slot", "master lock"])
+def test_lock_files_are_never_opened_through_a_link(popen, tmp_path, planted):
+    """Inside a private directory too, a link in a lock file's place is not followed (O_NOFOLLOW):
+    no file appears where it points, and the descriptors are close-on-exec."""
+    rec = popen(stdout=b"ok\n")
+    cpdir = tmp_path / "cp"
+    cpdir.mkdir(mode=0o700)
+    target = tmp_path / "elsewhere"
+    conn = make_conn(ansible_pct_control_path_dir=str(cpdir), ansible_pct_max_sessions=1)
+    slots = conn._control_path() + ".slots"
+    os.mkdir(slots, 0o700)
+    os.symlink(target, os.path.join(slots, "0") if planted == "slot" else conn._control_path() + ".lock")
+    if planted == "slot":
+        with pytest.raises(AnsibleConnectionFailure, match=r"cannot take a session slot in .*\.slots: .*Too many levels of symbolic links"):
+            conn._connect()  # opening the node's master takes a slot
+            conn.exec_command("true")
+    else:
+        conn._connect()  # no master lock: each connection opens its own master, as ssh would
+        assert conn.exec_command("true")[1] == b"ok\n"
+        assert rec.masters == []
+    assert not os.path.lexists(target)
+
+
+# ------------------------------------------------------------------ refusals: ssh's word, not the command's
+
+def test_a_command_that_prints_ssh_s_refusal_itself_is_not_run_again(monkeypatch, tmp_path, no_pause):
+    """The remote command exits 255 with no output and prints sshd's refusal line on its stderr:
+    ssh's own log (-E) says nothing of the kind, so it ran, and it is never run again."""
+    rec = Sequence([(255, b"", KEX_CLOSED, b""), (0, b"status: running\n", b"")])
+    patch_popen(monkeypatch, rec)
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))
+    open(conn._control_path(), "w").close()  # the node's master is up
+    conn._connect()
+    # What the failure is reported as is not the point here: how often the command ran is.
+    with contextlib.suppress(AnsibleConnectionFailure):
+        conn.exec_command("echo 'kex_exchange_identification: Connection closed by remote host' >&2; exit 255")
+    execs = [argv for argv, _kw in rec.calls if shlex.split(argv[-1])[:2] == ["pct", "exec"]]
+    assert len(execs) == 1 and no_pause == []
+
+
+def test_ssh_s_own_messages_go_to_a_log_of_each_try(popen, tmp_path):
+    rec = popen(stdout=b"ok\n", stderr=b"from the command\n", ssh_log=b"Warning: Permanently added 'pve1' to the list\r\n")
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path), ansible_pct_ssh_extra_args="-o ServerAliveInterval=5")
+    open(conn._control_path(), "w").close()
+    conn._connect()
+    rc, out, err = conn.exec_command("true")
+    assert (rc, out) == (0, b"ok\n")
+    # The command's stderr, then what ssh said: as ssh alone would have printed both on its stderr.
+    assert err == b"from the command\nWarning: Permanently added 'pve1' to the list\r\n"
+    argv = rec.calls[-1][0]
+    [log] = rec.logs
+    assert os.path.dirname(log) == str(tmp_path) and os.path.basename(log).startswith(".ssh-")
+    # -E comes after ssh_extra_args, so that one there cannot take ssh's messages away from it.
+    raw = argv[:argv.index("--")] + ["-E", log] + argv[argv.index("--"):]
+    assert raw[raw.index("ServerAliveInterval=5") + 1:raw.index("--")] == ["-E", log]
+    assert not os.path.exists(log)  # removed after the try
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".ssh-")] == []
+
+
+def test_a_user_s_own_ssh_log_still_gets_ssh_s_messages(popen, tmp_path):
+    popen(stdout=b"ok\n", ssh_log=b"debug1: said by ssh\r\n")
+    mine = tmp_path / "mine.log"
+    conn = make_conn(ansible_pct_control_path_dir=str(tmp_path / "cp"), ansible_pct_ssh_extra_args="-v -E %s" % mine)
+    conn._connect()
+    open(conn._control_path(), "w").close()
+    conn.exec_command("true")
+    conn.exec_command("true")
+    assert mine.read_bytes() == b"debug1: said by ssh\r\n" * 2
+
+
+@pytest.fixture
+def refusing_node():
+    """A TCP port that closes every connection at once, as sshd past MaxStartups does before the
+    identification exchange; yields (port, connections seen)."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    seen = []
+
+    def serve():
+        while True:
+            try:
+                client, _addr = server.accept()
+            except OSError:
+                return
+            seen.append(1)
+            client.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], seen
+    server.close()
+
+
+def test_the_real_ssh_says_a_refusal_in_its_own_log_and_it_is_tried_again(refusing_node, tmp_path, no_pause):
+    """The real OpenSSH client: the refusal reaches its -E file (not its stderr), which the retry
+    reads; the master's opening and the command are each tried 1 + refusal_retries times."""
+    port, seen = refusing_node
+    conn = make_conn(ansible_pct_node_host="127.0.0.1", ansible_pct_node_port=port, ansible_pct_host_key_checking=False,
+                     ansible_pct_refusal_retries=2, ansible_pct_control_path_dir=str(tmp_path / "cp"))
+    conn._connect()
+    assert len(seen) == 3 and no_pause == [1, 2]  # the master, refused three times
+    with pytest.raises(AnsibleConnectionFailure, match=r"is unreachable: kex_exchange_identification: "):
+        conn.exec_command("true")
+    assert len(seen) == 6 and no_pause == [1, 2, 1, 2]
+    assert [n for n in os.listdir(tmp_path / "cp") if n.startswith(".ssh-")] == []

@@ -14,6 +14,7 @@ import html.parser
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -355,24 +356,156 @@ BAD = [
     (lambda h: h[2]["checks"][1]["throughput"].update(tokens_per_s="fast"),
      'hosts[2] (host "train-a3"): checks[1].throughput.tokens_per_s must be a number >= 0 or null, got "fast"'),
     (lambda h: h[2]["checks"][1].update(throughput=12800), 'hosts[2] (host "train-a3"): checks[1].throughput must be a dict, got int'),
-    (lambda h: h.append(copy.deepcopy(h[0])), 'hosts[12] (host "train-a1"): host appears twice (also hosts[0])'),
     (lambda h: h[0].update(ready=True, running_job=[1]), 'hosts[0] (host "train-a1"): running_job must be true or false, got [1]'),
+    (lambda h: h[1].update(host="x" * 257), "hosts[1]: host is longer than 256 characters (257)"),
+    (lambda h: h[1]["checks"][0].update(summary="y" * 16385), 'hosts[1] (host "train-a2"): checks[0].summary is longer than 16384 characters'),
+    (lambda h: h[6].update(gpus=["GPU0"]), 'hosts[6] (host "train-b3"): gpus[0] must be a dict, got str'),
 ]
 
 
+def report_files(dest):
+    """(JSON hosts by name, JUnit root, Prometheus families, HTML text) of a written report."""
+    with open(os.path.join(dest, FILES["json"])) as f:
+        rows = {h["host"]: h for h in json.load(f)["hosts"]}
+    junit = ET.parse(os.path.join(dest, FILES["junit"])).getroot()
+    with open(os.path.join(dest, FILES["prometheus"])) as f:
+        fams = parse_prometheus(f.read())
+    with open(os.path.join(dest, FILES["html"])) as f:
+        page = f.read()
+    return rows, junit, fams, page
+
+
+def sample(fams, family, **labels):
+    """The values of a family's samples whose labels include these."""
+    return [v for lab, v in fams["gpufleet_hygiene_" + family]["samples"] if all(lab.get(k) == w for k, w in labels.items())]
+
+
+def assert_unreadable_everywhere(dest, host, message, hosts):
+    """The host is its "unreadable record" row in every format, the others are all reported."""
+    rows, junit, fams, page = report_files(dest)
+    assert len(rows) == len(hosts)
+    row = rows[host]
+    assert row["error"].startswith("unreadable record") and message in row["error"], row["error"]
+    assert (row["ready"], row["checks"], row["gpus"]) == (False, [], [])
+    [case] = [tc for tc in junit.iter("testcase") if tc.get("classname").endswith("." + host.replace(".", "_"))]
+    assert message in case.find("error").get("message")
+    assert sample(fams, "host_ready", host=host) == [0.0] and sample(fams, "host_error", host=host) == [1.0]
+    parser = TagCollector()
+    parser.feed(page)
+    text = "".join(parser.text)
+    assert message in text  # the page says it, as text
+    assert "unreadable record" in text and "unreachable or unreadable" in text
+    assert "unreachable: unreadable" not in text and "unreadable record: unreadable record" not in text
+    return rows
+
+
 @pytest.mark.parametrize("mutate,message", BAD)
-def test_bad_input_names_host_and_key(run_action, tmp_path, mutate, message):
-    result = run_action(args(tmp_path, hosts=_bad(mutate)))
+def test_a_bad_record_is_its_host_s_unreadable_row(run_action, tmp_path, mutate, message):
+    """A record that fails its check is reported as its host's "unreadable record" row, in every
+    format, the other hosts as usual; never a crash, never a whole report refused."""
+    hosts = _bad(mutate)
+    result = run_action(args(tmp_path, hosts=hosts))
+    assert not result.get("failed"), result.get("msg")
+    assert "Traceback" not in json.dumps(result)
+    assert [w for w in result["warnings"] if message in w], result["warnings"]
+    named = re.match(r'^hosts\[(\d+)\](?: \(host "([^"]*)"\))?', message)
+    host = named.group(2) or "hosts[%s]" % named.group(1)
+    assert_unreadable_everywhere(tmp_path, host, message, hosts)
+    assert host in result["not_ready"]
+
+
+def test_two_records_of_one_host_are_an_error(run_action, tmp_path):
+    result = run_action(args(tmp_path, hosts=_bad(lambda h: h.append(copy.deepcopy(h[0])))))
     assert result["failed"] is True
-    assert message in result["msg"]
-    assert "Traceback" not in result["msg"]
+    assert 'hosts[12] (host "train-a1"): host appears twice (also hosts[0])' in result["msg"]
     assert os.listdir(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------------------
+# Hostile records: what a container's read (or a slice's file) can put in a record's GPU fields.
+
+def promtool_check_metrics(text):
+    """promtool check metrics (the set-up installs promtool: never skipped)."""
+    path = shutil.which("promtool")
+    assert path, "promtool missing: run scripts/setup-host.sh"
+    return subprocess.run([path, "check", "metrics"], input=text, capture_output=True, text=True, timeout=120, check=False)
+
+
+FORGED = 'gpufleet_hygiene_host_ready{host="train-101",node="pve9",vmid="101"} 1'
+
+
+def _gpu_health_of(host):
+    return next(c for c in host["checks"] if c["name"] == "gpu_healthy")["gpus"][0]
+
+
+@pytest.mark.parametrize("field, forge, message", [
+    ("xid_events", lambda g: g.update(xid_events={"79": "1\n" + FORGED}), "gpus[0].xid_events.79 must be an integer"),
+    ("ecc", lambda g: g["ecc"].update(volatile_uncorrected="0\n" + FORGED), "gpus[0].ecc.volatile_uncorrected must be an integer"),
+    ("xid code", lambda g: g.update(xid_events={'79"} 1\n' + FORGED + '\n#': 1}), "gpus[0].xid_events keys must be Xid codes"),
+])
+def test_a_record_cannot_forge_prometheus_samples(run_action, tmp_path, field, forge, message):
+    """A container's record with text where the report writes a number: the Prometheus file holds
+    no sample it did not make (promtool accepts the file, and no series of train-101 is in it), and
+    the host is its unreadable record row."""
+    hosts = realistic_fleet()
+    forge(_gpu_health_of(hosts[1]))
+    result = run_action(args(tmp_path, hosts=hosts))
+    assert not result.get("failed"), result.get("msg")
+    prom = tmp_path / FILES["prometheus"]
+    check = promtool_check_metrics(prom.read_text())
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "train-101" not in prom.read_text()
+    assert not [line for line in prom.read_text().splitlines() if line.startswith("gpufleet_hygiene_host_ready{") and line.endswith(" 1")
+                and 'host="train-a2"' in line]
+    assert_unreadable_everywhere(tmp_path, "train-a2", message, hosts)
+
+
+@pytest.mark.parametrize("shape, message", [
+    (lambda c: c["gpus"][0].update(findings=["xid_79 fell off the bus"]), "gpus[0].findings[0] must be a dict, got str"),
+    (lambda c: c["gpus"][0].update(findings=[{"severity": "fail", "what": "fell off"}]), "gpus[0].findings[0].code is required"),
+    (lambda c: c.update(findings=["driver mismatch"]), "checks[5].findings[0] must be a dict, got str"),
+    (lambda c: c.update(findings=[{"code": "x", "severity": "grave"}]), "checks[5].findings[0].severity must be 'fail', 'warn' or 'info'"),
+    (lambda c: c["gpus"][0].update(ecc=[0, 1]), "gpus[0].ecc must be a dict, got list"),
+    (lambda c: c["gpus"][0].update(throttle="hw_slowdown"), "gpus[0].throttle must be a list of reasons, got str"),
+    (lambda c: c["gpus"][0].update(healthy="very"), "gpus[0].healthy must be true or false"),
+    (lambda c: c.update(driver="580"), "checks[5].driver must be a dict, got str"),
+    (lambda c: c["gpus"][0]["mig"].update(instances=[{"gpu_instance_id": "1; 2"}]), "gpus[0].mig.instances[0].gpu_instance_id must be an integer"),
+])
+def test_gpu_health_of_the_wrong_shape_is_an_unreadable_row(run_action, tmp_path, shape, message):
+    """Findings as strings or without a code, ecc as a list ...: a row, not a crash of the report."""
+    hosts = realistic_fleet()
+    shape(next(c for c in hosts[1]["checks"] if c["name"] == "gpu_healthy"))
+    result = run_action(args(tmp_path, hosts=hosts))
+    assert not result.get("failed"), result.get("msg")
+    assert_unreadable_everywhere(tmp_path, "train-a2", message, hosts)
+
+
+def test_only_the_gpu_health_fields_the_reports_know_are_kept(run_action, tmp_path):
+    hosts = realistic_fleet()
+    check = next(c for c in hosts[1]["checks"] if c["name"] == "gpu_healthy")
+    check["gpus"][0].update(extra={"deep": [[[[1]]]]}, xid_events={"079": 2})
+    check["gpus"][0]["ecc"]["volatile_uncorrected"] = "3"  # digits as text: taken as the number
+    result = run_action(args(tmp_path, hosts=hosts))
+    assert not result.get("failed"), result.get("msg")
+    rows, _junit, fams, _page = report_files(tmp_path)
+    gpu = _gpu_health_of(rows["train-a2"])
+    assert "extra" not in gpu and gpu["xid_events"] == {"79": 2} and gpu["ecc"]["volatile_uncorrected"] == 3
+    assert sample(fams, "gpu_xid_events", host="train-a2", xid="79") == [2.0]
+    assert sample(fams, "gpu_ecc_uncorrected", host="train-a2", kind="volatile") == [3.0]
 
 
 def test_bad_host_entry_type(run_action, tmp_path):
     host = {"host": "a", "ready": True, "running_job": False, "remediated": False, "checks": [], "gpus": ["GPU0"]}
     result = run_action(args(tmp_path, hosts=[host]))
-    assert result["failed"] and 'hosts[0] (host "a"): gpus[0] must be a dict, got str' in result["msg"]
+    assert not result.get("failed"), result.get("msg")
+    assert_unreadable_everywhere(tmp_path, "a", 'hosts[0] (host "a"): gpus[0] must be a dict, got str', [host])
+    # A slice's file can hold anything in its hosts list (the task's own hosts are dicts).
+    from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema import normalize_hosts
+    rows, warnings = normalize_hosts([host, "not a record", ["x"]])
+    assert [r["error"] for r in rows if r["host"].startswith("hosts[")] == [
+        "unreadable record: hosts[1]: must be a dict (one host's result), got str",
+        "unreadable record: hosts[2]: must be a dict (one host's result), got list"]
+    assert len(warnings) == 3
 
 
 def test_bad_run_started_and_dest(run_action, tmp_path):

@@ -144,3 +144,66 @@ def test_earliest_start_and_merge_missing_choices(act, tmp_path):
     assert earliest_start([{"found": False, "run_started": None}]) is None
     with pytest.raises(ReportError, match="merge_missing"):
         merge_slices(early, missing="skip")
+
+
+# ------------------------------------------------------------------ hostile slices
+
+def edit_slice(directory, edit):
+    """Change a slice's report.json as whoever can write it could."""
+    path = os.path.join(directory, "report.json")
+    run = json.loads(read(path))
+    edit(run["hosts"])
+    with open(path, "w") as f:
+        json.dump(run, f)
+    return path
+
+
+@pytest.mark.parametrize("host", [["train-a1"], {"name": "train-a1"}, 101, None])
+def test_a_record_of_a_slice_naming_no_host_is_an_unreadable_row_naming_the_file(act, tmp_path, host):
+    """A record whose host is a list or a dict (unhashable), a number or nothing: no TypeError, the
+    merged report holds it as an unreadable record that names the slice's file."""
+    dirs = write_slices(act, tmp_path, 2)
+    path = edit_slice(dirs[1], lambda hosts: hosts[0].update(host=host))
+    res = act(dict(args(tmp_path / "merged", merge_from=dirs), hosts=None))
+    assert not res.get("failed"), res
+    with open(tmp_path / "merged" / FILES["json"]) as f:
+        rows = [h for h in json.load(f)["hosts"] if h["error"] and h["error"].startswith("unreadable record")]
+    assert len(rows) == 1 and rows[0]["host"].startswith("hosts[")
+    assert "(slice report %s, its hosts[0])" % path in rows[0]["error"] and "host is required" in rows[0]["error"]
+    assert res["summary"]["hosts"] == len(realistic_fleet())
+
+
+def test_a_forged_record_in_a_slice_is_an_unreadable_row_naming_the_file(act, tmp_path):
+    dirs = write_slices(act, tmp_path, 2)
+
+    def forge(hosts):
+        check = next(c for c in hosts[0]["checks"] if c["name"] == "gpu_healthy")
+        check["gpus"][0]["ecc"]["volatile_uncorrected"] = '0\ngpufleet_hygiene_host_ready{host="train-101"} 1'
+
+    path = edit_slice(dirs[0], forge)
+    res = act(dict(args(tmp_path / "merged", merge_from=dirs), hosts=None))
+    assert not res.get("failed"), res
+    assert "train-101" not in read(str(tmp_path / "merged" / FILES["prometheus"])).decode()
+    assert any(path in w and "ecc.volatile_uncorrected must be an integer" in w for w in res["warnings"]), res["warnings"]
+
+
+@pytest.mark.parametrize("depth", [33, 100000])
+def test_deeply_nested_json_is_a_report_error_naming_the_file(act, tmp_path, depth):
+    dirs = write_slices(act, tmp_path, 2)
+    path = edit_slice(dirs[1], lambda hosts: None)
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text[:-1] + ', "x": ' + "[" * depth + "]" * depth + "}")
+    with pytest.raises(ReportError, match=r"slice report %s nests arrays and objects %d deep" % (path, depth + 1)):
+        merge_slices(dirs)
+    res = act(dict(args(tmp_path / "merged", merge_from=dirs), hosts=None))
+    assert res["failed"] and path in res["msg"], res
+    assert not os.path.exists(str(tmp_path / "merged"))
+
+
+def test_brackets_inside_strings_are_no_nesting():
+    from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._merge import json_depth
+
+    assert json_depth('{"a": "[[[[{{{{\\"]]]", "b": [[1]]}') == 3
+    assert json_depth(json.dumps({"hosts": [{"checks": [{"gpus": [{"mig": {"instances": [{"holders": [{"pid": 1}]}]}}]}]}]})) == 12
