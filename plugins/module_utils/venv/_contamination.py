@@ -453,13 +453,24 @@ class Contamination(object):
             rc, out, err = self._installer_run(argv)
             for path, target in saved:
                 if not os.path.lexists(path):
-                    parent = os.path.dirname(path)
-                    if not os.path.isdir(parent):
-                        os.makedirs(parent)
+                    self._make_parents(os.path.dirname(path))
                     os.rename(target, path)
         finally:
             shutil.rmtree(stash, ignore_errors=True)
         return rc, out, err
+
+    def _make_parents(self, parent):
+        """The directories up to ``parent`` that the uninstall removed, made again and owned by
+        whoever runs the installer (the venv's owner when it is not root, run_as()): a directory
+        root made in a user's venv would stop that user's installer when it restores files there."""
+        missing = []
+        while not os.path.isdir(parent):
+            missing.append(parent)
+            parent = os.path.dirname(parent)
+        for path in reversed(missing):
+            os.mkdir(path, 0o755)
+            if self._identity is not None:
+                os.lchown(path, self._identity[0], self._identity[1])
 
     def _execute(self, result, dists, remove, preserve, reinstall, installer, pending):
         rc, out, err = self._uninstall(remove, preserve, installer) if remove else (0, "", "")
