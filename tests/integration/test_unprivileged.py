@@ -8,8 +8,10 @@ containers run in a user namespace with root mapped to 100000 (`unprivileged: 1`
 config`), and they hold the three bad containers: 200 with the CUDA-13 contamination in a venv
 that belongs to trainer (container uid 1000, node uid 101000), 201 with trainer's stale run
 holding GPU memory, 202 with trainer's stale Inductor cache; each also runs a decoy process of
-trainer's. pve1's containers are privileged and healthy. Preflight (read by container and by
-node), remediate, preflight again and hygiene run over it; then the real state inside the
+trainer's. pve1's containers are privileged and healthy. Before any repair the reads run in the
+containers (gpu_state, processes, torch_cache) and from their node (node_readiness); then
+preflight (read by container and by node), remediate, preflight again and hygiene run over
+it, and the real state inside the
 containers is checked: the contaminants removed and the clobbered files restored by the venv's
 owner (every file of the venv still trainer's), the stale process gone by a real signal and its
 GPU memory freed, the cache cleared, the decoys alive, and what the reads reported shows owners
@@ -92,6 +94,11 @@ def run(tmp_path_factory):
                                               {"state": "present", "caches": ["inductor"], "user": "trainer"})
         out["before"]["scope"] = module(env, inv, holder["name"], "gpufleet.hygiene.processes",
                                         {"scope": {"cmdline": [r"^\S*python3? /opt/gpufleet/train_dflash\.py"]}})
+        # The same reads, of all three at once from their node (the node read).
+        args = {"venv": "/opt/venv", "nvidia_smi": "/opt/gpufleet/bin/nvidia-smi", "cache_user": "trainer",
+                "job_patterns": [r"^\S*python3? /opt/gpufleet/train_dflash\.py"]}
+        out["before"]["node_read"] = module(env, inv, NODE, "gpufleet.hygiene.node_readiness", {"containers": [
+            {"host": ct["name"], "vmid": ct["vmid"], "lxc_path": lxcpath(), "args": args} for ct in node["containers"]]})
         out["preflight"] = playbook(env, inv, "preflight.yml", "-e", "gpufleet_read_by=container")
         out["preflight_node"] = playbook(env, inv, "preflight.yml", "-e", "gpufleet_read_by=node")
         out["remediate"] = playbook(env, inv, "remediate.yml")
@@ -160,6 +167,23 @@ def test_reads_show_owners_as_the_container_sees_them(run):
     [inductor] = before["torch_cache"]["caches"]
     assert inductor["path"] == "/tmp/torchinductor_trainer", inductor
     assert inductor["exists"] and inductor["entries"] >= 2, inductor
+
+
+def test_the_node_read_shows_owners_as_the_container_sees_them(run):
+    by_role, read = run["by_role"], run["before"]["node_read"]["containers"]
+    holder = by_role["stale_holder"]
+    [stale] = [pid for pid, (_uid, cmd) in run["before"]["procs"][holder["vmid"]].items() if "--tag stale" in cmd]
+    rec = read[holder["name"]]
+    holders = [p for g in rec["gpu_state"]["gpus"] for p in g["processes"]]
+    assert [(p["container_pid"], p["user"], p["uid"]) for p in holders] == [(stale, "trainer", TRAINER)], holders
+    assert [(p["pid"], p["user"]) for p in rec["processes"]["processes"]] == [(stale, "trainer")], rec["processes"]
+    # trainer's caches, by the container's own password database (its home is /home/trainer).
+    caches = {c["name"]: c for c in read[by_role["stale_cache"]["name"]]["torch_cache"]["caches"]}
+    assert (caches["inductor"]["path"], caches["inductor"]["exists"], caches["inductor"]["stale"], caches["inductor"]["entries"]) == (
+        "/tmp/torchinductor_trainer", True, True, 2), caches["inductor"]
+    assert caches["triton"]["path"] == "/home/trainer/.triton/cache", caches["triton"]
+    found = {c["name"] for c in read[by_role["contaminated"]["name"]]["cuda_contamination"]["contaminants"]}
+    assert found == cuda_fixtures.SEED_CUDA13, found
 
 
 def test_preflight_fails_exactly_the_unprivileged_bad_containers(run):
@@ -252,6 +276,17 @@ def test_preflight_and_hygiene_pass_after_remediation(run):
         assert res.returncode == 0, (key, res.stdout[-6000:])
         assert not [h for h, r in recap(res.stdout).items() if r["failed"] or r["unreachable"]], res.stdout[-3000:]
     report = json.loads((run["work"] / "report" / "report.json").read_text())
-    text = json.dumps(report)
+    hosts = report.get("hosts", report) if isinstance(report, dict) else report
+    names = sorted(ct["name"] for n in run["info"]["nodes"] for ct in n["containers"])
+    assert sorted(h["host"] for h in hosts if h.get("ready")) == names, hosts
+
+
+def test_the_job_relaunched_in_every_repaired_container(run):
     for ct in run["by_role"].values():
-        assert ct["name"] in text
+        assert simfleet.sh(lxcpath(), ct["vmid"], "tmux has-session -t =train && echo yes").strip() == "yes"
+        log = simfleet.sh(lxcpath(), ct["vmid"], "cat /var/log/gpufleet-train.log")
+        assert "20000 tokens/s" in log, log[-500:]
+        procs = simfleet.process_table(lxcpath(), ct["vmid"])
+        jobs = [(u, c) for u, c in procs.values() if c.startswith("/usr/bin/python3 /opt/gpufleet/train_dflash.py")]
+        # The relaunched job is the container root's (uid 0 inside, 100000 on the node).
+        assert [u for u, c in jobs] == [0] and "--tag" not in jobs[0][1], jobs
