@@ -23,6 +23,10 @@
 #   GPUFLEET_SIM_INVENTORY  where the fleet's inventory goes (default build/main-job/inventory)
 #   GPUFLEET_MAIN_PORT      sshd port of the fleet's nodes (default 2522)
 #   GPUFLEET_MAIN_NODES / GPUFLEET_MAIN_CONTAINERS (default 2 / 3)
+#   GPUFLEET_MAIN_UNPRIVILEGED  nodes whose containers are unprivileged, as Proxmox VE makes them by
+#                           default (root mapped to 100000; the incident's bad containers go there
+#                           first, their venv, stale run and cache trainer's): default pve2; empty
+#                           for a fleet of privileged containers only
 #   GPUFLEET_REPORT_DIR     report directory (default build/report)
 #   GPUFLEET_MAIN_LOGS      playbook logs (default build/main-job/logs)
 set -euo pipefail
@@ -34,6 +38,7 @@ export GPUFLEET_SIM_INVENTORY=${GPUFLEET_SIM_INVENTORY:-$REPO/build/main-job/inv
 PORT=${GPUFLEET_MAIN_PORT:-2522}
 NODES=${GPUFLEET_MAIN_NODES:-2}
 CONTAINERS=${GPUFLEET_MAIN_CONTAINERS:-3}
+UNPRIVILEGED=${GPUFLEET_MAIN_UNPRIVILEGED-pve2}
 REPORT_DIR=$(realpath -m "${GPUFLEET_REPORT_DIR:-$REPO/build/report}")
 LOGS=$(realpath -m "${GPUFLEET_MAIN_LOGS:-$REPO/build/main-job/logs}")
 INV=$GPUFLEET_SIM_INVENTORY/fleet.yml
@@ -71,9 +76,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "bring up the demo fleet: $NODES nodes x $CONTAINERS containers, scenario incident"
+say "bring up the demo fleet: $NODES nodes x $CONTAINERS containers, scenario incident, unprivileged: ${UNPRIVILEGED:-none}"
 t=$SECONDS
-"$FLEET" up --scenario incident --nodes "$NODES" --containers "$CONTAINERS" --port "$PORT"
+"$FLEET" up --scenario incident --nodes "$NODES" --containers "$CONTAINERS" --port "$PORT" --unprivileged "$UNPRIVILEGED"
 step_times+=("fleet up: $((SECONDS - t)) s")
 
 mkdir -p "$LOGS"

@@ -14,10 +14,13 @@ description:
     through its node; the nodes become hosts of the C(<group_prefix>nodes) group.
   - Groups by node (C(<prefix>node_<node>)), by status (C(<prefix>running), C(<prefix>stopped))
     and by GPU passthrough (C(<prefix>gpu), C(<prefix>no_gpu)); all containers are in C(<prefix>containers).
+    Unprivileged containers (the C(unprivileged) key of C(pct config) is V(1); Proxmox VE's default,
+    root mapped to 100000 on the node) are also in C(<prefix>unprivileged), with C(pve_unprivileged=true).
   - Every container gets C(ansible_pct_vmid), its Proxmox VE ID (the connection's O(gpufleet.hygiene.pct#connection:vmid)
     and the name roles and playbooks read), and C(pve_node), its node's inventory name; C(pve_vmid) holds the
     same ID as an alias kept for existing C(compose) and C(keyed_groups). Also C(pve_name), C(pve_status),
-    C(pve_lock), C(pve_gpus), C(pve_gpu_indices), C(pve_gpu_all), C(pve_nvidia_devices) and C(pve_config) (the parsed C(pct config)).
+    C(pve_lock), C(pve_gpus), C(pve_gpu_indices), C(pve_gpu_all), C(pve_nvidia_devices), C(pve_unprivileged)
+    and C(pve_config) (the parsed C(pct config)).
   - GPUs are found in every style Proxmox VE writes passthrough in, C(devN) entries, C(lxc.mount.entry) binds of
     C(/dev/nvidiaN) with C(lxc.cgroup2.devices.allow) rules (C(c 195:* rwm)), or C(c 195:N) cgroup rules alone.
   - A container allowed C(c 195:*) without any C(/dev/nvidiaN) passed through may open every GPU of its node.
@@ -140,6 +143,14 @@ else:
 display = Display()
 
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?", re.ASCII)
+# Proxmox VE's boolean values (PVE::JSONSchema: 1|0, yes|no, on|off, true|false).
+_TRUE = ("1", "yes", "on", "true")
+
+
+def is_unprivileged(conf):
+    """Whether a container's parsed ``pct config`` says it is unprivileged (``unprivileged: 1``;
+    absent is Proxmox VE's privileged default for an existing config)."""
+    return str(conf.get("unprivileged", "0")).strip().lower() in _TRUE
 
 
 def container_host_name(mode, node_name, row, names, node_names=()):
@@ -286,6 +297,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 self.inventory.add_child(node_group, host)
                 self.inventory.add_child(self.inventory.add_group(self._sanitize_group_name(prefix + row["status"])), host)
                 self.inventory.add_child(self.inventory.add_group(prefix + ("gpu" if gpus or passthrough["all"] else "no_gpu")), host)
+                unprivileged = is_unprivileged(conf)
+                if unprivileged:
+                    self.inventory.add_child(self.inventory.add_group(prefix + "unprivileged"), host)
                 hostvars = {
                     "ansible_connection": CONNECTION,
                     "ansible_pct_node_host": node["host"],
@@ -301,6 +315,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     "pve_gpu_indices": gpus,
                     "pve_gpu_all": passthrough["all"],
                     "pve_nvidia_devices": passthrough["devices"],
+                    "pve_unprivileged": unprivileged,
                     "pve_config": conf,
                 }
                 if self.get_option("private_key_file"):

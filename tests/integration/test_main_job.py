@@ -88,6 +88,11 @@ def module(job, host, name, args):
 def test_main_job_succeeds(main_job):
     res = main_job["res"]
     assert res.returncode == 0, res.stdout[-6000:]
+    # The demo fleet has a node of unprivileged containers, as Proxmox VE makes them by default,
+    # and the incident's bad containers are there.
+    unpriv = [n["name"] for n in main_job["fleet"]["nodes"] if n.get("unprivileged")]
+    assert unpriv == ["pve2"], unpriv
+    assert all(ct.get("unprivileged") for _n, ct in containers(main_job) if ct["incident"] != "healthy")
     assert "as expected (fail-bad): failed exactly" in res.stdout
     assert "every expectation met" in res.stdout
     # The gate judged the relaunch on its own readings, the stale run's slow ones still in its log.
@@ -143,9 +148,11 @@ def test_relaunched_job_logs_throughput(main_job):
 
 def test_stale_cache_cleared(main_job):
     [(node, ct)] = by_role(main_job, "stale_cache")
-    listing = sh(node, ct, "cd /tmp/torchinductor_root && find . -mindepth 1 | sort").split()
+    # The job's user's cache: trainer's in an unprivileged container (the demo's pve2), else root's.
+    cache = "/tmp/torchinductor_%s" % ("trainer" if ct.get("unprivileged") else "root")
+    listing = sh(node, ct, "cd %s && find . -mindepth 1 | sort" % cache).split()
     assert listing == ["./.gpufleet-hygiene-fingerprint.json"], listing
-    marker = json.loads(sh(node, ct, "cat /tmp/torchinductor_root/.gpufleet-hygiene-fingerprint.json"))
+    marker = json.loads(sh(node, ct, "cat %s/.gpufleet-hygiene-fingerprint.json" % cache))
     assert marker["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8"}
 
 

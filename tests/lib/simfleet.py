@@ -86,11 +86,47 @@ def processes(lxcpath, vmid):
     return procs
 
 
+def process_table(lxcpath, vmid):
+    """{pid: (uid, cmdline)} of every process in the container as it sees them (its pids, its
+    uids: 1000, not the node's 101000, in an unprivileged container), this listing aside."""
+    out = sh(lxcpath, vmid, "for d in /proc/[0-9]*; do printf '%s %s ' ${d#/proc/} $(awk '/^Uid:/{print $2}' $d/status 2>/dev/null || echo -);"
+                            " tr '\\0\\n' '  ' <$d/cmdline 2>/dev/null; echo; done")
+    procs = {}
+    for line in out.splitlines():
+        pid, _sep, rest = line.partition(" ")
+        uid, _sep, cmd = rest.partition(" ")
+        if cmd.strip() and uid.isdigit() and "for d in /proc" not in cmd and not cmd.startswith("tr "):
+            procs[int(pid)] = (int(uid), cmd.strip())
+    return procs
+
+
+def owners(lxcpath, vmid, path):
+    """{(uid, gid)} of path and everything under it, as the container sees them (find -printf)."""
+    out = subprocess.run(attach_argv(lxcpath, vmid, ["find", path, "-printf", "%U %G\\n"]), text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, timeout=60, check=True).stdout
+    return {tuple(int(x) for x in line.split()) for line in out.splitlines() if line.strip()}
+
+
+def init_pid(lxcpath, vmid):
+    """The node's pid of the container's init."""
+    out = subprocess.run(["lxc-info", "-n", str(vmid), "-P", lxcpath, "-p", "-H"], text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=True).stdout
+    return int(out.strip())
+
+
+def id_map(lxcpath, vmid, kind="uid"):
+    """The container's uid_map (or gid_map) as the node reads it from /proc/<init pid>/:
+    [(first id inside, first id on the node, count)]."""
+    with open("/proc/%d/%s_map" % (init_pid(lxcpath, vmid), kind)) as f:
+        return [tuple(int(x) for x in line.split()) for line in f if line.strip()]
+
+
 @contextlib.contextmanager
-def running(state, nodes, containers, scenario, inventory=None, port=None, timeout=600):
+def running(state, nodes, containers, scenario, inventory=None, port=None, timeout=600, unprivileged=None):
     """Bring a fleet up in state (its inventory in the directory inventory, else inventory/sim/)
     and yield (its fleet.json, the environment to run against it); bring it down at the end,
-    also when it failed to come up."""
+    also when it failed to come up. unprivileged: the nodes whose containers are unprivileged
+    (tests/sim/fleet --unprivileged: node names, comma separated, or all)."""
     if os.geteuid() != 0:
         pytest.fail("the simulated fleet needs root (privileged LXC containers, sshd, cgroups, mounts)")
     if os.path.exists(state):
@@ -102,7 +138,8 @@ def running(state, nodes, containers, scenario, inventory=None, port=None, timeo
     if port:
         env["GPUFLEET_SIM_PORT"] = str(port)
     try:
-        subprocess.run([FLEET, "up", "--nodes", str(nodes), "--containers", str(containers), "--scenario", scenario],
+        extra = ["--unprivileged", unprivileged] if unprivileged else []
+        subprocess.run([FLEET, "up", "--nodes", str(nodes), "--containers", str(containers), "--scenario", scenario] + extra,
                        cwd=REPO, env=env, check=True, timeout=timeout)
         with open(os.path.join(state, "fleet.json")) as f:
             info = json.load(f)

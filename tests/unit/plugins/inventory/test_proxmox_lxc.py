@@ -92,3 +92,27 @@ def test_gpus_in_every_passthrough_style_and_a_container_that_may_open_all(monke
     assert (hosts["anygpu"]["pve_gpu_indices"], hosts["anygpu"]["pve_gpu_all"]) == ([], True)
     assert (hosts["devstyle"]["pve_gpu_indices"], hosts["web"]["pve_gpu_all"]) == ([1], False)
     assert len(warnings) == 1 and "pve4" in warnings[0] and "401" in warnings[0] and "c 195:*" in warnings[0], warnings
+
+
+def test_unprivileged_containers_get_their_variable_and_group():
+    """`unprivileged: 1` in pct config (Proxmox VE's default for a new container) puts the container
+    in pve_unprivileged with pve_unprivileged true; absent or 0 is privileged, in no such group."""
+    from ansible.inventory.data import InventoryData
+    from ansible.plugins.loader import inventory_loader
+
+    configs = {
+        500: "arch: amd64\nhostname: unpriv\nostype: debian\nswap: 0\nunprivileged: 1\n",
+        501: "hostname: priv\nostype: debian\n",
+        502: "hostname: zero\nunprivileged: 0\n",
+    }
+    rows = [{"vmid": v, "status": "running", "lock": "", "name": _plugin._pct.parse_config(t)["hostname"],
+             "config": _plugin._pct.parse_config(t)} for v, t in configs.items()]
+    plugin = inventory_loader.get("gpufleet.hygiene.proxmox_lxc")
+    plugin.inventory = InventoryData()
+    plugin.set_options(direct={"plugin": "gpufleet.hygiene.proxmox_lxc", "nodes": ["pve5"]})
+    node = {"name": "pve5", "host": "10.0.0.5", "port": 22, "user": "root"}
+    plugin._populate({"nodes": {"pve5": {"node": node, "containers": rows}}, "failed": []})
+    hosts = {name: host.get_vars() for name, host in plugin.inventory.hosts.items()}
+    assert [h.name for h in plugin.inventory.groups["pve_unprivileged"].get_hosts()] == ["unpriv"]
+    assert (hosts["unpriv"]["pve_unprivileged"], hosts["priv"]["pve_unprivileged"], hosts["zero"]["pve_unprivileged"]) == (
+        True, False, False)

@@ -6,6 +6,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 
 import pytest
 from cuda_fixtures import (
@@ -573,3 +576,42 @@ def test_a_swapped_directory_during_the_uninstall_is_never_followed_by_the_resto
     assert not [n for n in os.listdir(venv) if n.startswith(".gpufleet")]
     assert not [n for n in os.listdir(site) if n.startswith(".gpufleet")]
     assert not os.path.exists(os.path.join(os.path.dirname(state_dir), "stash"))
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory another user may traverse (pytest's tmp_path is root's alone); removed afterwards."""
+    path = tempfile.mkdtemp(prefix="gpufleet-user-venv-", dir="/var/tmp")
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_a_users_venv_is_repaired_by_its_user_and_stays_all_theirs(run_module, shared_dir, seed_wheels, own_files):
+    """The seed venv owned by a user (nobody here; trainer in an unprivileged container): root runs
+    the removal, the installer runs as the venv's owner, and the directories the uninstall took away
+    with the shared files kept for the cu12 packages are made again as that user's, so that the
+    user's restore can write there: every file and directory of the venv is still the user's."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the venv is given to another user")
+    uid = gid = 65534
+    wheels = shutil.copytree(seed_wheels, os.path.join(shared_dir, "wheels"))
+    # The system's interpreter, which the user can run (the test runner's may live in root's home).
+    venv = os.path.join(shared_dir, "venv")
+    subprocess.run([UV, "venv", "--quiet", "--python", "/usr/bin/python3", venv], check=True)
+    install(UV, venv, wheels, pins(SEED_BASE))
+    install(UV, venv, wheels, pins(SEED_ADDED))
+    for top, dirs, files in os.walk(venv):
+        for name in [top] + [os.path.join(top, n) for n in dirs + files]:
+            os.lchown(name, uid, gid)
+
+    result = run_module(cuda_contamination.main, dict(venv=venv, remove=True, also_remove=SEED_LEFTOVERS,
+                                                      find_links=wheels, no_index=True, installer="uv"))
+    assert not result.get("failed"), result.get("msg", result)
+    assert {r["name"] for r in result["removed"]} == {n for n, _v in SEED_ADDED}
+    assert {r["name"] for r in result["restored"]} == {"nvidia-%s-cu12" % s for s in SHARED_LIBS}
+    assert result["clean"] is True
+    assert inventory(run_module, venv, verify_files=True)["integrity"]["ok"]
+    not_theirs = [os.path.join(top, n) for top, dirs, files in os.walk(venv) for n in [""] + dirs + files
+                  if os.lstat(os.path.join(top, n)).st_uid != uid or os.lstat(os.path.join(top, n)).st_gid != gid]
+    assert not_theirs == [], not_theirs
