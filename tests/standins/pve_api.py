@@ -64,8 +64,7 @@ def split_tags(text):
 def unique_tags(tags):
     """PVE::GuestHelpers::get_unique_tags with the default tag-style (not case-sensitive, sorted)."""
     seen, out = set(), []
-    for tag in sorted(tags, key=str.lower):
-        tag = tag.lower()
+    for tag in (t.lower() for t in sorted(tags, key=str.lower)):
         if tag not in seen:
             seen.add(tag)
             out.append(tag)
@@ -418,10 +417,7 @@ def main(argv=None):
     server.fingerprint = ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
     print(json.dumps({"url": "https://%s:%d" % (args.listen, server.server_address[1]), "cafile": cert,
                       "pid": os.getpid()}), flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+    server.serve_forever()
     return 0
 
 

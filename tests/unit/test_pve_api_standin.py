@@ -12,8 +12,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-import pytest
 import pveapi
+import pytest
 
 CONF_100 = """arch: amd64
 cores: 8
