@@ -11,8 +11,8 @@ import importlib
 import json
 import os
 
-import pytest
 import pveapi
+import pytest
 from ansible.errors import AnsibleError
 from ansible.inventory.data import InventoryData
 from ansible.plugins.loader import init_plugin_loader, inventory_loader
