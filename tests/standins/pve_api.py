@@ -5,7 +5,8 @@
 """STAND-IN for the Proxmox VE REST API, used only with the simulated fleet (tests/sim/fleet).
 
 This is NOT Proxmox VE's API server (pveproxy). It serves, over HTTPS with a self-signed
-certificate made at start, the paths that community.proxmox's `proxmox` inventory plugin and
+certificate made at start, the paths that community.proxmox's `proxmox` inventory plugin (with
+want_proxmox_nodes_ansible_host, /nodes/{node}/network too) and
 gpufleet.hygiene's `proxmox_lxc` inventory (`source: api`) read, from the simulated fleet's
 real state: the nodes of <state>/fleet.json, each container's PVE config in
 <state>/nodes/<node>/pve/lxc/<vmid>.conf (the file the pct stand-in reads and writes) and
@@ -311,6 +312,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         # uptime, level, id, type, ssl_fingerprint.
         return [dict(self._node_entry(n), ssl_fingerprint=self.server.fingerprint) for n in fleet.nodes()]
 
+    def node_network(self, fleet, query, node):
+        # pve-manager PVE/API2/Network.pm `index`: the node's interfaces (iface, type, active,
+        # address, netmask, cidr, gateway, families, method); its bridge holds the node's address.
+        address = fleet.node(node)["address"]
+        return [{"iface": "vmbr0", "type": "bridge", "active": 1, "autostart": 1, "address": address,
+                 "netmask": "24", "cidr": "%s/24" % address, "gateway": address.rsplit(".", 1)[0] + ".254",
+                 "families": ["inet"], "method": "static", "bridge_ports": "eno1", "priority": 3}]
+
     def node_lxc(self, fleet, query, node):
         # pve-container PVE/API2/LXC.pm `vmlist`.
         return [self._ct_entry(fleet, node, vmid) for vmid in fleet.vmids(node)]
@@ -372,6 +381,7 @@ ROUTES = {
         (r"/cluster/resources", Handler.cluster_resources),
         (r"/nodes", Handler.nodes),
         (r"/pools", Handler.pools),
+        (r"/nodes/(?P<node>[^/]+)/network", Handler.node_network),
         (r"/nodes/(?P<node>[^/]+)/lxc", Handler.node_lxc),
         (r"/nodes/(?P<node>[^/]+)/qemu", Handler.node_qemu),
         (r"/nodes/(?P<node>[^/]+)/lxc/(?P<vmid>%s)/config" % VMID, Handler.lxc_config),

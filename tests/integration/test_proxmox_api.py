@@ -1,0 +1,108 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The Proxmox VE API over the session's simulated fleet, through the API stand-in
+(tests/standins/pve_api.py): proxmox_lxc's source: api gives what source: ssh gives, and
+community.proxmox's own `proxmox` inventory (installed by make setup) gives hosts that preflight
+runs over unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pveapi
+import pytest
+from conftest import DISCOVERY, INVENTORY, REPO, STATE
+from test_proxmox_lxc_inventory import discovery_config, inventory, plain
+
+PREFLIGHT = os.path.join(REPO, "playbooks", "preflight.yml")
+COMMUNITY = os.path.join(REPO, ".ansible", "collections", "ansible_collections", "community", "proxmox", "MANIFEST.json")
+
+
+@pytest.fixture(scope="module")
+def api(fleet):
+    with pveapi.running(STATE) as info:
+        yield info
+
+
+def sim_inventory():
+    with open(INVENTORY) as f:
+        return json.loads("".join(line for line in f if not line.startswith("#")))
+
+
+def test_api_source_gives_what_the_ssh_source_gives(ansible_cli, api, fleet, tmp_path):
+    cfg = discovery_config()
+    del cfg["nodes"]  # the nodes and their addresses come from the API (/cluster/status)
+    cfg.update(source="api", api_url=api["url"], api_token_id=api["token_id"], api_token_secret=api["secret"],
+               ca_path=api["cafile"], port=fleet["port"])
+    path = tmp_path / "cluster.proxmox_lxc.yml"
+    path.write_text(json.dumps(cfg))
+    by_ssh, _ = inventory(ansible_cli, DISCOVERY)
+    by_api, warnings = inventory(ansible_cli, path)
+    assert "WARNING" not in warnings, warnings
+    assert by_api == by_ssh
+    assert sorted(by_api["pve_containers"]["hosts"]) == ["train-100", "train-101", "train-200", "train-201"]
+    assert by_api["pve_stopped"]["hosts"] == ["train-101"]
+
+
+def test_api_source_refuses_a_wrong_token_as_a_token_problem(ansible_cli, api, tmp_path):
+    path = tmp_path / "wrong.proxmox_lxc.yml"
+    path.write_text(json.dumps({"plugin": "gpufleet.hygiene.proxmox_lxc", "source": "api", "api_url": api["url"],
+                                "api_token_id": api["token_id"], "api_token_secret": "0" * 32, "ca_path": api["cafile"]}))
+    res = ansible_cli("ansible-inventory", "-i", str(path), "--list", env={"ANSIBLE_INVENTORY_UNPARSED_FAILED": "1"})
+    assert res.returncode != 0
+    assert "refused the token gpufleet@pve!hygiene on GET /cluster/status (HTTP 401" in " ".join(res.stdout.split())
+    assert "0" * 32 not in res.stdout
+
+
+def community_inventory(tmp_path, api, fleet):
+    """community.proxmox's inventory of the fleet as its users write it, and beside it what they keep
+    in their own variables: how to log in to the nodes, and this fleet's role variables."""
+    assert os.path.exists(COMMUNITY), "community.proxmox is not installed: make setup"
+    inv = tmp_path / "community"
+    inv.mkdir()
+    (inv / "cluster.proxmox.yml").write_text(json.dumps({
+        "plugin": "community.proxmox.proxmox", "url": api["url"], "user": api["user"], "token_id": api["token_name"],
+        "token_secret": api["secret"], "validate_certs": True, "want_proxmox_nodes_ansible_host": True}))
+    sim = sim_inventory()["all"]["children"]
+    common = {k: v for k, v in sim["pve_containers"]["vars"].items() if k != "ansible_connection"}
+    node = next(iter(sim["pve_nodes"]["hosts"].values()))
+    common["ansible_pct_node_port"] = node["ansible_port"]
+    node_vars = {k: v for k, v in node.items() if k != "ansible_host"}
+    hosts = {}
+    for group in sim["pve_containers"]["children"].values():
+        for name, hv in group["hosts"].items():
+            hosts[name] = {k: v for k, v in hv.items() if k.startswith("gpufleet_")}
+            # This fleet's venvs hold no torch: the CUDA they are held to.
+            hosts[name]["gpufleet_expected_cuda"] = "12.8"
+    (inv / "site.yml").write_text(json.dumps({"all": {"vars": common, "hosts": hosts,
+                                                      "children": {"proxmox_nodes": {"vars": node_vars}}}}))
+    return inv, {"REQUESTS_CA_BUNDLE": api["cafile"]}
+
+
+def test_community_proxmox_inventory_runs_preflight_unchanged(ansible_cli, api, fleet, tmp_path):
+    inv, env = community_inventory(tmp_path, api, fleet)
+    res = ansible_cli("ansible-inventory", "-i", str(inv), "--list", env=env)
+    assert res.returncode == 0, res.stdout[-3000:]
+    listed = plain(json.loads(res.stdout[res.stdout.index("{"):]))
+    hv = listed["_meta"]["hostvars"]
+    assert sorted(listed["proxmox_all_lxc"]["hosts"]) == ["train-100", "train-101", "train-200", "train-201"]
+    assert listed["proxmox_all_stopped"]["hosts"] == ["train-101"]
+    assert (hv["train-200"]["proxmox_vmid"], hv["train-200"]["proxmox_node"]) == (200, "pve2")
+    assert "ansible_pct_vmid" not in hv["train-200"] and "ansible_pct_node_host" not in hv["train-200"]
+    # The node's address, as the API reports it (/nodes/{node}/network).
+    assert hv["pve2"]["ansible_host"] == "127.0.1.2"
+
+    running = ["train-100", "train-200", "train-201"]
+    res = ansible_cli("ansible-playbook", "-i", str(inv), PREFLIGHT, "-e", "gpufleet_hosts=proxmox_all_running:&proxmox_all_lxc",
+                      env=env)
+    assert res.returncode == 0, res.stdout[-4000:]
+    section = res.stdout.split("TASK [Fleet summary, one line per container]", 1)[1].split("PLAY [", 1)[0]
+    said = dict(re.findall(r"^\s+- '?([\w.-]+) - (ready|NOT READY)", section, re.MULTILINE))
+    assert said == dict.fromkeys(running, "ready"), section
+    recap = res.stdout.split("PLAY RECAP", 1)[1]
+    for host in running:
+        # The read ran in the container, through its node: ok, nothing failed or unreachable.
+        assert re.search(r"^%s\s+: ok=[1-9]\d*\s+changed=0\s+unreachable=0\s+failed=0" % host, recap, re.MULTILINE), recap
