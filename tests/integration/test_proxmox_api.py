@@ -106,3 +106,48 @@ def test_community_proxmox_inventory_runs_preflight_unchanged(ansible_cli, api, 
     for host in running:
         # The read ran in the container, through its node: ok, nothing failed or unreachable.
         assert re.search(r"^%s\s+: ok=[1-9]\d*\s+changed=0\s+unreachable=0\s+failed=0" % host, recap, re.MULTILINE), recap
+
+
+def conf_tags(node, vmid):
+    """The tags line of a container's PVE config (the file pct config prints), or None."""
+    with open(os.path.join(STATE, "nodes", node, "pve", "lxc", "%d.conf" % vmid)) as f:
+        lines = [line for line in f.read().splitlines() if line.startswith("tags:")]
+    return lines[0] if lines else None
+
+
+def test_pve_tags_show_each_verdict_and_keep_other_tags(ansible_cli, node_ssh, tmp_path):
+    """-e gpufleet_pve_tags=true: preflight tags every container it read, through pct set on its
+    node; --check changes nothing, a second run changes nothing, the container's own tag stays."""
+    extra = tmp_path / "expect-cuda.yml"
+    extra.write_text(json.dumps({"all": {"hosts": {"train-100": {"gpufleet_expected_cuda": "12.8"}}}}))
+    args = ["-i", INVENTORY, "-i", str(extra), PREFLIGHT, "-e", "gpufleet_hosts=train-100:train-101:train-200:train-201",
+            "-e", "gpufleet_pve_tags=true"]
+    assert node_ssh("pve1", "pct set 100 --tags team-a").returncode == 0
+    try:
+        before = {vmid: conf_tags(node, vmid) for node, vmid in (("pve1", 100), ("pve1", 101), ("pve2", 200), ("pve2", 201))}
+        assert before == {100: "tags: team-a", 101: None, 200: None, 201: None}
+
+        # 200 and 201 are not ready (no reference CUDA), 101 is stopped (unreachable): rc 4.
+        res = ansible_cli("ansible-playbook", "--check", "--diff", *args)
+        assert res.returncode == 4, res.stdout[-4000:]
+        assert "changed: [pve1] => (item=train-100)" in res.stdout, res.stdout[-4000:]
+        assert re.search(r"-tags: team-a\n\+tags: gpufleet-ok;team-a", res.stdout), res.stdout[-4000:]
+        assert {v: conf_tags(n, v) for n, v in (("pve1", 100), ("pve1", 101), ("pve2", 200), ("pve2", 201))} == before
+
+        res = ansible_cli("ansible-playbook", *args)
+        assert res.returncode == 4, res.stdout[-4000:]
+        assert conf_tags("pve1", 100) == "tags: gpufleet-ok;team-a"
+        assert conf_tags("pve2", 200) == conf_tags("pve2", 201) == "tags: gpufleet-dirty"
+        assert conf_tags("pve1", 101) is None                   # stopped: nothing read, no verdict
+        # What Proxmox VE's own CLI shows on the node.
+        assert "tags: gpufleet-ok;team-a" in node_ssh("pve1", "pct config 100").stdout.decode()
+
+        res = ansible_cli("ansible-playbook", *args)
+        assert res.returncode == 4, res.stdout[-4000:]
+        assert re.search(r"^ok: \[pve1\] => \(item=train-100\)", res.stdout, re.MULTILINE), res.stdout[-4000:]
+        recap = res.stdout.split("PLAY RECAP", 1)[1]
+        for node in ("pve1", "pve2"):
+            assert re.search(r"^%s\s+: ok=\d+\s+changed=0\s" % node, recap, re.MULTILINE), recap
+    finally:
+        for node, vmid in (("pve1", 100), ("pve2", 200), ("pve2", 201)):
+            node_ssh(node, "pct set %d --delete tags" % vmid)
