@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -12,7 +11,7 @@ real state: the nodes of <state>/fleet.json, each container's PVE config in
 <state>/nodes/<node>/pve/lxc/<vmid>.conf (the file the pct stand-in reads and writes) and
 each container's real LXC state (`lxc-info` in <state>/nodes/<node>/lxc).
 
-    tests/standins/pve_api.py --state /var/tmp/gpufleet-sim --port 8006 \
+    python3 tests/standins/pve_api.py --state /var/tmp/gpufleet-sim --port 8006 \
         --token 'root@pam!gpufleet=SECRET' [--listen 127.0.0.1] [--cert-dir DIR]
 
 prints one JSON line when it listens: {"url": ..., "cafile": ..., "pid": ...}.
