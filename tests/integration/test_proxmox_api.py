@@ -14,10 +14,12 @@ import re
 
 import pveapi
 import pytest
+import yaml
 from conftest import DISCOVERY, INVENTORY, REPO, STATE
 from test_proxmox_lxc_inventory import discovery_config, inventory, plain
 
 PREFLIGHT = os.path.join(REPO, "playbooks", "preflight.yml")
+EXAMPLE = os.path.join(REPO, "inventory", "example-community-proxmox.yml")
 COMMUNITY = os.path.join(REPO, ".ansible", "collections", "ansible_collections", "community", "proxmox", "MANIFEST.json")
 
 
@@ -63,9 +65,12 @@ def community_inventory(tmp_path, api, fleet):
     assert os.path.exists(COMMUNITY), "community.proxmox is not installed: make setup"
     inv = tmp_path / "community"
     inv.mkdir()
-    (inv / "cluster.proxmox.yml").write_text(json.dumps({
-        "plugin": "community.proxmox.proxmox", "url": api["url"], "user": api["user"], "token_id": api["token_name"],
-        "token_secret": api["secret"], "validate_certs": True, "want_proxmox_nodes_ansible_host": True}))
+    # The example inventory, pointed at the stand-in; its token secret from the environment.
+    with open(EXAMPLE) as f:
+        cfg = yaml.safe_load(f)
+    assert cfg["validate_certs"] is True and "token_secret" not in cfg
+    cfg.update(url=api["url"], user=api["user"], token_id=api["token_name"])
+    (inv / "cluster.proxmox.yml").write_text(json.dumps(cfg))
     sim = sim_inventory()["all"]["children"]
     common = {k: v for k, v in sim["pve_containers"]["vars"].items() if k != "ansible_connection"}
     node = next(iter(sim["pve_nodes"]["hosts"].values()))
@@ -79,7 +84,7 @@ def community_inventory(tmp_path, api, fleet):
             hosts[name]["gpufleet_expected_cuda"] = "12.8"
     (inv / "site.yml").write_text(json.dumps({"all": {"vars": common, "hosts": hosts,
                                                       "children": {"proxmox_nodes": {"vars": node_vars}}}}))
-    return inv, {"REQUESTS_CA_BUNDLE": api["cafile"]}
+    return inv, {"REQUESTS_CA_BUNDLE": api["cafile"], "PROXMOX_TOKEN_SECRET": api["secret"]}
 
 
 def test_community_proxmox_inventory_runs_preflight_unchanged(ansible_cli, api, fleet, tmp_path):
@@ -96,7 +101,8 @@ def test_community_proxmox_inventory_runs_preflight_unchanged(ansible_cli, api, 
     assert hv["pve2"]["ansible_host"] == "127.0.1.2"
 
     running = ["train-100", "train-200", "train-201"]
-    res = ansible_cli("ansible-playbook", "-i", str(inv), PREFLIGHT, "-e", "gpufleet_hosts=proxmox_all_running:&proxmox_all_lxc",
+    assert sorted(listed["pve_containers"]["hosts"]) == sorted(listed["proxmox_all_lxc"]["hosts"])
+    res = ansible_cli("ansible-playbook", "-i", str(inv), PREFLIGHT, "-e", "gpufleet_hosts=pve_containers:&proxmox_all_running",
                       env=env)
     assert res.returncode == 0, res.stdout[-4000:]
     section = res.stdout.split("TASK [Fleet summary, one line per container]", 1)[1].split("PLAY [", 1)[0]
