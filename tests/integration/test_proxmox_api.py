@@ -19,6 +19,7 @@ from conftest import DISCOVERY, INVENTORY, REPO, STATE
 from test_proxmox_lxc_inventory import discovery_config, inventory, plain
 
 PREFLIGHT = os.path.join(REPO, "playbooks", "preflight.yml")
+HYGIENE = os.path.join(REPO, "playbooks", "hygiene.yml")
 EXAMPLE = os.path.join(REPO, "inventory", "example-community-proxmox.yml")
 COMMUNITY = os.path.join(REPO, ".ansible", "collections", "ansible_collections", "community", "proxmox", "MANIFEST.json")
 
@@ -156,4 +157,24 @@ def test_pve_tags_show_each_verdict_and_keep_other_tags(ansible_cli, node_ssh, t
             assert re.search(r"^%s\s+: ok=\d+\s+changed=0\s" % node, recap, re.MULTILINE), recap
     finally:
         for node, vmid in (("pve1", 100), ("pve2", 200), ("pve2", 201)):
+            node_ssh(node, "pct set %d --delete tags" % vmid)
+
+
+def test_hygiene_tags_each_verdict_too(ansible_cli, node_ssh, tmp_path):
+    """A report-only hygiene run with gpufleet_pve_tags tags what it read: train-100 ready, train-200
+    not; a second container's verdict changes, its tag follows, its own tag stays."""
+    extra = tmp_path / "expect-cuda.yml"
+    extra.write_text(json.dumps({"all": {"hosts": {"train-100": {"gpufleet_expected_cuda": "12.8", "gpufleet_pve_tags": True},
+                                                   "train-200": {"gpufleet_pve_tags": True}}}}))
+    assert node_ssh("pve2", "pct set 200 --tags 'gpufleet-ok;Team-B'").returncode == 0
+    try:
+        res = ansible_cli("ansible-playbook", "-i", INVENTORY, "-i", str(extra), HYGIENE,
+                          "-e", "gpufleet_hosts=train-100:train-200", "-e", "gpufleet_hygiene_remediate=false",
+                          "-e", "gpufleet_report_dir=%s" % (tmp_path / "report"))
+        assert res.returncode == 0, res.stdout[-4000:]
+        assert conf_tags("pve1", 100) == "tags: gpufleet-ok"
+        assert conf_tags("pve2", 200) == "tags: gpufleet-dirty;team-b"
+        assert conf_tags("pve2", 201) is None                   # not among the hosts: untouched
+    finally:
+        for node, vmid in (("pve1", 100), ("pve2", 200)):
             node_ssh(node, "pct set %d --delete tags" % vmid)
