@@ -363,7 +363,6 @@ import random
 import re
 import selectors
 import shlex
-import stat
 import subprocess
 import tempfile
 import time
@@ -425,41 +424,6 @@ def retry_delay(attempt, base=0.25, cap=4.0):
     return min(cap, base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
 
-# Every lock and slot file: never through a link planted in its place, never left to a child.
-LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def private_directory(path, option="control_path_dir"):
-    """Make path (0700, its missing parents too) or take the one there when it is a directory of
-    this user that nobody else can enter or write; refuse anything else with what to fix. The
-    master sockets, their lock files and the session slots live here: another user able to plant a
-    link in it would make this process create or lock a file where the link points."""
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    except OSError as exc:
-        raise AnsibleConnectionFailure("gpufleet.hygiene.pct: cannot create %s %s: %s" % (option, path, exc)) from exc
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise AnsibleConnectionFailure(
-            "gpufleet.hygiene.pct: %s %s is not a directory of its own (a symbolic link or another file: %s); remove it "
-            "or choose another %s" % (option, path, exc.strerror, option)) from exc
-    try:
-        st = os.fstat(fd)
-    finally:
-        os.close(fd)
-    uid = os.geteuid()
-    if st.st_uid != uid:
-        raise AnsibleConnectionFailure(
-            "gpufleet.hygiene.pct: %s %s belongs to uid %d, not to this user (uid %d): another user could plant links "
-            "in it. Remove it (or chown %d it) or choose another %s" % (option, path, st.st_uid, uid, uid, option))
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        raise AnsibleConnectionFailure(
-            "gpufleet.hygiene.pct: %s %s has mode %04o: others can enter or write it. chmod 0700 it or choose another %s"
-            % (option, path, stat.S_IMODE(st.st_mode), option))
-    return path
-
-
 def acquire_slot(directory, limit, timeout=None, poll=0.01):
     """Hold one of limit slot files in directory (flock, exclusive); return its descriptor, or None
     when none came free within timeout seconds (None: no limit). The lock goes with the descriptor:
@@ -469,7 +433,7 @@ def acquire_slot(directory, limit, timeout=None, poll=0.01):
     first = os.getpid() % limit  # the forks start on different slots
     while True:
         for i in range(limit):
-            fd = os.open(os.path.join(directory, str((first + i) % limit)), LOCK_FLAGS, 0o600)
+            fd = os.open(os.path.join(directory, str((first + i) % limit)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return fd
@@ -562,7 +526,11 @@ class Connection(ConnectionBase):
             # On the node the vmid is not used: node_readiness checks every container's own.
             self._vmid = None if on_node else validate_vmid(self.get_option("vmid"))
             validate_user(self.get_option("node_user"))
-            cpdir = private_directory(os.path.expanduser(self.get_option("control_path_dir")))
+            cpdir = os.path.expanduser(self.get_option("control_path_dir"))
+            try:
+                os.makedirs(cpdir, mode=0o700, exist_ok=True)
+            except OSError as exc:
+                raise AnsibleConnectionFailure("gpufleet.hygiene.pct: cannot create control_path_dir %s: %s" % (cpdir, exc)) from exc
             display.vvv("PCT CONNECT node=%s:%s vmid=%s method=%s run_on=%s" % (
                 self.get_option("node_host"), self.get_option("node_port"), self._vmid, self.get_option("method"),
                 self.get_option("run_on")),
@@ -583,7 +551,7 @@ class Connection(ConnectionBase):
         if os.path.exists(socket):
             return
         try:
-            with os.fdopen(os.open(socket + ".lock", LOCK_FLAGS, 0o600), "rb") as lock:
+            with open(socket + ".lock", "a") as lock:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -617,8 +585,8 @@ class Connection(ConnectionBase):
             return
         directory = self._control_path() + ".slots"
         wait = self.get_option("command_timeout") or None
-        private_directory(directory, "control_path_dir's session slots")
         try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
             fd = acquire_slot(directory, limit, wait)
         except OSError as exc:
             raise AnsibleConnectionFailure("gpufleet.hygiene.pct: cannot take a session slot in %s: %s" % (directory, exc)) from exc
