@@ -81,9 +81,10 @@ options:
       - name: GPUFLEET_PVE_TOKEN_ID
     version_added: 0.3.0
   api_token_secret:
-    description: The API token's secret (a UUID). Required with O(source=api). Keep it in a vault or the environment.
+    description:
+      - The API token's secret (a UUID). Required with O(source=api). Keep it in a vault or the environment.
+      - It goes only into the C(Authorization) header of the requests, never into a variable, a message or the cache.
     type: string
-    no_log: true
     env:
       - name: GPUFLEET_PVE_TOKEN_SECRET
     version_added: 0.3.0
