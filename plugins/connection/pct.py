@@ -457,6 +457,11 @@ class Connection(ConnectionBase):
         self._vmid = None
 
     def set_options(self, task_keys=None, var_options=None, direct=None):
+        if var_options and var_options.get("proxmox_node") and not (
+                var_options.get("ansible_host") or var_options.get("ansible_pct_node_host")):
+            # ansible-core gives no ansible_host to a host without one: the node's name stands in
+            # for it (node_host is required), and is resolved below like a guest's ansible_host.
+            var_options = dict(var_options, ansible_host=var_options["proxmox_node"])
         super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
         # A host of community.proxmox's inventory names its node (proxmox_node); its ansible_host,
         # when set, is the guest's own address, never the node's.

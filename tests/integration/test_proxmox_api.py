@@ -88,7 +88,7 @@ def community_inventory(tmp_path, api, fleet):
     return inv, {"REQUESTS_CA_BUNDLE": api["cafile"], "PROXMOX_TOKEN_SECRET": api["secret"]}
 
 
-def test_community_proxmox_inventory_runs_preflight_unchanged(ansible_cli, api, fleet, tmp_path):
+def test_community_proxmox_inventory_runs_preflight_unchanged(ansible_cli, api, fleet, node_ssh, tmp_path):
     inv, env = community_inventory(tmp_path, api, fleet)
     res = ansible_cli("ansible-inventory", "-i", str(inv), "--list", env=env)
     assert res.returncode == 0, res.stdout[-3000:]
@@ -113,6 +113,17 @@ def test_community_proxmox_inventory_runs_preflight_unchanged(ansible_cli, api, 
     for host in running:
         # The read ran in the container, through its node: ok, nothing failed or unreachable.
         assert re.search(r"^%s\s+: ok=[1-9]\d*\s+changed=0\s+unreachable=0\s+failed=0" % host, recap, re.MULTILINE), recap
+
+    # Without the playbooks (ad hoc): the pct connection itself takes proxmox_vmid and
+    # proxmox_node, and the node's address from gpufleet_pve_node_addresses.
+    nodes = json.dumps({"gpufleet_pve_node_addresses": {n["name"]: n["address"] for n in fleet["nodes"]}})
+    res = ansible_cli("ansible", "train-200", "-i", str(inv), "-e", "ansible_connection=gpufleet.hygiene.pct", "-e", nodes,
+                      "-m", "ansible.builtin.command", "-a", "cat /proc/sys/kernel/hostname", env=env)
+    assert res.returncode == 0, res.stdout[-3000:]
+    # The container pct enters on its node as vmid 200, and no other.
+    want = node_ssh("pve2", "pct exec 200 -- cat /proc/sys/kernel/hostname").stdout.decode().strip()
+    assert want and re.search(r"^train-200 \| CHANGED \| rc=0 >>\n%s$" % re.escape(want), res.stdout, re.MULTILINE), \
+        (want, res.stdout[-3000:])
 
 
 def conf_tags(node, vmid):

@@ -42,6 +42,15 @@ def test_community_proxmox_hosts_reach_their_node(extra, want_host):
     assert conn._ssh_argv("true")[-2] == want_host
 
 
+@pytest.mark.parametrize("mapping, want_host", [({"pve1": "10.0.0.11"}, "10.0.0.11"), ({}, "pve1")])
+def test_a_host_without_any_ansible_host(mapping, want_host):
+    """As ansible-core runs a task on a host of community.proxmox's inventory that sets no
+    ansible_host: no ansible_host among the connection's variables at all."""
+    variables = {k: v for k, v in COMMUNITY.items() if k != "ansible_host"}
+    conn = conn_with(**dict(variables, gpufleet_pve_node_addresses=mapping))
+    assert conn.get_option("node_host") == want_host
+
+
 def test_ansible_pct_vmid_wins_over_proxmox_vmid():
     assert conn_with(**dict(COMMUNITY, ansible_pct_vmid=102))._vmid == 102
     assert conn_with(**dict(COMMUNITY, proxmox_vmid="103"))._vmid == 103       # the API's vmid as text
