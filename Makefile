@@ -9,6 +9,9 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 COLL_LINK := .ansible/collections/ansible_collections/gpufleet/hygiene
+# community.proxmox, pinned (scripts/install-community-proxmox.sh): its `proxmox` inventory runs
+# against the Proxmox VE API stand-in in the integration tests.
+COMMUNITY_PROXMOX := .ansible/collections/ansible_collections/community/proxmox/MANIFEST.json
 # Outside the checkout: under it, ansible-test finds this git repository, sees the copy as
 # ignored and skips every target.
 SANITY_BUILD ?= $(or $(TMPDIR),/tmp)/gpufleet-hygiene-sanity
@@ -20,7 +23,7 @@ ARTIFACT_DIR := $(SANITY_BUILD)/dist
 
 .PHONY: setup run test unit integration molecule browser monitoring packaging docs sanity lint clean
 
-setup: $(VENV)/.stamp $(COLL_LINK)
+setup: $(VENV)/.stamp $(COLL_LINK) $(COMMUNITY_PROXMOX)
 
 $(VENV)/.stamp: requirements/dev.txt requirements/docs.txt scripts/setup-host.sh
 	bash scripts/setup-host.sh
@@ -31,6 +34,9 @@ $(VENV)/.stamp: requirements/dev.txt requirements/docs.txt scripts/setup-host.sh
 $(COLL_LINK):
 	mkdir -p $(dir $(COLL_LINK))
 	ln -sfn ../../../.. $(COLL_LINK)
+
+$(COMMUNITY_PROXMOX): scripts/install-community-proxmox.sh | $(VENV)/.stamp
+	PY=$(PY) bash scripts/install-community-proxmox.sh .ansible/collections
 
 # Without RUN_ARGS: the seed incident on a local simulated fleet (preflight fails on exactly
 # the three broken containers, remediate, preflight passes, hygiene writes the report).

@@ -33,6 +33,9 @@ options:
   node_host:
     description:
       - Address or name of the Proxmox VE node the container lives on.
+      - For a host of community.proxmox's C(proxmox) inventory (it names the node, O(node_name), and its
+        C(ansible_host) is the guest's own address, if any) without C(ansible_pct_node_host), the node's
+        address in O(node_addresses), else the node's name.
     type: string
     required: true
     vars:
@@ -40,6 +43,23 @@ options:
       - name: ansible_pct_node_host
     env:
       - name: GPUFLEET_PCT_NODE_HOST
+  node_name:
+    description:
+      - Name of the container's Proxmox VE node, as community.proxmox's C(proxmox) inventory gives it
+        (C(proxmox_node)). Used to find the node's address (O(node_host)) when none is given.
+    type: string
+    vars:
+      - name: proxmox_node
+    version_added: 0.3.0
+  node_addresses:
+    description:
+      - Address of each Proxmox VE node by node name, given once for the whole inventory (for example in
+        C(group_vars/all.yml)), for hosts that name their node (O(node_name)) but not its address.
+    type: dict
+    default: {}
+    vars:
+      - name: gpufleet_pve_node_addresses
+    version_added: 0.3.0
   node_port:
     description: SSH port of the node.
     type: int
@@ -84,11 +104,13 @@ options:
       - Proxmox VE ID of the container, an integer from 100 to 999999999.
       - Anything else (text that is not only digits, a float, a boolean) is refused.
       - The inventory variable is C(ansible_pct_vmid), which the P(gpufleet.hygiene.proxmox_lxc#inventory) inventory
-        plugin sets; C(pve_vmid) and C(gpufleet_vmid) are read too, as aliases that older inventories use.
+        plugin sets; C(pve_vmid) and C(gpufleet_vmid) are read too, as aliases that older inventories use, and
+        C(proxmox_vmid), which community.proxmox's C(proxmox) inventory sets.
         When several are set, C(ansible_pct_vmid) wins.
     type: raw
     required: true
     vars:
+      - name: proxmox_vmid
       - name: gpufleet_vmid
       - name: pve_vmid
       - name: ansible_pct_vmid
@@ -483,6 +505,22 @@ class Connection(ConnectionBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._vmid = None
+
+    def set_options(self, task_keys=None, var_options=None, direct=None):
+        if var_options and var_options.get("proxmox_node") and not (
+                var_options.get("ansible_host") or var_options.get("ansible_pct_node_host")):
+            # ansible-core gives no ansible_host to a host without one: the node's name stands in
+            # for it (node_host is required), and is resolved below like a guest's ansible_host.
+            var_options = dict(var_options, ansible_host=var_options["proxmox_node"])
+        super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
+        # A host of community.proxmox's inventory names its node (proxmox_node); its ansible_host,
+        # when set, is the guest's own address, never the node's.
+        node = self.get_option("node_name")
+        if node:
+            _value, origin = self.get_option_and_origin("node_host")
+            if origin is None or origin.startswith(("var: ansible_host", "default")):
+                addresses = self.get_option("node_addresses") or {}
+                self.set_option("node_host", str(addresses.get(node) or node))
 
     # ------------------------------------------------------------------ argv
 

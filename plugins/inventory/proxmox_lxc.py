@@ -6,10 +6,16 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: proxmox_lxc
-short_description: Discover the LXC containers of Proxmox VE nodes over SSH
+short_description: Discover the LXC containers of Proxmox VE nodes over SSH or the Proxmox VE API
 description:
-  - Logs in to every listed Proxmox VE node over SSH (paramiko, nodes in parallel) and runs
-    C(pct list) and C(pct config <vmid>) for each container.
+  - With O(source=ssh) (the default), logs in to every listed Proxmox VE node over SSH (paramiko, nodes in
+    parallel) and runs C(pct list) and C(pct config <vmid>) for each container.
+  - With O(source=api), asks the Proxmox VE API of the cluster with an API token (the same one
+    community.proxmox's C(proxmox) inventory uses) - every container of the whole cluster in one call to
+    C(/cluster/resources?type=vm), the nodes and their addresses from C(/cluster/status), each container's
+    config from C(/nodes/<node>/lxc/<vmid>/config) (in parallel) - and gives the same hosts, variables and
+    groups as O(source=ssh). No SSH to the nodes is needed to list them; the containers are still reached
+    through their node with the C(gpufleet.hygiene.pct) connection.
   - Every container becomes a host reached with the C(gpufleet.hygiene.pct) connection
     through its node; the nodes become hosts of the C(<group_prefix>nodes) group.
   - Groups by node (C(<prefix>node_<node>)), by status (C(<prefix>running), C(<prefix>stopped))
@@ -26,13 +32,15 @@ description:
   - A container allowed C(c 195:*) without any C(/dev/nvidiaN) passed through may open every GPU of its node.
     It is in C(<prefix>gpu) with C(pve_gpu_all=true) and empty C(pve_gpu_indices) (which GPUs it uses is
     unknown), and the node's warning says so.
-  - A node that cannot be reached (or whose C(pct) fails) is a warning; the containers of the
-    other nodes are still returned. Results are cached only when every node answered.
+  - A node that cannot be reached (or whose C(pct) fails, or whose containers' configs the API cannot read)
+    is a warning; the containers of the other nodes are still returned. Results are cached only when every
+    node answered. With O(source=api), an API that cannot be reached, or that refuses the token (HTTP 401 or
+    403), fails the inventory with the API path and what to fix.
   - Uses a YAML configuration file that ends with C(proxmox_lxc.yml) or C(proxmox_lxc.yaml).
 author: gpufleet.hygiene maintainers (@gpufleet)
 version_added: 0.1.0
 requirements:
-  - paramiko (on the controller)
+  - paramiko (on the controller), for O(source=ssh)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
@@ -42,13 +50,63 @@ options:
     type: string
     required: true
     choices: [gpufleet.hygiene.proxmox_lxc]
+  source:
+    description:
+      - Where the containers are listed from. V(ssh) runs C(pct) on every node of O(nodes) over SSH;
+        V(api) asks the Proxmox VE API at O(api_url) with the token O(api_token_id) / O(api_token_secret).
+    type: string
+    default: ssh
+    choices: [ssh, api]
+    version_added: 0.3.0
   nodes:
     description:
-      - The Proxmox VE nodes to query. Each is a name (also used as address), or a mapping
-        with C(name) and optionally C(host), C(port) and C(user).
+      - The Proxmox VE nodes to query (required with O(source=ssh)). Each is a name (also used as address),
+        or a mapping with C(name) and optionally C(host), C(port) and C(user).
+      - With O(source=api), the nodes come from the API; an entry here only says how to reach that node
+        (C(host), C(port), C(user)) instead of the address the API reports (C(/cluster/status)'s C(ip)).
     type: list
     elements: raw
-    required: true
+    default: []
+  api_url:
+    description:
+      - Base URL of the Proxmox VE API (any node of the cluster), for example V(https://pve1.example.com:8006).
+        Required with O(source=api).
+    type: string
+    env:
+      - name: GPUFLEET_PVE_API_URL
+    version_added: 0.3.0
+  api_token_id:
+    description:
+      - The API token's full ID, C(<user>@<realm>!<tokenid>), for example V(gpufleet@pve!inventory).
+        Required with O(source=api). It needs C(VM.Audit) on the containers and C(Sys.Audit) on C(/).
+    type: string
+    env:
+      - name: GPUFLEET_PVE_TOKEN_ID
+    version_added: 0.3.0
+  api_token_secret:
+    description:
+      - The API token's secret (a UUID). Required with O(source=api). Keep it in a vault or the environment.
+      - It goes only into the C(Authorization) header of the requests, never into a variable, a message or the cache.
+    type: string
+    env:
+      - name: GPUFLEET_PVE_TOKEN_SECRET
+    version_added: 0.3.0
+  validate_certs:
+    description:
+      - Verify the API's TLS certificate. On by default; a node's own self-signed certificate needs
+        O(ca_path) (the cluster's C(/etc/pve/pve-root-ca.pem)) rather than turning this off.
+    type: bool
+    default: true
+    version_added: 0.3.0
+  ca_path:
+    description: PEM file of the CA (or the certificate) the API's certificate is verified against.
+    type: path
+    version_added: 0.3.0
+  api_timeout:
+    description: Seconds to wait for each API request.
+    type: int
+    default: 10
+    version_added: 0.3.0
   user:
     description: SSH user on the nodes (must be allowed to run C(pct)).
     type: string
@@ -102,6 +160,15 @@ options:
 """
 
 EXAMPLES = r"""
+# cluster.proxmox_lxc.yml: every container of the cluster from its API, one call to list them
+plugin: gpufleet.hygiene.proxmox_lxc
+source: api
+api_url: https://pve1.example.com:8006
+api_token_id: gpufleet@pve!inventory
+# api_token_secret: from GPUFLEET_PVE_TOKEN_SECRET, or a vaulted value
+ca_path: /etc/gpufleet/pve-root-ca.pem
+private_key_file: ~/.ssh/pve_ed25519
+
 # fleet.proxmox_lxc.yml
 plugin: gpufleet.hygiene.proxmox_lxc
 nodes:
@@ -122,10 +189,14 @@ keyed_groups:
 """
 
 import concurrent.futures
+import json
 import re
+import urllib.error
+import urllib.parse
 
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.module_utils.common.text.converters import to_text
+from ansible.module_utils.urls import open_url
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.display import Display
 
@@ -141,6 +212,9 @@ else:
     PARAMIKO_IMPORT_ERROR = None
 
 display = Display()
+
+# An API answer larger than this is refused (a cluster's resources are a few hundred bytes a guest).
+_API_MAX_BYTES = 64 << 20
 
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?", re.ASCII)
 # Proxmox VE's boolean values (PVE::JSONSchema: 1|0, yes|no, on|off, true|false).
@@ -263,6 +337,111 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             kind = _pct.PCT_FAILED
         return _pct.REASONS.get(kind, "failed")
 
+    # ------------------------------------------------------------------ api
+
+    def _api_get(self, path, node=None):
+        """``data`` of one GET of the Proxmox VE API; AnsibleError naming the path (and node) otherwise."""
+        where = "GET %s%s" % (path, " (node %s)" % node if node else "")
+        url = self.get_option("api_url").rstrip("/") + "/api2/json" + path
+        headers = {"Authorization": "PVEAPIToken=%s=%s" % (self.get_option("api_token_id"), self.get_option("api_token_secret")),
+                   "Accept": "application/json"}
+        try:
+            resp = open_url(url, method="GET", headers=headers, validate_certs=self.get_option("validate_certs"),
+                            ca_path=self.get_option("ca_path"), timeout=self.get_option("api_timeout"),
+                            follow_redirects="none", use_proxy=True)
+            body = resp.read(_API_MAX_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                raise AnsibleError(
+                    "proxmox_lxc: the Proxmox VE API refused the token %s on %s (HTTP %d %s): check api_token_id "
+                    "(<user>@<realm>!<tokenid>) and api_token_secret, and that the token has VM.Audit on the containers "
+                    "and Sys.Audit on / (a token with privilege separation needs its own permissions)"
+                    % (self.get_option("api_token_id"), where, exc.code, exc.reason)) from exc
+            raise AnsibleError("proxmox_lxc: %s failed: HTTP %d %s" % (where, exc.code, exc.reason)) from exc
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            hint = ""
+            if "CERTIFICATE_VERIFY_FAILED" in str(reason):
+                hint = " (give the cluster's CA, /etc/pve/pve-root-ca.pem, as ca_path)"
+            raise AnsibleError("proxmox_lxc: %s: cannot reach the Proxmox VE API at %s: %s%s"
+                               % (where, self.get_option("api_url"), to_text(reason), hint)) from exc
+        if len(body) > _API_MAX_BYTES:
+            raise AnsibleError("proxmox_lxc: %s: the answer is larger than %d bytes" % (where, _API_MAX_BYTES))
+        try:
+            return json.loads(body)["data"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise AnsibleError("proxmox_lxc: %s: not a Proxmox VE API answer ({\"data\": ...}): %s"
+                               % (where, to_text(body[:200], errors="surrogate_or_replace"))) from exc
+
+    @staticmethod
+    def _config_text(data):
+        """An API config (keys to values, raw lxc.* keys as [[key, value], ...] under ``lxc``) as the
+        lines `pct config` prints, so that both sources parse one format."""
+        lines = []
+        for key, value in data.items():
+            if key in ("digest", "lxc"):
+                continue
+            lines.append("%s: %s" % (key, value))
+        for pair in data.get("lxc") or []:
+            lines.append("%s: %s" % (pair[0], pair[1]))
+        return "\n".join(lines) + "\n"
+
+    def _discover_api(self):
+        for opt in ("api_url", "api_token_id", "api_token_secret"):
+            if not self.get_option(opt):
+                raise AnsibleParserError("proxmox_lxc: source: api needs %s" % opt)
+        if not re.fullmatch(r"[^@!=\s]+@[^@!=\s]+![A-Za-z][A-Za-z0-9._-]*", self.get_option("api_token_id")):
+            raise AnsibleParserError("proxmox_lxc: api_token_id must read <user>@<realm>!<tokenid> (e.g. gpufleet@pve!inventory), got %r"
+                                     % self.get_option("api_token_id"))
+        given = {n["name"]: n for n in self._nodes()} if self.get_option("nodes") else {}
+        members = [e for e in self._api_get("/cluster/status") if e.get("type") == "node" and e.get("name")]
+        nodes, offline = {}, []
+        for entry in members:
+            name = str(entry["name"])
+            nodes[name] = given.get(name) or {"name": name, "host": str(entry.get("ip") or name),
+                                              "port": int(self.get_option("port")), "user": str(self.get_option("user"))}
+            if not entry.get("online"):
+                offline.append(name)
+        guests = [g for g in self._api_get("/cluster/resources?type=vm")
+                  if g.get("type") == "lxc" and not g.get("template") and g.get("node") in nodes]
+        results, failed = {}, []
+        for name in offline:
+            failed.append(name)
+            display.warning("proxmox_lxc: node %s skipped: the Proxmox VE API reports it offline (/cluster/status)" % name)
+
+        def one(guest):
+            node, vmid = guest["node"], int(guest["vmid"])
+            path = "/nodes/%s/lxc/%d/config" % (urllib.parse.quote(node, safe=""), vmid)
+            try:
+                return guest, self._api_get(path, node=node), None
+            except AnsibleError as exc:
+                return guest, None, exc
+
+        wanted = [g for g in guests if g["node"] not in offline]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.get_option("max_workers"))) as pool:
+            answers = list(pool.map(one, wanted))
+        errors = {}
+        for guest, _data, exc in answers:
+            if exc is not None:
+                errors.setdefault(guest["node"], exc)
+        for name in sorted(nodes):
+            if name in offline:
+                continue
+            if name in errors:
+                failed.append(name)
+                display.warning("proxmox_lxc: node %s skipped: %s" % (name, to_text(errors[name])))
+                continue
+            rows = []
+            for guest, data, _exc in answers:
+                if guest["node"] != name:
+                    continue
+                conf = _pct.parse_config(self._config_text(data))
+                rows.append({"vmid": int(guest["vmid"]), "status": str(guest.get("status") or "unknown"),
+                             "lock": conf.get("lock", ""), "name": conf.get("hostname", ""), "config": conf})
+            rows.sort(key=lambda r: r["vmid"])
+            results[name] = {"node": nodes[name], "containers": rows}
+        return {"nodes": results, "failed": failed}
+
     # ------------------------------------------------------------------ inventory
 
     def _populate(self, results):
@@ -343,9 +522,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def parse(self, inventory, loader, path, cache=True):
         super().parse(inventory, loader, path, cache)
-        if paramiko is None:
-            raise AnsibleError("proxmox_lxc needs paramiko on the controller: %s" % PARAMIKO_IMPORT_ERROR)
         self._read_config_data(path)
+        api = self.get_option("source") == "api"
+        if not api and paramiko is None:
+            raise AnsibleError("proxmox_lxc needs paramiko on the controller: %s" % PARAMIKO_IMPORT_ERROR)
+        if not api and not self.get_option("nodes"):
+            raise AnsibleParserError("proxmox_lxc: nodes is required with source: ssh (or set source: api)")
         cache_key = self.get_cache_key(path)
         use_cache = self.get_option("cache") and cache
         update_cache = self.get_option("cache") and not cache
@@ -356,7 +538,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             except KeyError:
                 update_cache = True
         if results is None:
-            results = self._discover()
+            results = self._discover_api() if api else self._discover()
             if results["failed"]:
                 update_cache = False
         if update_cache:

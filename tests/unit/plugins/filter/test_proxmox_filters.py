@@ -1,0 +1,82 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""proxmox_hosts (community.proxmox's hosts as the playbooks read hosts) and pve_tag_plan (the
+verdict tags, by node)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.hygiene.plugins.filter.proxmox import proxmox_hosts, pve_tag_plan
+
+# As community.proxmox's inventory gives them: a node, two LXC guests, a VM, and one of ours.
+HOSTVARS = {
+    "pve1": {},
+    "pve2": {"ansible_host": "192.0.2.2"},
+    "train-100": {"proxmox_vmid": 100, "proxmox_node": "pve1", "proxmox_vmtype": "lxc"},
+    "train-200": {"proxmox_vmid": "200", "proxmox_node": "pve2", "proxmox_vmtype": "lxc", "ansible_host": "10.9.9.9"},
+    "vm-300": {"proxmox_vmid": 300, "proxmox_node": "pve1", "proxmox_vmtype": "qemu"},
+    "ours-400": {"ansible_pct_vmid": 400, "pve_node": "pve1", "proxmox_vmid": 400, "proxmox_node": "pve1"},
+}
+
+
+def test_community_hosts_get_what_the_playbooks_read():
+    got = proxmox_hosts(HOSTVARS, list(HOSTVARS))
+    assert got == {"containers": [
+        {"host": "train-100", "pve_node": "pve1", "ansible_pct_vmid": 100, "ansible_pct_node_host": "pve1",
+         "ansible_connection": "gpufleet.hygiene.pct"},
+        # The node's address as the inventory reports it (the node host's ansible_host), not the guest's.
+        {"host": "train-200", "pve_node": "pve2", "ansible_pct_vmid": 200, "ansible_pct_node_host": "192.0.2.2",
+         "ansible_connection": "gpufleet.hygiene.pct"},
+    ], "nodes": []}
+
+
+def test_the_node_address_mapping_wins_and_reaches_the_nodes_without_an_address():
+    mapping = {"pve1": "10.0.0.1", "pve2": "10.0.0.2"}
+    hostvars = {k: dict(v, gpufleet_pve_node_addresses=mapping) for k, v in HOSTVARS.items()}
+    got = proxmox_hosts(hostvars, list(hostvars))
+    assert [c["ansible_pct_node_host"] for c in got["containers"]] == ["10.0.0.1", "10.0.0.2"]
+    assert got["nodes"] == [{"host": "pve1", "ansible_host": "10.0.0.1"}]    # pve2 has its own ansible_host
+
+
+@pytest.mark.parametrize("hv, msg", [
+    ({"proxmox_vmid": 100}, "has proxmox_vmid but no proxmox_node"),
+    ({"proxmox_vmid": "1a", "proxmox_node": "pve1"}, "proxmox_vmid '1a', not a Proxmox VE ID"),
+    ({"proxmox_vmid": 100, "proxmox_node": "pve1", "gpufleet_pve_node_addresses": ["pve1"]}, "must map node names"),
+])
+def test_bad_community_hosts_are_said(hv, msg):
+    with pytest.raises(AnsibleFilterError, match=msg):
+        proxmox_hosts({"ct": hv}, ["ct"])
+
+
+def check(name, ok, error=None):
+    return {"name": name, "ok": ok, "severity": "fail", "error": error}
+
+
+RECORDS = [
+    {"host": "a", "node": "pve1", "vmid": 100, "ready": True, "checks": [check("gpu_idle", True)], "error": None},
+    {"host": "b", "node": "pve1", "vmid": 101, "ready": False, "checks": [check("venv_clean", False)], "error": None},
+    {"host": "c", "node": "pve2", "vmid": 200, "ready": False,
+     "checks": [check("venv_clean", False), check("gpu_healthy", False)], "error": None},
+    {"host": "d", "node": "pve2", "vmid": 201, "ready": False, "checks": [check("gpu_idle", False, True)], "error": None},
+    {"host": "e", "node": "pve2", "vmid": 202, "ready": False, "checks": [], "error": "unreachable"},
+    {"host": "f", "node": "pve3", "vmid": 300, "ready": True, "checks": [check("gpu_idle", True)], "error": None},
+]
+
+
+def test_each_read_container_gets_its_verdict_tag_from_its_node():
+    hostvars = {h: {"gpufleet_pve_tags": True} for h in "abcde"}
+    hostvars["f"] = {"gpufleet_pve_tags": "false"}
+    plan = pve_tag_plan(RECORDS, hostvars)
+    assert plan["nodes"] == ["pve1", "pve2"]
+    assert plan["by_node"] == {
+        "pve1": [{"host": "a", "vmid": 100, "add": ["gpufleet-ok"], "remove": ["gpufleet-dirty", "gpufleet-unhealthy"]},
+                 {"host": "b", "vmid": 101, "add": ["gpufleet-dirty"], "remove": ["gpufleet-ok", "gpufleet-unhealthy"]}],
+        "pve2": [{"host": "c", "vmid": 200, "add": ["gpufleet-unhealthy"], "remove": ["gpufleet-ok", "gpufleet-dirty"]}],
+    }
+
+
+def test_no_tags_unless_asked():
+    assert pve_tag_plan(RECORDS, {h: {} for h in "abcdef"}) == {"nodes": [], "by_node": {}}
