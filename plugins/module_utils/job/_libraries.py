@@ -290,13 +290,14 @@ def _comm(pid, proc, describe):
         return None
 
 
-def wrong(library, ref_major):
+def wrong(library, ref_major, reference=None):
     """Why a mapped library is wrong for a job whose torch is built for CUDA ``ref_major``
-    (a list of reasons; empty when it is fine)."""
+    (a list of reasons; empty when it is fine). ``reference`` words the reference (default
+    ``"torch is CUDA <ref_major>"``)."""
     reasons = []
     major = library.get("cuda_major")
     if ref_major is not None and major is not None and major != ref_major:
-        reasons.append("CUDA %s, torch is CUDA %s" % (major, ref_major))
+        reasons.append("CUDA %s, %s" % (major, reference or "torch is CUDA %s" % ref_major))
     if library.get("outside_venv"):
         reasons.append("mapped from outside the venv, which ships %s" % library.get("venv_copy"))
     if library.get("deleted"):

@@ -123,7 +123,26 @@ def _check(where, k, c):
         out["throughput"] = dict((key, _number(where, "%s.throughput.%s" % (k, key), t.get(key))) for key in THROUGHPUT_KEYS)
     if name == "gpu_healthy":  # its per-GPU detail feeds the GPU health metrics and the page
         out.update(health_detail(c))
+    if name == "job_libraries":  # each wrong mapping, for the metric and the JUnit failure
+        out["libraries"] = [_library(where, lk, lib) for lk, lib in where.items(k + ".libraries", c.get("libraries"))]
     return out
+
+
+def _library(where, k, lib):
+    """One wrong mapping of the job_libraries check."""
+    reasons = lib.get("reasons")
+    if reasons is not None and not isinstance(reasons, (list, tuple)):
+        where.fail(k + ".reasons", "must be a list, got %s" % type(reasons).__name__)
+    return {
+        "pid": where.int(k + ".pid", lib.get("pid")),
+        "comm": where.text(k + ".comm", lib.get("comm")),
+        "path": where.str(k + ".path", lib.get("path")),
+        "package": where.str(k + ".package", lib.get("package"), nullable=True),
+        "package_version": where.str(k + ".package_version", lib.get("package_version"), nullable=True),
+        "cuda_major": where.int(k + ".cuda_major", lib.get("cuda_major"), nullable=True),
+        "deleted": where.bool(k + ".deleted", lib.get("deleted", False)),
+        "reasons": [where.str("%s.reasons[%d]" % (k, i), r) for i, r in enumerate(reasons or ())],
+    }
 
 
 def _number(where, key, value):
