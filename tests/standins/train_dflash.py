@@ -30,15 +30,16 @@ stops it). Extra arguments (--tag ...) only mark its command line for scope test
 
 With --dlopen PATHS (a comma list) it first loads each shared object with ctypes.CDLL, in order
 and RTLD_GLOBAL (a later one's DT_NEEDED met by an earlier one's soname), as a training process
-loads its CUDA libraries: they are in its /proc/<pid>/maps. A path relative to the directory
-of the interpreter's site-packages (``site:nvidia/nccl/lib/libnccl.so.2``) is looked up there,
-as torch finds the libraries of its venv's nvidia wheels.
+loads its CUDA libraries: they are in its /proc/<pid>/maps. A path with a glob pattern
+(``/opt/venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2``) is the first file it
+matches, as torch finds the libraries of its venv's nvidia wheels whatever the Python version.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import glob
 import json
 import os
 import signal
@@ -52,17 +53,14 @@ def start_time(pid):
     return int(text[text.rindex(")") + 2:].split()[19])
 
 
-def site_path(path):
-    """``site:REL`` as the path under this interpreter's site-packages that holds it; else as given."""
-    if not path.startswith("site:"):
-        return path
-    import site  # noqa: PLC0415 - only for this form
-
-    rel = path[len("site:"):]
-    for directory in site.getsitepackages():
-        if os.path.exists(os.path.join(directory, rel)):
-            return os.path.join(directory, rel)
-    raise SystemExit("--dlopen %s: no site-packages directory holds it" % path)
+def library_path(pattern):
+    """The first file a --dlopen pattern matches (itself when it has no glob character)."""
+    if not glob.has_magic(pattern):
+        return pattern
+    found = sorted(glob.glob(pattern))
+    if not found:
+        raise SystemExit("--dlopen %s: no file matches" % pattern)
+    return found[0]
 
 
 def main():
@@ -83,7 +81,7 @@ def main():
                     help="a compile phase before the first reading (nothing is compiled)")
     ap.add_argument("--warmup-steps", type=int, default=0, metavar="N", help="the first N readings are RATE/4")
     ap.add_argument("--dlopen", default="", metavar="PATHS",
-                    help="shared objects to load first, a comma list (site:REL for one under site-packages)")
+                    help="shared objects to load first, a comma list (a glob pattern: the first file it matches)")
     args = ap.parse_args()
     if not args.state:
         ap.error("--state or GPU_STANDIN_STATE is required")
@@ -97,7 +95,7 @@ def main():
         signal.signal(signal.SIGTERM, on_term)
 
     for path in filter(None, args.dlopen.split(",")):
-        ctypes.CDLL(site_path(path), mode=ctypes.RTLD_GLOBAL)  # mapped until this process dies
+        ctypes.CDLL(library_path(path), mode=ctypes.RTLD_GLOBAL)  # mapped until this process dies
     gpus = [int(g) for g in str(args.gpu).split(",")]
     devices = args.device.split(",") if args.device else [os.path.join(args.state, "dev", "nvidia%d" % g) for g in gpus]
     if len(devices) != len(gpus):
