@@ -136,8 +136,10 @@ def read_libraries(p, result, env, seconds):
     reference, or with job_libraries=false."""
     if not p.get("job_libraries", True):
         return skipped("job_libraries=false")
-    if env is None or result["processes"].get("skipped"):
+    if not p.get("venv") or result["processes"].get("skipped"):
         return skipped("no venv or no job_patterns")
+    if env is None:
+        return failed("the venv was not read within read_timeout: the libraries the job maps could not be judged")
     cuda = result["cuda_contamination"]
     if "reference" not in cuda:
         return failed("the libraries the job maps are judged against the venv's reference CUDA, which could not be "
