@@ -57,7 +57,8 @@ def fleet(tmp_path_factory):
 
 
 def ansible(fleet, tool, *args):
-    env = dict(fleet["env"], ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    # JSON results (ansible.cfg shows them as YAML): the ad-hoc reading is parsed below.
+    env = dict(fleet["env"], ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     res = subprocess.run([os.path.join(VENV_BIN, tool), "-i", fleet["inventory"], *args], cwd=REPO, env=env, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600, check=False)
     logs = os.path.join(str(fleet["work"]), "logs")
