@@ -264,11 +264,12 @@ def mapped_libraries(pids, proc=PROC, open_file=None, index=None, seconds=READ_S
     problems = []
     out = []
     needed = {}
-    for n, pid in enumerate(sorted(set(int(p) for p in pids))):
+    todo = sorted(set(int(p) for p in pids))
+    for n, pid in enumerate(todo):
         left = deadline - time.monotonic()
         if left <= 0:
             problems.append("%d process(es) not read within %ss: %s" % (
-                len(pids) - n, seconds, ", ".join(str(p) for p in sorted(set(pids))[n:][:5])))
+                len(todo) - n, seconds, ", ".join(str(p) for p in todo[n:][:5])))
             break
         data = read_maps(pid, proc, problems, seconds=left)
         if data is None:

@@ -205,3 +205,10 @@ def test_maps_are_read_within_their_bounds(monkeypatch, job, cudart13):
 ])
 def test_families(path, family):
     assert _libraries.family(path) == family
+
+
+def test_processes_left_when_the_time_is_up_are_named(seed_venv, job, cudart13):
+    p = job(cudart13)
+    reading = _libraries.mapped_libraries([p.pid, p.pid, os.getpid()], seconds=0)
+    assert reading["processes"] == []
+    assert reading["problems"] == ["2 process(es) not read within 0s: %s" % ", ".join(str(x) for x in sorted({p.pid, os.getpid()}))]
