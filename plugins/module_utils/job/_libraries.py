@@ -49,7 +49,7 @@ FAMILIES = (
     ("cusparselt", r"^libcusparseLt"),
     ("nvshmem", r"^(?:lib)?nvshmem"),
     ("cuda", (r"^lib(?:cudart|cuda|nvrtc|nvrtc-builtins|nvJitLink|cupti|cufft|cufftw|curand|cusolver|cusolverMg|cusparse"
-             r"|nvToolsExt|nvperf_host|nvperf_target|cufile|cufile_rdma|nvidia-ml|nvblas|npp\w*|nvjpeg)(?=[.\-_]|$)")),
+              r"|nvToolsExt|nvperf_host|nvperf_target|cufile|cufile_rdma|nvidia-ml|nvblas|npp\w*|nvjpeg)(?=[.\-_]|$)")),
     ("triton", r"^libtriton"),
     ("torch", r"^lib(?:torch|c10|shm|caffe2)(?=[._]|$)"),
 )

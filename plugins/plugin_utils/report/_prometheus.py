@@ -26,7 +26,7 @@ METRICS = (
     ("job_tokens_per_second", "The training job's last throughput reading in its log (job_live), in tokens per second."),
     ("job_baseline_tokens_per_second", "The job's recorded good throughput (gpufleet_job.baseline_tokens_per_s), in tokens per second."),
     ("job_libraries_wrong", ("Libraries the running job maps of another CUDA major than torch's, from outside the venv or "
-                            "deleted (the job_libraries check).")),
+                             "deleted (the job_libraries check).")),
     ("contaminants", "Packages built for another CUDA major than the venv's torch."),
     ("gpu_memory_used_bytes", "GPU memory in use."),
     ("gpu_memory_total_bytes", "GPU memory in total."),
