@@ -17,13 +17,19 @@ ANSIBLE_COLLECTIONS_PATH (or PYTHONPATH) must make ansible_collections.gpufleet.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, read
+# Run as a script: the collection is imported from ANSIBLE_COLLECTIONS_PATH (or PYTHONPATH).
+sys.path[:0] = [p for p in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(":") if p]
+_readiness = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness")
+ARGUMENT_SPEC, read = _readiness.ARGUMENT_SPEC, _readiness.read
 
 
 def run(argv):

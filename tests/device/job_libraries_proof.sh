@@ -25,7 +25,7 @@ rm -rf "$W"; mkdir -p "$W" "$OUT"
 export ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
 LOG="$OUT/job_libraries.log"
 say() { printf '\n=== %s\n' "$*" | tee -a "$LOG"; }
-PATTERN='train_loop\.py'
+PATTERN='train_loop[.]py'  # no backslash: it goes into JSON and YAML as it is
 stop_jobs() { pkill -f '[t]rain_loop[.]py'; for _ in $(seq 1 60); do pgrep -f '[t]rain_loop[.]py' > /dev/null || return 0; sleep 1; done; }
 wait_ready() {  # the loop's first step, compiled: its libraries are all loaded by then
   for _ in $(seq 1 300); do grep -q "compiled in" "$W/train.log" 2>/dev/null && return 0; sleep 1; done
