@@ -40,6 +40,7 @@ VENV_BIN = os.path.join(REPO, ".venv", "bin")
 QUICK = ["-e", "kill_grace_period=2", "-e", "kill_drain_timeout=15", "-e", "relaunch_settle_seconds=0"]
 CUDA13 = "/opt/cuda-13/lib64/libcudart.so.13"
 NCCL = "/opt/venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2"
+CUDART12 = "/opt/venv/lib/python3*/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12"
 JOB = re.compile(r"^\S*python3? /opt/gpufleet/train_dflash\.py")
 
 
@@ -141,3 +142,39 @@ def test_a_job_on_the_cu13_nccl_is_flagged_and_the_relaunched_one_maps_the_right
     libs = {lib["path"]: lib for lib in proc["libraries"]}
     assert proc["pid"] == new
     assert (libs[venv_nccl]["package"], libs[venv_nccl]["cuda_major"], libs[venv_nccl]["deleted"]) == ("nvidia-nccl-cu12", 12, False)
+
+
+def test_the_relaunch_fails_a_new_run_that_maps_another_majors_library(fleet):
+    """The relaunch role alone (as remediate runs it), its command loading the CUDA 13 runtime left
+    on the disk besides the venv's: the run starts and logs its ready line, and the role fails the
+    host naming that library. Runs after the test above (the same fleet, its clean job running)."""
+    host = fleet["ct"]["name"]
+    rootfs = fleet["rootfs"]
+    if not os.path.exists(rootfs + CUDA13):  # this test run alone
+        build_shared_object(str(fleet["work"] / "cuda13"), "libcudart.so.13")
+        os.makedirs(os.path.join(rootfs, CUDA13.lstrip("/").rsplit("/", 1)[0]), exist_ok=True)
+        os.link(str(fleet["work"] / "cuda13" / "libcudart.so.13"), rootfs + CUDA13)
+    for pid in jobs(fleet):  # by PID: only the job's processes, each one the test saw
+        simfleet.sh(fleet["lxc"], fleet["ct"]["vmid"], "kill %d" % pid)
+    deadline = time.monotonic() + 15
+    while jobs(fleet) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not jobs(fleet)
+    rc, out = ansible(fleet, "ansible-inventory", "--host", host)
+    command = json.loads(out)["gpufleet_job"]["command"]
+    playbook = fleet["work"] / "relaunch.yml"
+    playbook.write_text(json.dumps([{
+        "name": "Relaunch alone", "hosts": host, "gather_facts": False,
+        "roles": [{"role": "gpufleet.hygiene.relaunch", "vars": {
+            "relaunch_method": "setsid", "relaunch_settle_seconds": 0,
+            # The venv's NCCL is CUDA 12's again (remediate restored it): its runtime is loaded too.
+            "relaunch_command": command + ["--dlopen", "%s,%s,%s" % (CUDA13, CUDART12, NCCL)]}}]}]))
+    rc, out = ansible(fleet, "ansible-playbook", str(playbook))
+    flat = re.sub(r"\s+", " ", out.replace("\\n", " "))
+    assert rc != 0, out
+    assert "TASK [gpufleet.hygiene.relaunch : The log says it runs]" in out, out  # it ran and logged its ready line
+    assert "%s: the relaunched job runs on the wrong libraries: 1 wrong library mapped by the running job: " % host in flat, out
+    assert ("maps %s (no package of the venv): CUDA 13, torch is CUDA 12.8; mapped from outside the venv, which ships "
+            % CUDA13) in flat, out
+    [new] = jobs(fleet)
+    assert CUDA13 in maps(fleet, new)
