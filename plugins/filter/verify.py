@@ -135,6 +135,7 @@ ALWAYS_GIVEN = (
     ("allow_running_job", "verify_allow_running_job", None, False, "bool"),
     ("stall_after", "verify_stall_after", "gpufleet_stall_after", 900, int),
     ("gpu_health", "verify_gpu_health", "gpufleet_gpu_health", False, "bool"),
+    ("job_libraries", "verify_job_libraries", "gpufleet_job_libraries", True, "bool"),
 )
 # Left out when empty, so that the module's defaults apply.
 GIVEN_WHEN_SET = (

@@ -156,6 +156,17 @@ options:
     type: bool
     default: false
     version_added: 0.3.0
+  job_libraries:
+    description:
+      - Read the CUDA libraries the job's processes (O(job_patterns)) and every GPU holder have mapped
+        (C(/proc/<pid>/maps)) and judge them in the C(job_libraries) check - a library of another CUDA major
+        than the venv's reference (torch's, or O(expected_cuda)), one mapped from outside O(venv) where the venv
+        ships that library, or one deleted under the running job fails it (docs/checks.md).
+      - Needs O(venv) and O(job_patterns); read after the others, within what is left of O(read_timeout). A maps
+        read and the DT_NEEDED of the libraries it names cost milliseconds per process.
+    type: bool
+    default: true
+    version_added: 0.3.0
   gpu_driver_pin:
     description:
       - The driver version the fleet pins (V(580.159.04), or a prefix such as V(580)); with O(gpu_health), another
@@ -262,6 +273,17 @@ gpu_health:
   returned: unless O(brief=true) or O(record)
   type: dict
   version_added: 0.3.0
+job_libraries:
+  description:
+    - What the job's processes and the GPU holders map of CUDA - C(processes), each C(pid), C(comm) and
+      C(libraries) (each C(path) as the process sees it, C(family) - V(cuda), V(cudnn), V(nccl), V(cublas),
+      V(cusparselt), V(nvshmem), V(triton) or V(torch) - C(package) and C(package_version) whose RECORD lists it,
+      C(owners), C(cuda_major) and its C(evidence), C(deleted), C(outside_venv) and C(venv_copy)) - with
+      C(problems), C(reference) and C(read_s).
+    - C(skipped=true) without O(venv) or O(job_patterns), or with O(job_libraries=false).
+  returned: unless O(brief=true) or O(record)
+  type: dict
+  version_added: 0.3.0
 cuda_contamination:
   description:
     - M(gpufleet.hygiene.cuda_contamination)' result (a scan, nothing removed).
@@ -288,7 +310,9 @@ checks:
   description:
     - The verdicts, in this order - C(gpu_idle) (every GPU idle, or with O(allow_running_job) held only
       by the job), C(job_live) (with O(job_patterns) - the job, if one runs, makes progress, and no GPU
-      holder outlived its job; docs/checks.md), C(venv_clean) (no package built for another CUDA major than torch), C(packages) (no
+      holder outlived its job; docs/checks.md), C(job_libraries) (with O(job_patterns), O(venv) and
+      O(job_libraries) - no process of the job maps a CUDA library of another major, from outside the venv, or
+      deleted; docs/checks.md), C(venv_clean) (no package built for another CUDA major than torch), C(packages) (no
       drift from O(baseline), files as in RECORD), C(caches_fresh) (no compile cache built for other
       versions), C(gpu_healthy) (with O(gpu_health) - no GPU with a finding of severity C(fail); docs/gpu_health.md).
       A check whose read was skipped is left out; a read that failed fails its check with the read's message.
@@ -297,7 +321,7 @@ checks:
   elements: dict
   contains:
     name:
-      description: V(gpu_idle), V(job_live), V(venv_clean), V(packages), V(caches_fresh) or V(gpu_healthy).
+      description: V(gpu_idle), V(job_live), V(job_libraries), V(venv_clean), V(packages), V(caches_fresh) or V(gpu_healthy).
       type: str
     severity:
       description: V(fail).
@@ -346,6 +370,13 @@ checks:
       version_added: 0.3.0
     findings:
       description: For V(gpu_healthy), the host's own findings (the read's failure, the driver pin).
+      type: list
+      elements: dict
+      version_added: 0.3.0
+    libraries:
+      description:
+        - For V(job_libraries), each wrong mapping - C(pid), C(comm), C(path), C(package), C(package_version),
+          C(cuda_major), C(deleted) and C(reasons) (why it is wrong, each a line).
       type: list
       elements: dict
       version_added: 0.3.0

@@ -4,15 +4,19 @@
 """A small real training loop for the GPU validation: torch.compile, bf16, tokens/s logged.
 
     python train_loop.py --steps 300 [--batch 32] [--seq 1024] [--dim 1024] [--layers 4]
-                         [--sleep 0] [--reserve-gib 0] [--forever]
+                         [--sleep 0] [--reserve-gib 0] [--forever] [--dlopen PATHS]
 
 A causal-LM-shaped stack (embedding, pre-norm MLP blocks, tied head) trained on random
 tokens with AdamW. Every --log-every steps it prints `step N loss L T tokens/s`. --sleep
 adds a delay per step (an injected slowdown); --reserve-gib holds extra GPU memory (a
-job's activations and caches); --forever keeps training (a job left running).
+job's activations and caches); --forever keeps training (a job left running); --dlopen loads
+each shared object of a comma list (a glob pattern: its first match) with ctypes.CDLL once torch
+is imported, as an extension or a stray import would: it is then in the job's /proc/<pid>/maps.
 """
 
 import argparse
+import ctypes
+import glob
 import os
 import sys
 import time
@@ -58,7 +62,14 @@ def main():
     ap.add_argument("--reserve-gib", type=float, default=0.0)
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--forever", action="store_true")
+    ap.add_argument("--dlopen", default="")
     args = ap.parse_args()
+    for pattern in filter(None, args.dlopen.split(",")):
+        found = sorted(glob.glob(pattern))
+        if not found:
+            ap.error("--dlopen %s: no file matches" % pattern)
+        ctypes.CDLL(found[0], mode=ctypes.RTLD_GLOBAL)
+        print("loaded %s" % found[0], flush=True)
 
     torch.manual_seed(0)
     dev = torch.device("cuda")

@@ -68,7 +68,7 @@ def test_a_stopped_container_is_unreachable_in_preflight_with_how_to_start_it(fl
 
 def failed_checks(ct):
     """The checks a failed read of this container fails: job_live where it has a job (GPUs)."""
-    return "gpu_idle, job_live, venv_clean, caches_fresh" if ct["gpus"] else "gpu_idle, venv_clean, caches_fresh"
+    return "gpu_idle, job_live, job_libraries, venv_clean, caches_fresh" if ct["gpus"] else "gpu_idle, venv_clean, caches_fresh"
 
 
 def test_the_node_entry_point_fails_a_stopped_container_by_name(fleet, ansible_cli, tmp_path):

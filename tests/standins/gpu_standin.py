@@ -104,9 +104,11 @@ class Trainers(object):
         self.cleanup()
 
     def start(self, gpu=0, mib=1024, ignore_sigterm=False, term_delay=0.0, tag="", device_path=None,
-              timeout=10.0):
-        argv = [sys.executable, TRAINER, "--state", self.state, "--gpu", str(gpu), "--mib", str(mib),
+              timeout=10.0, dlopen=(), python=None):
+        argv = [python or sys.executable, TRAINER, "--state", self.state, "--gpu", str(gpu), "--mib", str(mib),
                 "--term-delay", str(term_delay)]
+        if dlopen:
+            argv += ["--dlopen", ",".join(dlopen)]
         if ignore_sigterm:
             argv.append("--ignore-sigterm")
         if tag:

@@ -27,11 +27,19 @@ takes a while before the first step) and prints "compiled in S s"; its first --w
 readings are a quarter of RATE (a run still warming up). On SIGTERM it exits after --term-delay
 seconds (a checkpoint being written), or ignores SIGTERM with --ignore-sigterm (only SIGKILL
 stops it). Extra arguments (--tag ...) only mark its command line for scope tests.
+
+With --dlopen PATHS (a comma list) it first loads each shared object with ctypes.CDLL, in order
+and RTLD_GLOBAL (a later one's DT_NEEDED met by an earlier one's soname), as a training process
+loads its CUDA libraries: they are in its /proc/<pid>/maps. A path with a glob pattern
+(``/opt/venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2``) is the first file it
+matches, as torch finds the libraries of its venv's nvidia wheels whatever the Python version.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import glob
 import json
 import os
 import signal
@@ -43,6 +51,16 @@ def start_time(pid):
     with open("/proc/%d/stat" % pid) as f:
         text = f.read()
     return int(text[text.rindex(")") + 2:].split()[19])
+
+
+def library_path(pattern):
+    """The first file a --dlopen pattern matches (itself when it has no glob character)."""
+    if not glob.has_magic(pattern):
+        return pattern
+    found = sorted(glob.glob(pattern))
+    if not found:
+        raise SystemExit("--dlopen %s: no file matches" % pattern)
+    return found[0]
 
 
 def main():
@@ -62,6 +80,8 @@ def main():
     ap.add_argument("--compile-seconds", type=float, default=0.0, metavar="S",
                     help="a compile phase before the first reading (nothing is compiled)")
     ap.add_argument("--warmup-steps", type=int, default=0, metavar="N", help="the first N readings are RATE/4")
+    ap.add_argument("--dlopen", default="", metavar="PATHS",
+                    help="shared objects to load first, a comma list (a glob pattern: the first file it matches)")
     args = ap.parse_args()
     if not args.state:
         ap.error("--state or GPU_STANDIN_STATE is required")
@@ -74,6 +94,8 @@ def main():
             os._exit(0)
         signal.signal(signal.SIGTERM, on_term)
 
+    for path in filter(None, args.dlopen.split(",")):
+        ctypes.CDLL(library_path(path), mode=ctypes.RTLD_GLOBAL)  # mapped until this process dies
     gpus = [int(g) for g in str(args.gpu).split(",")]
     devices = args.device.split(",") if args.device else [os.path.join(args.state, "dev", "nvidia%d" % g) for g in gpus]
     if len(devices) != len(gpus):

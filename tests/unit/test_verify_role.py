@@ -27,7 +27,7 @@ def test_readiness_and_node_readiness_get_the_same_options_from_the_same_variabl
     in_node = {m.group(1): m.group(2) for m in re.finditer(r"'(\w+)': (verify_\w+)", node_args)}
     in_read = {k: re.search(r"\{\{ (verify_\w+)", v).group(1) for k, v in read.items() if k != "record"}
     assert in_read == in_node
-    assert len(in_read) == 23
+    assert len(in_read) == 24
 
 
 def test_the_read_records_the_host_node_and_vmid_that_the_node_entry_point_records():

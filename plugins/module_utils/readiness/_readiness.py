@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cach
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import check_record, read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._libraries import VenvIndex, mapped_libraries, wrong
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import DEFAULT_STALL_AFTER, liveness, throughput
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, find_processes
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
@@ -54,6 +55,7 @@ ARGUMENT_SPEC = dict(
     evidence_cache=dict(type="raw", default=True),
     gpu_health=dict(type="bool", default=False),
     gpu_driver_pin=dict(type="str"),
+    job_libraries=dict(type="bool", default=True),
 )
 
 # The readiness module's own options on top of those (node_readiness has its own, for all its containers).
@@ -119,6 +121,38 @@ def read_gpu_health(p, nvidia_smi):
     health = read_health(source=source, nvidia_smi=nvidia_smi, timeout=p["command_timeout"], pin=p.get("gpu_driver_pin"))
     health["changed"] = False
     return health
+
+
+def job_pids(result):
+    """The job's processes and every GPU holder: the PIDs whose mapped libraries are judged."""
+    pids = set(f["pid"] for f in result["processes"].get("processes") or ())
+    for gpu in result["gpu_state"].get("gpus") or ():
+        pids.update(h["pid"] for h in gpu.get("processes") or () if isinstance(h.get("pid"), int))
+    return sorted(pids)
+
+
+def read_libraries(p, result, env, seconds):
+    """What the job's processes and the GPU holders map of CUDA (job/_libraries), with the
+    contamination check's reference and the venv's RECORD index; skipped without the venv's
+    reference, or with job_libraries=false."""
+    if not p.get("job_libraries", True):
+        return skipped("job_libraries=false")
+    if not p.get("venv") or result["processes"].get("skipped"):
+        return skipped("no venv or no job_patterns")
+    if env is None:
+        return failed("the venv was not read within read_timeout: the libraries the job maps could not be judged")
+    cuda = result["cuda_contamination"]
+    if "reference" not in cuda:
+        return failed("the libraries the job maps are judged against the venv's reference CUDA, which could not be "
+                      "read: %s" % cuda.get("msg", "cuda_contamination failed"))
+    started = time.monotonic()
+    try:
+        index = VenvIndex(env.distributions, cuda.get("clobbered") or ())
+        found = mapped_libraries(job_pids(result), index=index, seconds=seconds)
+    except GpufleetError as exc:
+        return failed(exc.msg, **exc.partial)
+    found.update(changed=False, reference=cuda["reference"], read_s=round(time.monotonic() - started, 4))
+    return found
 
 
 def read_liveness(p, result):
@@ -322,11 +356,14 @@ def check_job(live, job):
 
 
 def judge(result, allow_running_job, strict_baseline=False):
-    """The verify role's checks of one reading: [gpu_idle, job_live, venv_clean, packages,
+    """The verify role's checks of one reading: [gpu_idle, job_live, job_libraries, venv_clean, packages,
     caches_fresh, gpu_healthy], a check whose read was skipped left out (job_live without job_patterns)."""
     checks = [check_gpu(result["gpu_state"], result["processes"], allow_running_job)]
     if not result["processes"].get("skipped"):
         checks.append(check_job(result.get("liveness", {}), result["processes"]))
+    libraries = result.get("job_libraries", {"skipped": True})
+    if not libraries.get("skipped"):
+        checks.append(check_libraries(libraries))
     if not result["cuda_contamination"].get("skipped"):
         checks.append(check_venv(result["cuda_contamination"]))
     if not result["pip_inventory"].get("skipped"):
@@ -337,6 +374,52 @@ def judge(result, allow_running_job, strict_baseline=False):
     if not health.get("skipped"):
         checks.append(check_health(health))
     return checks
+
+
+# What to do about a job running on a wrong library (the check's summary ends with it).
+LIBRARIES_ADVICE = "stop the job, purge the venv (the remediate playbook) and relaunch it"
+
+
+def check_libraries(reading):
+    """job_libraries: no process of the job (nor a GPU holder) maps a CUDA library of another major
+    than the reference, one from outside the venv where the venv ships that library, or a deleted
+    one. Besides the summary it carries ``libraries``, each wrong mapping (pid, comm, path,
+    package, package_version, cuda_major, deleted, reasons), and ``mapped``, how many libraries
+    of the CUDA side the processes map in all."""
+    error = bool(reading.get("failed"))
+    bad = []
+    mapped = 0
+    if not error:
+        ref = reading["reference"]
+        words = ("expected_cuda is %s" if ref.get("source") == "expected_cuda" else "torch is CUDA %s") % (
+            ref.get("cuda_version") or ref["cuda_major"])
+        for proc in reading["processes"]:
+            for lib in proc["libraries"]:
+                mapped += 1
+                reasons = wrong(lib, ref["cuda_major"], words)
+                if reasons:
+                    bad.append({"pid": proc["pid"], "comm": proc["comm"], "path": lib["path"], "package": lib["package"],
+                                "package_version": lib["package_version"], "cuda_major": lib["cuda_major"],
+                                "deleted": lib["deleted"], "reasons": reasons})
+    if error:
+        summary = reading.get("msg") or "the job's mapped libraries could not be read"
+    elif bad:
+        shown = ["pid %s %s maps %s (%s): %s" % (
+            b["pid"], b["comm"], b["path"],
+            "%s %s" % (b["package"], b["package_version"]) if b["package"] else "no package of the venv",
+            "; ".join(b["reasons"])) for b in bad[:5]]
+        summary = "%d wrong librar%s mapped by the running job: %s%s; %s" % (
+            len(bad), "y" if len(bad) == 1 else "ies", " | ".join(shown),
+            " and %d more" % (len(bad) - 5) if len(bad) > 5 else "", LIBRARIES_ADVICE)
+    elif not reading["processes"]:
+        summary = "no job process running: no mapped library to judge"
+    else:
+        summary = "%d process(es) map %d CUDA-side librar%s, all for CUDA %s from the venv" % (
+            len(reading["processes"]), mapped, "y" if mapped == 1 else "ies", reading["reference"].get("cuda_version"))
+    if not error and reading.get("problems"):
+        summary += " (not read: %s)" % "; ".join(reading["problems"][:3])
+    return {"name": "job_libraries", "severity": "fail", "ok": not error and not bad, "error": error,
+            "summary": summary, "libraries": bad}
 
 
 def check_health(health):
@@ -389,6 +472,7 @@ def read(p, run, which, check_mode=False, gpu_reading=None):
             keep("processes", read_processes(p, notes["processes"]))
             if p["venv"]:
                 env = Venv(p["venv"], run)
+                keep("venv", env)
                 keep("cuda_contamination", read_venv(p, env, check_mode, notes["cuda_contamination"]))
                 keep("pip_inventory", read_packages(p, env) if p["baseline"] or p["verify_files"]
                      else skipped("neither baseline nor verify_files"))
@@ -421,7 +505,11 @@ def read(p, run, which, check_mode=False, gpu_reading=None):
         done["late"] = True
         for name in READS:
             result[name] = done[name] if name in done else _late(name, seconds)
+        env = done.get("venv") if "cuda_contamination" in done else None
     result["liveness"] = read_liveness(p, result)
+    # After the other reads (it needs their processes, GPU holders and reference), in what is left
+    # of read_timeout (a second at least: a maps read is milliseconds).
+    result["job_libraries"] = read_libraries(p, result, env, max(1.0, deadline - time.monotonic()))
     result["checks"] = judge(result, p["allow_running_job"], p.get("strict_baseline", False))
     result["ready"] = all(c["ok"] for c in result["checks"])
     result["running_job"] = bool(result["processes"].get("processes"))

@@ -31,6 +31,8 @@ def failed_checks(p, msg):
     itself failed (the container stopped, no Python there, bad options). Options left out take
     the readiness module's defaults (no venv, no baseline, verify_files false, caches true)."""
     names = ["gpu_idle"] + (["job_live"] if p.get("job_patterns") else [])
+    if p.get("job_patterns") and p.get("venv") and p.get("job_libraries", True):
+        names.append("job_libraries")
     if p.get("venv"):
         names.append("venv_clean")
         if p.get("baseline") or p.get("verify_files"):
@@ -39,7 +41,8 @@ def failed_checks(p, msg):
             names.append("caches_fresh")
     if p.get("gpu_health"):
         names.append("gpu_healthy")
-    checks = [{"name": name, "severity": "fail", "ok": False, "error": True, "summary": msg} for name in names]
+    checks = [dict({"name": name, "severity": "fail", "ok": False, "error": True, "summary": msg},
+                   **({"libraries": []} if name == "job_libraries" else {})) for name in names]
     for check in checks[-1:]:
         if check["name"] == "gpu_healthy":  # its record's shape: the error's text, no GPU read
             check.update(error=msg, gpus=[], driver={"version": None, "pin": p.get("gpu_driver_pin")}, findings=[])

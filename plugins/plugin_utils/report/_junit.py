@@ -47,6 +47,13 @@ def _findings(check):
     return "".join("\n" + line for line in lines)
 
 
+def _libraries(check):
+    """job_libraries' wrong mappings, one line each: the process, the file, its package, why."""
+    return "".join("\npid %s %s: %s (%s): %s" % (
+        lib["pid"], lib["comm"], lib["path"], "%s %s" % (lib["package"], lib["package_version"] or "") if lib["package"]
+        else "no package of the venv", "; ".join(lib["reasons"])) for lib in check.get("libraries", []))
+
+
 def render_junit(run):
     """An unreachable host is an error; a failed check a failure; a warning passes (noted in system-out)."""
     suite = ET.Element("testsuite")
@@ -62,7 +69,7 @@ def render_junit(run):
             state = check_state(c)
             if state == "fail":
                 failures += 1
-                _text(tc, "failure", "%s on %s: %s%s" % (c["name"], h["host"], c["summary"], _findings(c)),
+                _text(tc, "failure", "%s on %s: %s%s%s" % (c["name"], h["host"], c["summary"], _findings(c), _libraries(c)),
                       {"message": _x(c["summary"]), "type": "fail"})
             elif state == "warn":
                 _text(tc, "system-out", "warning: %s" % c["summary"])

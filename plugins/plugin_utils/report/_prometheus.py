@@ -28,6 +28,8 @@ METRICS = (
     ("check_ok", "1 when the check passed on the host, 0 when it failed or warned."),
     ("job_tokens_per_second", "The training job's last throughput reading in its log (job_live), in tokens per second."),
     ("job_baseline_tokens_per_second", "The job's recorded good throughput (gpufleet_job.baseline_tokens_per_s), in tokens per second."),
+    ("job_libraries_wrong", ("Libraries the running job maps of another CUDA major than torch's, from outside the venv or "
+                             "deleted (the job_libraries check).")),
     ("contaminants", "Packages built for another CUDA major than the venv's torch."),
     ("gpu_memory_used_bytes", "GPU memory in use."),
     ("gpu_memory_total_bytes", "GPU memory in total."),
@@ -88,6 +90,8 @@ def _host_samples(add, h):
     for c in h["checks"]:
         if c["name"] == "gpu_healthy":
             _health_samples(add, h, c)
+        elif c["name"] == "job_libraries":
+            add("job_libraries_wrong", base, len(c.get("libraries") or ()))
     for c in h["caches"]:
         cl = base + [("cache", c["name"])]
         add("cache_size_bytes", cl, c["size_bytes"])

@@ -150,6 +150,8 @@ def _check(where, k, c):
         out["throughput"] = dict((key, _number(where, "%s.throughput.%s" % (k, key), t.get(key))) for key in THROUGHPUT_KEYS)
     if name == "gpu_healthy":  # its per-GPU detail feeds the GPU health metrics and the page
         out.update(_health(where, k, c))
+    if name == "job_libraries":  # each wrong mapping, for the metric and the JUnit failure
+        out["libraries"] = [_library(where, lk, lib) for lk, lib in where.items(k + ".libraries", c.get("libraries"))]
     return out
 
 
@@ -280,6 +282,26 @@ def _health(where, k, c):
         "driver": {"version": where.str(k + ".driver.version", driver.get("version"), nullable=True),
                    "pin": where.str(k + ".driver.pin", driver.get("pin"), nullable=True)},
         "findings": _findings(where, k + ".findings", c.get("findings")),
+    }
+
+
+def _library(where, k, lib):
+    """One wrong mapping of the job_libraries check."""
+    lib = where.dict(k, lib)
+    reasons = lib.get("reasons")
+    if reasons is not None and not isinstance(reasons, (list, tuple)):
+        where.fail(k + ".reasons", "must be a list, got %s" % type(reasons).__name__)
+    if len(reasons or ()) > ITEMS_MAX:
+        where.fail(k + ".reasons", "has more than %d entries (%d)" % (ITEMS_MAX, len(reasons)))
+    return {
+        "pid": where.int(k + ".pid", lib.get("pid")),
+        "comm": where.text(k + ".comm", lib.get("comm")),
+        "path": where.str(k + ".path", lib.get("path")),
+        "package": where.str(k + ".package", lib.get("package"), nullable=True),
+        "package_version": where.str(k + ".package_version", lib.get("package_version"), nullable=True),
+        "cuda_major": where.int(k + ".cuda_major", lib.get("cuda_major"), nullable=True),
+        "deleted": where.bool(k + ".deleted", lib.get("deleted", False)),
+        "reasons": [where.str("%s.reasons[%d]" % (k, i), r) for i, r in enumerate(reasons or ())],
     }
 
 

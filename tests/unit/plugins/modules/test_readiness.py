@@ -10,6 +10,7 @@ node_readiness returns, per container, the same as readiness, through a STAND-IN
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import time
 import pytest
 from cachetree import INDUCTOR_TREE, make_tree
 from cuda_fixtures import SEED_BASE, make_seed_venv, pins
+from wheelmaker import build_shared_object
 
 from ansible_collections.gpufleet.hygiene.plugins.filter.verify import verify_record
 from ansible_collections.gpufleet.hygiene.plugins.modules import (
@@ -97,7 +99,7 @@ def test_one_call_reads_what_the_five_modules_read(run_module, rig):
     assert {d["name"] for d in drift["extra"]} and res["pip_inventory"]["integrity"]["ok"] is False  # the wheels clobbered files
 
     checks = {c["name"]: c for c in res["checks"]}
-    assert list(checks) == ["gpu_idle", "job_live", "venv_clean", "packages", "caches_fresh"]
+    assert list(checks) == ["gpu_idle", "job_live", "job_libraries", "venv_clean", "packages", "caches_fresh"]
     # No job log given: the job counts as running while its GPU shows utilisation (the stand-in's 90%).
     assert checks["job_live"]["ok"] is True and checks["job_live"]["state"] == "running"
     assert checks["job_live"]["summary"] == "job running (pid %d)" % job.pid and checks["job_live"]["leftovers"] == []
@@ -397,12 +399,12 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
     assert got["bad-timeout"]["msg"] == "command_timeout must be more than 0 (got 0.0)"
     assert got["no-python"]["msg"].startswith("no Python at /nonexistent/python3 in localhost (exit status 127)"), got["no-python"]["msg"]
     # brief: the call's failure becomes every check it would have made, failed with its message.
-    assert [c["name"] for c in got["no-python-brief"]["checks"]] == ["gpu_idle", "job_live", "venv_clean", "caches_fresh"]
+    assert [c["name"] for c in got["no-python-brief"]["checks"]] == ["gpu_idle", "job_live", "job_libraries", "venv_clean", "caches_fresh"]
     assert all(c["summary"] == got["no-python-brief"]["msg"] and not c["ok"] for c in got["no-python-brief"]["checks"])
     # The same when the module was sent (its transport failed) or the options were refused.
     for name in ("no-python-module-brief", "bad-type-brief"):
         reading = got[name]
-        assert [c["name"] for c in reading["checks"]] == ["gpu_idle", "job_live", "venv_clean", "caches_fresh"], (name, reading)
+        assert [c["name"] for c in reading["checks"]] == ["gpu_idle", "job_live", "job_libraries", "venv_clean", "caches_fresh"], (name, reading)
         assert reading["msg"] and all(c["summary"] == reading["msg"] and c["error"] and not c["ok"] for c in reading["checks"])
         assert reading["ready"] is False and reading["gpus"] == []
     assert "threshold_mib" in got["bad-type-brief"]["msg"]
@@ -410,7 +412,7 @@ def test_the_action_expands_paths_on_the_target_and_says_what_is_wrong(rig, tmp_
     rec = got["no-python-record"]
     assert rec["failed"] is False and rec["failed_when_result"] is False  # failed_when: false, as in the verify role
     assert rec["msg"].startswith("no Python at /nonexistent/python3") and rec["ready"] is False
-    assert [c["name"] for c in rec["checks"]] == ["gpu_idle", "job_live", "venv_clean", "caches_fresh"]
+    assert [c["name"] for c in rec["checks"]] == ["gpu_idle", "job_live", "job_libraries", "venv_clean", "caches_fresh"]
     assert all(c["summary"] == rec["msg"] and not c["ok"] for c in rec["checks"])
     assert (rec["host"], rec["node"], rec["vmid"], rec["error"]) == ("train-100", None, None, None)
     # An interpreter still to be discovered: the module is sent, which discovers it (whether the
@@ -571,3 +573,48 @@ def test_a_worker_whose_job_was_killed_is_a_leftover_and_is_stopped(run_module, 
             parent.kill()
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker, signal.SIGKILL)
+
+
+def comm(pid):
+    with open("/proc/%d/comm" % pid) as f:
+        return f.read().strip()
+
+
+def test_job_libraries_names_the_other_majors_library_the_job_maps(run_module, rig, tmp_path):
+    """The seed's case: the job (the training stand-in) really dlopens the venv's libnccl.so.2, which
+    nvidia-nccl-cu13 overwrote in this torch cu128 venv: job_libraries fails naming the process, the
+    file, its package and what to do. A job that maps only the venv's CUDA 12 runtime passes."""
+    site = os.path.realpath(glob.glob(os.path.join(rig["venv"], "lib", "python3*", "site-packages"))[0])
+    cudart12 = site + "/nvidia/cuda_runtime/lib/libcudart.so.12"
+    nccl = site + "/nvidia/nccl/lib/libnccl.so.2"
+    build_shared_object(str(tmp_path / "c13"), "libcudart.so.13")  # the cu13 NCCL's DT_NEEDED, from outside the venv
+    cudart13 = str(tmp_path / "c13" / "libcudart.so.13")
+    clean = rig["trainers"].start(gpu=0, dlopen=[cudart12])
+    res = run_module(readiness.main, args_of(rig, allow_running_job=True))
+    check = next(c for c in res["checks"] if c["name"] == "job_libraries")
+    assert check == {"name": "job_libraries", "severity": "fail", "ok": True, "error": False, "libraries": [],
+                     "summary": "1 process(es) map 1 CUDA-side library, all for CUDA 12.8 from the venv"}
+    [proc] = res["job_libraries"]["processes"]
+    assert proc["pid"] == clean.pid and [lib["path"] for lib in proc["libraries"]] == [cudart12]
+
+    bad = rig["trainers"].start(gpu=1, dlopen=[cudart13, nccl])
+    res = run_module(readiness.main, args_of(rig, allow_running_job=True))
+    check = next(c for c in res["checks"] if c["name"] == "job_libraries")
+    assert check["ok"] is False and check["error"] is False and res["ready"] is False
+    by_path = dict((lib["path"], lib) for lib in check["libraries"])
+    assert set(by_path) == {cudart13, nccl}
+    assert by_path[nccl] == {"pid": bad.pid, "comm": comm(bad.pid),
+                             "path": nccl, "package": "nvidia-nccl-cu13", "package_version": "2.28.9", "cuda_major": 13,
+                             "deleted": False, "reasons": ["CUDA 13, torch is CUDA 12.8"]}
+    assert by_path[cudart13]["package"] is None
+    assert by_path[cudart13]["reasons"] == ["CUDA 13, torch is CUDA 12.8", "mapped from outside the venv, which ships %s" % cudart12]
+    assert ("pid %d %s maps %s (nvidia-nccl-cu13 2.28.9): CUDA 13, torch is CUDA 12.8" % (bad.pid, comm(bad.pid), nccl)
+            in check["summary"])
+    assert check["summary"].startswith("2 wrong libraries mapped by the running job: ")
+    assert check["summary"].endswith("; stop the job, purge the venv (the remediate playbook) and relaunch it")
+    # Hygiene beside a running job: read, never touched.
+    assert bad.poll() is None and clean.poll() is None
+    # Off: the check is not made, the maps not read.
+    res = run_module(readiness.main, args_of(rig, allow_running_job=True, job_libraries=False))
+    assert "job_libraries" not in [c["name"] for c in res["checks"]]
+    assert res["job_libraries"] == {"changed": False, "skipped": True, "skip_reason": "job_libraries=false"}

@@ -1,0 +1,214 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""job/_libraries: real processes that really dlopen real shared objects of a real venv, read
+back from their /proc/<pid>/maps."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from cuda_fixtures import SEED_BASE, UV, install, make_seed_venv, make_venv, pins
+from wheelmaker import build_shared_object
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _libraries
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
+
+# Loads each path given (RTLD_GLOBAL: a later library's DT_NEEDED is met by an earlier one's
+# soname, as the loader does), says so, and waits until its stdin closes.
+LOADER = ("import ctypes, sys\n"
+          "for p in sys.argv[1:]:\n"
+          "    ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL)\n"
+          "print('loaded', flush=True)\n"
+          "sys.stdin.read()\n")
+
+
+@pytest.fixture
+def job():
+    """Start a process that dlopens the given paths; stopped at the end of the test."""
+    procs = []
+
+    def start(*paths):
+        p = subprocess.Popen([sys.executable, "-c", LOADER] + list(paths), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        procs.append(p)
+        line = p.stdout.readline()
+        assert line == "loaded\n", p.stderr.read() if p.poll() is not None else line
+        return p
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def site(venv):
+    return glob.glob(os.path.join(venv, "lib", "python3*", "site-packages"))[0]
+
+
+def scan(venv):
+    """The venv as the readiness read sees it: its distributions, and the contamination check's
+    reference and clobbered files."""
+    env = Venv(venv, None)
+    result = Contamination(env, None, evidence_cache=False).scan()[0]
+    return _libraries.VenvIndex(env.distributions, result["clobbered"]), result["reference"]["cuda_major"]
+
+
+@pytest.fixture
+def seed_venv(tmp_path, seed_wheels):
+    return make_seed_venv(str(tmp_path / "venv"), seed_wheels)
+
+
+@pytest.fixture
+def cudart13(tmp_path):
+    """A libcudart.so.13 outside the venv: the cu13 NCCL's DT_NEEDED, loaded first."""
+    build_shared_object(str(tmp_path / "cuda13"), "libcudart.so.13")
+    return str(tmp_path / "cuda13" / "libcudart.so.13")
+
+
+def by_path(reading, pid):
+    proc = next(p for p in reading["processes"] if p["pid"] == pid)
+    return dict((lib["path"], lib) for lib in proc["libraries"])
+
+
+def test_seed_case_the_cu13_nccl_in_a_cu128_job_is_named(seed_venv, job, cudart13):
+    """The seed: nvidia-nccl-cu13 overwrote libnccl.so.2 in a torch cu128 venv; the job that
+    dlopens it maps CUDA 13's NCCL, whose package is the cu13 wheel (the file is its bytes)."""
+    sp = os.path.realpath(site(seed_venv))
+    cudart12 = sp + "/nvidia/cuda_runtime/lib/libcudart.so.12"
+    cublas12 = sp + "/nvidia/cublas/lib/libcublas.so.12"
+    torch_lib = sp + "/torch/lib/libtorch_cuda.so"
+    nccl = sp + "/nvidia/nccl/lib/libnccl.so.2"
+    p = job(cudart12, cublas12, torch_lib, cudart13, nccl)
+    index, ref = scan(seed_venv)
+    assert ref == 12
+    reading = _libraries.mapped_libraries([p.pid], index=index)
+    assert reading["problems"] == []
+    libs = by_path(reading, p.pid)
+    assert set(libs) >= {cudart12, cublas12, torch_lib, nccl, cudart13}
+    got = libs[nccl]
+    assert got["family"] == "nccl"
+    assert got["package"] == "nvidia-nccl-cu13"
+    assert sorted(got["owners"]) == ["nvidia-nccl-cu12", "nvidia-nccl-cu13"]
+    assert got["cuda_major"] == 13
+    assert "links libcudart.so.13 (DT_NEEDED)" in got["evidence"]
+    assert _libraries.wrong(got, ref) == ["CUDA 13, torch is CUDA 12"]
+    # The job's own CUDA 12 libraries are right.
+    assert libs[cudart12]["package"] == "nvidia-cuda-runtime-cu12" and libs[cudart12]["cuda_major"] == 12
+    assert libs[torch_lib]["package"] == "torch" and libs[torch_lib]["cuda_major"] == 12
+    for path in (cudart12, cublas12, torch_lib):
+        assert _libraries.wrong(libs[path], ref) == [], libs[path]
+    # The stand-in runtime loaded from outside the venv, which ships libcudart itself: both reasons.
+    assert libs[cudart13]["package"] is None and libs[cudart13]["venv_copy"] == cudart12
+    assert _libraries.wrong(libs[cudart13], ref) == [
+        "CUDA 13, torch is CUDA 12", "mapped from outside the venv, which ships %s" % cudart12]
+
+
+def test_a_job_of_the_right_major_is_clean(tmp_path, seed_wheels, job):
+    """The same venv before the cu13 wheels came: every mapped library is fine."""
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, seed_wheels, pins(SEED_BASE))
+    sp = os.path.realpath(site(venv))
+    paths = [sp + "/nvidia/cuda_runtime/lib/libcudart.so.12", sp + "/nvidia/cublas/lib/libcublas.so.12",
+             sp + "/torch/lib/libtorch_cuda.so", sp + "/nvidia/nccl/lib/libnccl.so.2", sp + "/nvidia/cudnn/lib/libcudnn.so.9"]
+    p = job(*paths)
+    index, ref = scan(venv)
+    libs = by_path(_libraries.mapped_libraries([p.pid], index=index), p.pid)
+    assert set(paths) <= set(libs)
+    assert libs[paths[3]]["package"] == "nvidia-nccl-cu12" and libs[paths[3]]["cuda_major"] == 12
+    assert [(path, _libraries.wrong(lib, ref)) for path, lib in libs.items() if _libraries.wrong(lib, ref)] == []
+
+
+def test_a_library_deleted_under_the_running_job_is_named_deleted(tmp_path, seed_venv, job):
+    """A library removed after the job mapped it: maps says (deleted), and so does the reading."""
+    sp = os.path.realpath(site(seed_venv))
+    cudart12 = sp + "/nvidia/cuda_runtime/lib/libcudart.so.12"
+    cudnn_dir = str(tmp_path / "lib")
+    os.makedirs(cudnn_dir)
+    gone = os.path.join(cudnn_dir, "libcudnn.so.9")
+    shutil.copy(sp + "/nvidia/cudnn/lib/libcudnn.so.9", gone)
+    build_shared_object(str(tmp_path / "c13"), "libcudart.so.13")  # the cu13 cuDNN's DT_NEEDED
+    p = job(cudart12, str(tmp_path / "c13" / "libcudart.so.13"), gone)
+    os.unlink(gone)
+    index, ref = scan(seed_venv)
+    libs = by_path(_libraries.mapped_libraries([p.pid], index=index), p.pid)
+    assert libs[gone]["deleted"] is True
+    assert libs[cudart12]["deleted"] is False
+    assert "deleted since it was mapped (removed or replaced under the running job)" in _libraries.wrong(libs[gone], ref)
+    assert _libraries.wrong(libs[cudart12], ref) == []
+
+
+def test_a_process_that_exits_is_left_out(seed_venv, job):
+    sp = os.path.realpath(site(seed_venv))
+    p = job(sp + "/nvidia/cuda_runtime/lib/libcudart.so.12")
+    p.kill()
+    p.wait()
+    index, _ref = scan(seed_venv)
+    reading = _libraries.mapped_libraries([p.pid, os.getpid()], index=index)
+    assert [q["pid"] for q in reading["processes"]] == [os.getpid()]
+    assert reading["problems"] == []
+
+
+def test_the_node_seam_opens_every_library_through_the_given_opener(seed_venv, job, cudart13):
+    """A node reader gives its /proc and an opener resolving inside the container's root: here
+    the root is / through a directory handle, and every DT_NEEDED read goes through it."""
+    sp = os.path.realpath(site(seed_venv))
+    nccl = sp + "/nvidia/nccl/lib/libnccl.so.2"
+    p = job(cudart13, nccl)
+    root = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    opened = []
+
+    def open_in_root(path):
+        opened.append(path)
+        return os.open(path.lstrip("/"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=root)
+
+    try:
+        index, ref = scan(seed_venv)
+        libs = by_path(_libraries.mapped_libraries([p.pid], proc="/proc", open_file=open_in_root, index=index), p.pid)
+    finally:
+        os.close(root)
+    assert nccl in opened and cudart13 in opened
+    assert "links libcudart.so.13 (DT_NEEDED)" in libs[nccl]["evidence"]
+
+
+def test_maps_are_read_within_their_bounds(monkeypatch, job, cudart13):
+    p = job(cudart13)
+    monkeypatch.setattr(_libraries, "MAPS_CAP", 200)
+    problems = []
+    data = _libraries.read_maps(p.pid, problems=problems)
+    assert len(data) == 200
+    assert problems == ["/proc/%d/maps is larger than 200 bytes: truncated at 200 bytes" % p.pid]
+
+
+@pytest.mark.parametrize("path, family", [
+    ("/v/site-packages/nvidia/nccl/lib/libnccl.so.2", "nccl"),
+    ("/v/site-packages/nvidia/cudnn/lib/libcudnn_ops.so.9", "cudnn"),
+    ("/v/site-packages/nvidia/cusparselt/lib/libcusparseLt.so.0", "cusparselt"),
+    ("/v/site-packages/nvidia/cusparse/lib/libcusparse.so.12", "cuda"),
+    ("/v/site-packages/nvidia/cublas/lib/libcublasLt.so.12", "cublas"),
+    ("/v/site-packages/nvidia/nvshmem/lib/libnvshmem_host.so.3", "nvshmem"),
+    ("/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", "cuda"),
+    ("/v/site-packages/nvidia/cu13/lib/libcudart.so.13", "cuda"),
+    ("/v/site-packages/torch/lib/libtorch_cuda.so", "torch"),
+    ("/v/site-packages/torch/lib/libc10.so", "torch"),
+    ("/v/site-packages/torch/_C.cpython-311-x86_64-linux-gnu.so", "torch"),
+    ("/v/site-packages/triton/_C/libtriton.so", "triton"),
+    ("/usr/lib/x86_64-linux-gnu/libc.so.6", None),
+    ("/usr/lib/x86_64-linux-gnu/libcudaX.so.1", None),
+    ("/v/site-packages/torch/lib/readme.txt", None),
+])
+def test_families(path, family):
+    assert _libraries.family(path) == family
+
+
+def test_processes_left_when_the_time_is_up_are_named(seed_venv, job, cudart13):
+    p = job(cudart13)
+    reading = _libraries.mapped_libraries([p.pid, p.pid, os.getpid()], seconds=0)
+    assert reading["processes"] == []
+    assert reading["problems"] == ["2 process(es) not read within 0s: %s" % ", ".join(str(x) for x in sorted({p.pid, os.getpid()}))]
