@@ -41,9 +41,17 @@ VOLATILE = {"seconds", "query_seconds", "age_s"}
 GROWING = {"mtime", "size"}  # of the running job's log (liveness.log)
 
 
-@pytest.fixture(scope="module", params=["incident", "gpubox"])
-def fleet(request, tmp_path_factory):
-    scenario = request.param
+@pytest.fixture(scope="module")
+def incident(tmp_path_factory):
+    yield from bring_up("incident", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def gpubox(tmp_path_factory):
+    yield from bring_up("gpubox", tmp_path_factory)
+
+
+def bring_up(scenario, tmp_path_factory):
     inventory = tmp_path_factory.mktemp(scenario) / "inventory"
     state = "%s-%s" % (STATE, scenario)
     nodes, containers = SIZES[scenario]
@@ -107,11 +115,12 @@ def readiness_args(fleet, ct):
     return args
 
 
-def node_read(fleet, node, read_from, containers, **extra):
+def node_read(fleet, node, read_from, containers, args_of=None, **extra):
     """node_readiness on ``node`` over the fleet's SSH: {host: result}."""
     lxc = os.path.join(fleet["state"], "nodes", node["name"], "lxc")
-    entries = [{"host": ct["name"], "vmid": ct["vmid"], "method": "lxc-attach", "lxc_path": lxc, "args": readiness_args(fleet, ct)}
-               for ct in containers]
+    args_of = args_of or {}
+    entries = [{"host": ct["name"], "vmid": ct["vmid"], "method": "lxc-attach", "lxc_path": lxc,
+                "args": args_of.get(ct["name"]) or readiness_args(fleet, ct)} for ct in containers]
     # The GPUs read on the node for both, as the verify role does on a node that has nvidia-smi
     # (gpu_read=auto), so that both fold the node's kernel log alike.
     args = dict({"containers": entries, "read_from": read_from, "gpu_read": "node" if nvidia_smi_of(fleet, node) else "container"}, **extra)
@@ -162,7 +171,9 @@ def differences(a, b, path=""):
     return [] if a == b else ["%s: %r != %r" % (path, a, b)]
 
 
-def test_the_node_read_gives_every_container_the_record_of_the_read_inside_it(fleet):
+@pytest.mark.parametrize("scenario", ["incident", "gpubox"])
+def test_the_node_read_gives_every_container_the_record_of_the_read_inside_it(request, scenario):
+    fleet = request.getfixturevalue(scenario)
     read_any = False
     for node in fleet["nodes"]:
         running = [ct for ct in node["containers"] if ct["running"]]
@@ -189,3 +200,82 @@ def test_the_node_read_gives_every_container_the_record_of_the_read_inside_it(fl
             if fleet["scenario_name"] == "gpubox":
                 assert b["processes"]["count"] >= 1 and not b["gpu_state"]["idle"], b
     assert read_any
+
+
+EVIL_LIB = r"""
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void mark(void) {
+    int fd = open("/opt/%s-preload", O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) close(fd);
+}
+"""
+
+
+def planted(fleet, token):
+    """Every marker a hostile program would have written: in the containers (their root file
+    systems on the node's disk) and on the node itself."""
+    roots = ["/"] + [os.path.join(fleet["state"], "nodes", n["name"], "lxc", str(ct["vmid"]), "rootfs")
+                     for n in fleet["nodes"] for ct in n["containers"]]
+    return sorted(os.path.join(r, "opt", name) for r in roots if os.path.isdir(os.path.join(r, "opt"))
+                  for name in os.listdir(os.path.join(r, "opt")) if name.startswith(token))
+
+
+def test_a_hostile_container_is_read_as_it_is_and_runs_nothing(incident, tmp_path):
+    """train-102: /usr/bin/python3, the venv's python and its nvidia-smi replaced by scripts that
+    print a clean reading and leave a marker, an /etc/ld.so.preload naming a library that leaves
+    one too, a venv whose lib64 is a link to / and a second venv whose lib is a link to a
+    directory of the node, a dist-info that is a link to a root-only directory of the node."""
+    fleet = incident
+    token = "gpufleet-noderead-" + secrets.token_hex(4)
+    node = fleet["nodes"][0]
+    ct = next(c for c in node["containers"] if c["running"] and c.get("incident") == "healthy") if any(
+        c.get("incident") == "healthy" for c in node["containers"]) else node["containers"][-1]
+    lxc = os.path.join(fleet["state"], "nodes", node["name"], "lxc")
+    rootfs = os.path.join(lxc, str(ct["vmid"]), "rootfs")
+    # The node's own secret: a root-only directory with what would look like a package.
+    trap = os.path.join(fleet["state"], "node-only-" + token)
+    os.makedirs(os.path.join(trap, "python3.11", "site-packages", "nodesecret-6.6.6.dist-info"))
+    with open(os.path.join(trap, "python3.11", "site-packages", "nodesecret-6.6.6.dist-info", "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: nodesecret\nVersion: 6.6.6\n")
+    os.chmod(trap, 0o700)
+    real = sorted(n for n in os.listdir(os.path.join(rootfs, SITE.lstrip("/"))) if n.endswith(".dist-info"))
+    clean = json.dumps({"changed": False, "ready": True, "checks": []})
+    script = "#!/bin/sh\ntouch /opt/%s-$(basename $0)\necho '%s'\n" % (token, clean)
+    simfleet.sh(lxc, ct["vmid"], "; ".join([
+        "printf '%%s' \"$HOSTILE\" > /opt/%s-python3.sh" % token,
+        "chmod 755 /opt/%s-python3.sh" % token,
+        "mount --bind /opt/%s-python3.sh /usr/bin/python3" % token,
+        "rm -f /opt/venv/bin/python && cp /opt/%s-python3.sh /opt/venv/bin/python" % token,
+        "ln -sfn / /opt/venv/lib64",
+        "cp -a /opt/venv /opt/venv-hostile && rm -rf /opt/venv-hostile/lib && ln -s %s /opt/venv-hostile/lib" % trap,
+        "ln -s %s/python3.11/site-packages/nodesecret-6.6.6.dist-info %s/nodesecret-6.6.6.dist-info" % (trap, SITE),
+        "rm -f /opt/%s-python3.sh" % token,
+    ]).replace("\"$HOSTILE\"", "'%s'" % script.replace("'", "'\\''")))
+    if ct["gpus"]:
+        smi = os.path.join(rootfs, "opt", "gpufleet", "bin", "nvidia-smi")
+        with open(smi, "w") as f:
+            f.write(script)
+    # The preload library last: from now on every program started in the container loads it.
+    src = tmp_path / "evil.c"
+    src.write_text(EVIL_LIB % token)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", os.path.join(rootfs, "opt", "libevil-%s.so" % token), str(src)], check=True)
+    with open(os.path.join(rootfs, "etc", "ld.so.preload"), "w") as f:
+        f.write("/opt/libevil-%s.so\n" % token)
+    try:
+        hostile = dict(ct, name=ct["name"] + "-hostile-venv")
+        entries = [ct, hostile]
+        got = node_read(fleet, node, "node", entries, {hostile["name"]: dict(readiness_args(fleet, ct), venv="/opt/venv-hostile")})
+        assert planted(fleet, token) == [], "a hostile program ran"
+        mine = got[ct["name"]]
+        assert not mine.get("failed"), mine
+        # The real packages: every dist-info of the venv, nothing of the node's.
+        names = sorted("%s-%s.dist-info" % (p["name"].replace("-", "_"), p["version"]) for p in mine["pip_inventory"]["packages"])
+        assert [n.lower() for n in names] == [n.lower() for n in real], (names, real)
+        assert "nodesecret" not in json.dumps(mine).lower()
+        # The venv whose lib leads to the node's directory is read as what it is in the container: no site-packages.
+        other = got[hostile["name"]]
+        assert "nodesecret" not in json.dumps(other).lower()
+        assert "has no lib/python*/site-packages" in other["cuda_contamination"]["msg"], other["cuda_contamination"]
+    finally:
+        os.remove(os.path.join(rootfs, "etc", "ld.so.preload"))
