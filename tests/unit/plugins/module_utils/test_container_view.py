@@ -142,3 +142,23 @@ print(open(sys.argv[2]).read().strip())  # the node's own threads keep the node'
                                  "refused", "refused", "refused"]
     assert outside == "the node's own file"
     assert not marker.exists()
+
+
+def test_a_container_without_an_init_in_the_nodes_proc_is_reported_as_not_running():
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node
+
+    class Module:
+        check_mode = False
+
+        def warn(self, msg):
+            raise AssertionError(msg)
+
+        def get_bin_path(self, name):
+            return None
+
+    entry = {"host": "ct-stopped", "vmid": 999998, "python": "/usr/bin/python3", "method": "pct", "pct_path": "pct",
+             "lxc_path": None, "args": {"venv": "/opt/venv"}}
+    results, summary = _node.read_node(Module(), [entry], 0, 60, read_from="node")
+    assert summary["from"] == "node" and summary["failed"] == 1
+    assert results["ct-stopped"]["failed"] is True
+    assert results["ct-stopped"]["msg"].startswith("container 999998 is not running (stopped); start it (pct start 999998)")
