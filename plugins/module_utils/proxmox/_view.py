@@ -482,6 +482,13 @@ def run_in(view, work):
 # --------------------------------------------------------------------------- accounts
 
 
+def seen_uid(uid):
+    """A file owner's uid (stat's st_uid) as this thread's container sees it: an unprivileged
+    container's root (100000 on the node, say) is 0 in its view's thread; unchanged elsewhere."""
+    view = current()
+    return uid if view is None else view.uid(uid)
+
+
 def getpwnam(name):
     """pwd.getpwnam(), from the container's /etc/passwd in a view's thread."""
     view = current()

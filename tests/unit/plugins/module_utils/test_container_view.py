@@ -162,3 +162,19 @@ def test_a_container_without_an_init_in_the_nodes_proc_is_reported_as_not_runnin
     assert summary["from"] == "node" and summary["failed"] == 1
     assert results["ct-stopped"]["failed"] is True
     assert results["ct-stopped"]["msg"].startswith("container 999998 is not running (stopped); start it (pct start 999998)")
+
+
+def test_an_unprivileged_containers_root_owns_its_files_in_its_view(tmp_path):
+    """Its /var, 100000's on the node, is root's as the container sees it: a directory the
+    restore record may be kept under (venv/_contamination's trust check), not another user's."""
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination
+
+    os.makedirs(tmp_path / "var" / "lib")
+    os.chown(tmp_path / "var", 100000, 100000)
+    os.chmod(tmp_path / "var", 0o755)
+    root_fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    view = _view.ContainerView(11, 1, root_fd, {}, {}, _view.parse_id_map(UNPRIVILEGED), _view.parse_id_map(UNPRIVILEGED), None)
+    inside = _view.run_in(view, lambda: (_view.seen_uid(os.stat("/var").st_uid), _contamination._trusted(os.stat("/var"))))
+    assert inside == (0, True)
+    # On the node it is 100000's, not root's.
+    assert _contamination._trusted(os.stat(tmp_path / "var")) is False
