@@ -234,7 +234,7 @@ def main():
     if p["command_timeout"] <= 0:
         module.fail_json(msg="command_timeout must be more than 0 (got %s)" % p["command_timeout"])
     gpu_read = "node" if p["read_from"] == "node" else p["gpu_read"]
-    gpus = gpu_reading(module, gpu_read, p["nvidia_smi"], p["command_timeout"])
+    gpus = gpu_reading(module, gpu_read, p["nvidia_smi"], p["command_timeout"], containers_read_own=p["read_from"] != "node")
     results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], short=p["brief"], gpus=gpus,
                                  read_from=p["read_from"], nvidia_smi=p["nvidia_smi"], command_timeout=p["command_timeout"])
     if gpus is not None:

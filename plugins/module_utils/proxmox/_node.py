@@ -115,7 +115,7 @@ def node_gpus(nvidia_smi, timeout, proc="/proc"):
     return {"gpus": gpus, "backend": backend, "seconds": round(seconds, 4)}, by_vmid
 
 
-def gpu_reading(module, gpu_read, nvidia_smi, timeout):
+def gpu_reading(module, gpu_read, nvidia_smi, timeout, containers_read_own=True):
     """The node's GPU reading for its containers (node_gpus), or None when they read their own:
     gpu_read=container, or auto on a node without nvidia-smi; a node reading that fails is a
     warning, and the containers read their own."""
@@ -123,13 +123,17 @@ def gpu_reading(module, gpu_read, nvidia_smi, timeout):
         return None
     path = nvidia_smi or module.get_bin_path("nvidia-smi")
     if not path:
-        if gpu_read == "node":
+        if not containers_read_own:
+            module.warn("nvidia-smi was not found on this node: its containers are read without GPUs (read_from=node runs "
+                        "nothing in a container); install the driver's tools on the node, or name them with nvidia_smi")
+        elif gpu_read == "node":
             module.warn("gpu_read=node: nvidia-smi was not found on this node; each container reads its own GPUs")
         return None
     try:
         return node_gpus(path, timeout)
     except GpuError as exc:
-        module.warn("reading the GPUs on this node failed, each container reads its own: %s" % exc)
+        module.warn("reading the GPUs on this node failed, %s: %s"
+                    % ("each container reads its own" if containers_read_own else "its containers are read without GPUs", exc))
         return None
 
 

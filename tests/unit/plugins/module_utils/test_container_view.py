@@ -178,3 +178,22 @@ def test_an_unprivileged_containers_root_owns_its_files_in_its_view(tmp_path):
     assert inside == (0, True)
     # On the node it is 100000's, not root's.
     assert _contamination._trusted(os.stat(tmp_path / "var")) is False
+
+
+def test_a_node_without_nvidia_smi_says_its_containers_are_read_without_gpus():
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node
+
+    class Module:
+        def __init__(self):
+            self.warnings = []
+
+        def warn(self, msg):
+            self.warnings.append(msg)
+
+        def get_bin_path(self, name):
+            return None
+
+    module = Module()
+    assert _node.gpu_reading(module, "node", None, 15, containers_read_own=False) is None
+    assert module.warnings == [("nvidia-smi was not found on this node: its containers are read without GPUs (read_from=node "
+                               "runs nothing in a container); install the driver's tools on the node, or name them with nvidia_smi")]
