@@ -111,6 +111,25 @@ options:
     type: str
     choices: [container, node, auto]
     default: container
+  read_from:
+    description:
+      - Where each container with a O(containers[].vmid) is read.
+      - V(node) - in this module's own process on the node, nothing of the container run - the node read. The node's
+        C(/proc) is scanned once for the containers' processes (by their cgroup C(.../lxc/<vmid>/...), with their
+        PID inside by C(NSpid)); each container's root (C(/proc/<init pid>/root)) is opened once as a directory
+        handle and read in a thread whose root it is, so that every path, absolute link and C(..) resolves inside
+        the container and never reaches the node's files. Processes come from the node's C(/proc), users and homes
+        from the container's C(/etc/passwd) read as a file, owners and process users as the container sees them
+        (its C(lxc.idmap)). No program, library or module of the container is run or loaded; C(nvidia-smi) runs once,
+        on the node (O(gpu_read) is V(node)); a node without it gives its containers no GPUs. The health read, when
+        asked (C(gpu_health)), is the node's, once, each container given its own GPUs. The evidence cache is not
+        used (nothing is written in a container). O(containers[].python), O(containers[].method),
+        O(containers[].pct_path) and O(containers[].lxc_path) are not used.
+      - V(container) - each container reads itself in its own Python, entered with C(pct exec) or C(lxc-attach).
+    type: str
+    choices: [node, container]
+    default: container
+    version_added: 0.3.0
   nvidia_smi:
     description: Path of C(nvidia-smi) on the node for O(gpu_read=node); found on C(PATH) when left out.
     type: path
@@ -172,19 +191,20 @@ containers:
     train-102: {changed: false, failed: true, rc: 255, msg: container 102 is not running (stopped); start it (pct start 102) and run again}
 read:
   description:
-    - How many containers were read, how many of them could not be, the seconds taken, and where the GPUs
-      were read (C(gpus) - V(node) or V(container), see O(gpu_read)).
+    - How many containers were read, how many of them could not be, the seconds taken, where the GPUs
+      were read (C(gpus) - V(node) or V(container), see O(gpu_read)) and where the containers were read
+      (C(from) - V(node) or V(container), see O(read_from)).
     - With the GPUs read on the node, C(xid_events) - the Xid events in the node's kernel log, or null when it was
       not read (no container asked for C(gpu_health), or the log could not be read).
   returned: always
   type: dict
-  sample: {containers: 2, failed: 0, seconds: 0.41, gpus: node, xid_events: 0}
+  sample: {containers: 2, failed: 0, seconds: 0.41, gpus: node, from: node, xid_events: 0}
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._xid import parse_since
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import GPU_READS, fold_node_health, gpu_reading, read_node
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import GPU_READS, READ_FROM, fold_node_health, gpu_reading, read_node
 
 
 def main():
@@ -206,6 +226,7 @@ def main():
             nvidia_smi=dict(type="path"),
             command_timeout=dict(type="float", default=15),
             xid_since=dict(type="str"),
+            read_from=dict(type="str", choices=list(READ_FROM), default="container"),
         ),
         supports_check_mode=True,
     )
@@ -225,8 +246,10 @@ def main():
     except ValueError:
         module.fail_json(msg="xid_since must be an ISO 8601 timestamp (2026-12-01T03:00:00Z), a number of seconds or boot, "
                          "got %r" % p["xid_since"])
-    gpus = gpu_reading(module, p["gpu_read"], p["nvidia_smi"], p["command_timeout"])
-    results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], short=p["brief"], gpus=gpus)
+    gpu_read = "node" if p["read_from"] == "node" else p["gpu_read"]
+    gpus = gpu_reading(module, gpu_read, p["nvidia_smi"], p["command_timeout"], containers_read_own=p["read_from"] != "node")
+    results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], short=p["brief"], gpus=gpus,
+                                 read_from=p["read_from"], nvidia_smi=p["nvidia_smi"], command_timeout=p["command_timeout"])
     if gpus is not None:
         summary["xid_events"] = fold_node_health(module, results, p["containers"], p["nvidia_smi"], p["command_timeout"],
                                                  since=xid_since)

@@ -25,7 +25,6 @@ import datetime
 import errno
 import json
 import os
-import pwd
 import re
 import stat
 
@@ -42,6 +41,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tree import (
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tree import measure as measure_tree
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import open_files
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._view import getpwall, getpwnam, getpwuid
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import (
     read_torch_version_py,
     torch_reference,
@@ -92,13 +92,13 @@ class Identity:
         account = None
         if user:
             try:
-                account = pwd.getpwnam(user)
+                account = getpwnam(user)
             except KeyError:
                 raise CacheError(f"user {user} does not exist on this host: give an existing account, "
                                  "or leave user out and set home and environment") from None
         else:
             try:
-                account = pwd.getpwuid(os.getuid())
+                account = getpwuid(os.getuid())
             except KeyError:
                 account = None
         if account is not None:
@@ -244,7 +244,7 @@ def protected_homes(extra=()):
     """Every home directory of the password database, resolved, plus ``extra``."""
     homes = set()
     try:
-        entries = pwd.getpwall()
+        entries = getpwall()
     except (KeyError, OSError):  # a broken name service
         entries = []
     for entry in entries:

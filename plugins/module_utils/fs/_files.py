@@ -32,6 +32,7 @@ CAPS = {
     "pth": 64 << 10,  # a site directory's *.pth
     "marker": 64 << 10,  # a cache's fingerprint marker (JSON)
     "requirements": 16 << 20,  # a baseline requirements / lock file
+    "passwd": 16 << 20,  # a container's /etc/passwd, read from its node
     "elf_header": 4 << 10,  # an ELF header and its program headers
     "elf_dynamic": 1 << 20,  # an ELF's dynamic section
     "elf_strtab": 16 << 20,  # the part of an ELF's string table holding DT_NEEDED names

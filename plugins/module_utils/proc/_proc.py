@@ -29,7 +29,6 @@ import contextlib
 import errno
 import fnmatch
 import os
-import pwd
 import re
 import signal
 import subprocess
@@ -37,6 +36,8 @@ import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._ordinary import DAEMONS, ORDINARY
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._view import current as current_view
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._view import getpwuid
 
 PROC = "/proc"
 DEFAULT_DEVICE_PATTERNS = ("/dev/nvidia*",)
@@ -55,6 +56,10 @@ class ProcError(GpufleetError):
 
 
 def _read(path, binary=False):
+    view = current_view()  # a container read from its node: its /proc/<pid> from the node's (proxmox/_view)
+    data = view.read_proc(path) if view is not None else None
+    if data is not None:
+        return data if binary else data.decode("utf-8", "replace")
     if binary:
         with open(path, "rb") as f:
             return f.read()
@@ -127,9 +132,15 @@ _USER_NAMES = {}
 def user_name(uid):
     if uid is None:
         return None
+    view = current_view()
+    if view is not None:  # the container's user of that uid, from its /etc/passwd
+        try:
+            return view.getpwuid(uid).pw_name
+        except KeyError:
+            return str(uid)
     if uid not in _USER_NAMES:
         try:
-            _USER_NAMES[uid] = pwd.getpwuid(uid).pw_name
+            _USER_NAMES[uid] = getpwuid(uid).pw_name
         except KeyError:
             _USER_NAMES[uid] = str(uid)
     return _USER_NAMES[uid]
@@ -218,8 +229,20 @@ def ancestors(pid=None, proc=PROC):
     return seen
 
 
+def _listdir(path):
+    view = current_view()
+    names = view.listdir(path) if view is not None else None
+    return os.listdir(path) if names is None else names
+
+
+def _readlink(path):
+    view = current_view()
+    target = view.readlink(path) if view is not None else None
+    return os.readlink(path) if target is None else target
+
+
 def all_pids(proc=PROC):
-    return [int(e) for e in os.listdir(proc) if e.isdigit()]
+    return [int(e) for e in _listdir(proc) if e.isdigit()]
 
 
 _FOUND_KEYS = ("pid", "ppid", "user", "comm", "cmdline", "start_time")
@@ -355,24 +378,23 @@ def open_files(proc=PROC, exclude=(), cwd=False, maps=False):
         paths, denied = [], False
         if cwd:
             try:
-                paths.append(os.readlink(base + "/cwd"))
+                paths.append(_readlink(base + "/cwd"))
             except OSError as exc:
                 denied = exc.errno in _DENIED
         try:
-            fds = os.listdir(base + "/fd")
+            fds = _listdir(base + "/fd")
         except OSError as exc:
             fds = []
             denied = denied or exc.errno in _DENIED
         for fd in fds:
             with contextlib.suppress(OSError):  # closed since the listing
-                paths.append(os.readlink("%s/fd/%s" % (base, fd)))
+                paths.append(_readlink("%s/fd/%s" % (base, fd)))
         if maps:
             try:
-                with open(base + "/maps", "rb") as f:
-                    for line in f:
-                        fields = line.split(None, 5)
-                        if len(fields) == 6 and fields[5].startswith(b"/"):
-                            paths.append(fields[5].rstrip(b"\n").decode("utf-8", "replace"))
+                for line in _read(base + "/maps", binary=True).splitlines(True):
+                    fields = line.split(None, 5)
+                    if len(fields) == 6 and fields[5].startswith(b"/"):
+                        paths.append(fields[5].rstrip(b"\n").decode("utf-8", "replace"))
             except OSError as exc:
                 denied = denied or exc.errno in _DENIED
         yield pid, [path.removesuffix(" (deleted)") for path in paths], denied

@@ -29,11 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _xid
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import fold_node_xid, node_xid, read_health
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import _Failed, assess, fold_node_xid, node_xid, read_health
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import _read as read_gpu_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import GpuError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import read_gpus as query_gpus
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import container_view
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import describe
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct, _view
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, bad_option, read
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import brief
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.transport import _bootstrap
@@ -114,7 +116,7 @@ def node_gpus(nvidia_smi, timeout, proc="/proc"):
     return {"gpus": gpus, "backend": backend, "seconds": round(seconds, 4)}, by_vmid
 
 
-def gpu_reading(module, gpu_read, nvidia_smi, timeout):
+def gpu_reading(module, gpu_read, nvidia_smi, timeout, containers_read_own=True):
     """The node's GPU reading for its containers (node_gpus), or None when they read their own:
     gpu_read=container, or auto on a node without nvidia-smi; a node reading that fails is a
     warning, and the containers read their own."""
@@ -122,13 +124,17 @@ def gpu_reading(module, gpu_read, nvidia_smi, timeout):
         return None
     path = nvidia_smi or module.get_bin_path("nvidia-smi")
     if not path:
-        if gpu_read == "node":
+        if not containers_read_own:
+            module.warn("nvidia-smi was not found on this node: its containers are read without GPUs (read_from=node runs "
+                        "nothing in a container); install the driver's tools on the node, or name them with nvidia_smi")
+        elif gpu_read == "node":
             module.warn("gpu_read=node: nvidia-smi was not found on this node; each container reads its own GPUs")
         return None
     try:
         return node_gpus(path, timeout)
     except GpuError as exc:
-        module.warn("reading the GPUs on this node failed, each container reads its own: %s" % exc)
+        module.warn("reading the GPUs on this node failed, %s: %s"
+                    % ("each container reads its own" if containers_read_own else "its containers are read without GPUs", exc))
         return None
 
 
@@ -159,14 +165,15 @@ def fold_node_health(module, results, containers, nvidia_smi, timeout, since=_xi
     return len(health["kernel_log"]["events"])
 
 
-def read_node(module, containers, max_parallel, timeout, short=False, gpus=None):
+def read_node(module, containers, max_parallel, timeout, short=False, gpus=None, read_from="container", nvidia_smi=None,
+              command_timeout=15):
     """Read every container entry (node_readiness's options), return (results by host, summary):
     each result as the readiness module gives it, plus its warnings as a list (with short: brief()'s
     part of it), each warning also given to module.warn(); the summary counts the containers, the
     failed ones and the seconds taken. A container without a vmid is read with the module's
     run_command and get_bin_path."""
     started = time.monotonic()
-    results, jobs, local, validated = {}, [], [], {}
+    results, jobs, local, validated, node_jobs = {}, [], [], {}, []
     blobs = None
     for entry in containers:
         options, problem = container_args(entry)
@@ -178,6 +185,8 @@ def read_node(module, containers, max_parallel, timeout, short=False, gpus=None)
             results[entry["host"]] = {"changed": False, "failed": True, "rc": None, "msg": problem}
         elif vmid is None:
             local.append((entry["host"], options))
+        elif read_from == "node":
+            node_jobs.append((entry["host"], options, vmid))
         else:
             if blobs is None:
                 blobs = _bootstrap.module_blobs(_bootstrap.module_sources(_bootstrap.loaded_source))
@@ -188,6 +197,8 @@ def read_node(module, containers, max_parallel, timeout, short=False, gpus=None)
 
     if jobs:
         results.update(read_containers(jobs, max_parallel or os.cpu_count() or 1, timeout))
+    if node_jobs:
+        results.update(read_from_node(module, node_jobs, max_parallel, gpus, nvidia_smi, command_timeout))
     for host, options in local:
         results[host] = read(options, module.run_command, module.get_bin_path, module.check_mode)
     for entry in containers:
@@ -199,4 +210,97 @@ def read_node(module, containers, max_parallel, timeout, short=False, gpus=None)
             results[host] = brief(results[host], validated.get(host, entry["args"] or {}))
     failed = sum(1 for r in results.values() if r.get("failed"))
     return results, {"containers": len(results), "failed": failed, "seconds": round(time.monotonic() - started, 3),
-                     "gpus": "container" if gpus is None else "node"}
+                     "gpus": "node" if gpus is not None or read_from == "node" else "container", "from": read_from}
+
+
+# ------------------------------------------------------------------------------------------------
+# The node read: every container read here, in this process, through its root directory handle
+# (proxmox/_view); nothing of a container runs.
+
+READ_FROM = ("node", "container")
+
+
+def _refuse_run(argv):
+    """The node read runs no program: what a reader would have run is its failure."""
+    return 126, "", "the node read runs no program of the container (asked for %s)" % (argv[0] if argv else "?")
+
+
+def _no_tool(_name):
+    return None
+
+
+def node_health(nvidia_smi, timeout, pin=None):
+    """The node's GPU health, read once for its containers: (driver, gpus, source) or a _Failed."""
+    try:
+        return read_gpu_health("query" if nvidia_smi else "auto", nvidia_smi, timeout, None, __import__("ctypes").CDLL)
+    except _Failed as exc:
+        return exc
+
+
+def container_health(raw, gpus, pin):
+    """read_health()'s result for one container from the node's reading ``raw``: the GPUs it has
+    (``gpus``, its view of the node's reading, numbered from 0), assessed as it would assess them."""
+    result = {"gpus": [], "driver": {"version": None, "pin": pin or None}, "findings": [], "source": None, "error": None,
+              "kernel_log": {"read": False, "problem": None, "events": []}, "changed": False}
+    if isinstance(raw, _Failed):
+        result.update(error=raw.msg, source=raw.source)
+        result["findings"].append(raw.finding)
+        mine = []
+    else:
+        driver, every, result["source"] = raw
+        result["driver"]["version"] = driver
+        index = dict((g["uuid"], g["index"]) for g in gpus)
+        mine = [dict(g, index=index[g["uuid"]]) for g in every if g.get("uuid") in index]
+        mine.sort(key=lambda g: g["index"])
+    result["findings"].extend(assess(mine, result["driver"]["version"], pin))
+    result["gpus"] = mine
+    result["healthy"] = result["error"] is None and all(g["healthy"] for g in mine) and not any(
+        f["severity"] == "fail" for f in result["findings"])
+    return result
+
+
+def not_running(vmid, why):
+    return {"changed": False, "failed": True, "rc": None,
+            "msg": _pct.message(_pct.NOT_RUNNING, vmid=vmid) + " (%s)" % why}
+
+
+def read_in_view(view, options, check_mode, gpus, health):
+    """One container's readiness result, read through its view (in a thread whose root is the
+    container's); a read that fails is this container's failed result."""
+    given = None if gpus is None else dict(gpus[0], apps=gpus[1].get(view.vmid, []))
+    if given is None:
+        # The node has no GPU reading: its containers have none either (their nvidia-smi is never run).
+        given = {"gpus": [], "apps": [], "backend": None, "seconds": 0.0}
+    options = dict(options, evidence_cache=False)  # the node read writes nothing in a container
+
+    def work():
+        mine = container_view(given)[0] if health is not None else []
+        reading = (lambda: container_health(health, mine, options.get("gpu_driver_pin"))) if health is not None else None
+        return read(options, _refuse_run, _no_tool, check_mode, gpu_reading=given, health_reading=reading)
+
+    try:
+        result = _view.run_in(view, work)
+    except Exception as exc:  # noqa: BLE001 - one container's failure is its own result
+        return {"changed": False, "failed": True, "rc": None,
+                "msg": "reading container %s from its node failed: %s" % (view.vmid, exc)}
+    for problem in view.problems:
+        result.setdefault("warnings", []).append("node read: %s" % problem)
+    return result
+
+
+def read_from_node(module, jobs, max_parallel, gpus, nvidia_smi, timeout):
+    """{host: result} of the jobs ``(host, options, vmid)``, every container read in this process
+    through its view; one scan of the node's /proc finds them all."""
+    views, missing = _view.open_views(set(vmid for _host, _options, vmid in jobs))
+    health = None
+    if any(options.get("gpu_health") for _host, options, _vmid in jobs):
+        health = node_health(nvidia_smi or module.get_bin_path("nvidia-smi"), timeout)
+
+    def one(job):
+        host, options, vmid = job
+        if vmid in missing:
+            return host, not_running(vmid, missing[vmid])
+        return host, read_in_view(views[vmid], options, module.check_mode, gpus, health)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel or os.cpu_count() or 1, len(jobs) or 1))) as pool:
+        return dict(pool.map(one, jobs))

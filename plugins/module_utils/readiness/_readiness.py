@@ -436,10 +436,11 @@ def _late(name, seconds):
                   "does not answer (see the other reads' problems)" % (name, seconds))
 
 
-def read(p, run, which, check_mode=False, gpu_reading=None):
+def read(p, run, which, check_mode=False, gpu_reading=None, health_reading=None):
     """Every read of one container and their verdicts: the readiness module's result, with
     ``warnings`` (each "<read>: <text>") for the caller to show. ``p`` are validated options;
-    ``gpu_reading``, the node's reading of its GPUs (node_readiness), replaces this nvidia-smi's.
+    ``gpu_reading``, the node's reading of its GPUs (node_readiness), replaces this nvidia-smi's;
+    ``health_reading()``, the node's health reading of this container's GPUs, replaces read_health here.
 
     The reads run in two threads (the GPUs, and /proc then the venv) under one deadline,
     ``read_timeout`` seconds: a read still running then is reported as failed and left behind,
@@ -486,7 +487,7 @@ def read(p, run, which, check_mode=False, gpu_reading=None):
     # Daemon threads: one still blocked at the deadline does not keep the process alive.
     def read_health_into_health():
         try:
-            keep("gpu_health", read_gpu_health(p, nvidia_smi))
+            keep("gpu_health", health_reading() if health_reading else read_gpu_health(p, nvidia_smi))
         except Exception as exc:  # noqa: BLE001 - raised again in the calling thread
             crashed.append(exc)
 

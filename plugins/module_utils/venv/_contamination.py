@@ -20,6 +20,7 @@ import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tree
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._view import seen_uid
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import reference, scan
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import (
     DistError,
@@ -83,7 +84,7 @@ _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | _CLOE
 def _trusted(st):
     """Owned by root or by us, and no one else may write to it (a sticky directory such as /tmp
     excepted: its children are checked in turn)."""
-    return st.st_uid in (0, os.geteuid()) and (not st.st_mode & 0o022 or st.st_mode & stat.S_ISVTX)
+    return seen_uid(st.st_uid) in (0, os.geteuid()) and (not st.st_mode & 0o022 or st.st_mode & stat.S_ISVTX)
 
 
 def _state_dir_fd(create, path=None):

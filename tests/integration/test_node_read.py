@@ -1,0 +1,281 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The node read (node_readiness read_from=node: every container read from its node's own process
+through its root directory handle, nothing of it run) against the read inside each container
+(read_from=container: the container's own Python), on fleets of their own:
+
+1. the same record, field by field, for every container of the `incident` fleet (2 nodes x 3
+   containers: contamination, a stale GPU holder, a stale cache, healthy ones) and of the
+   `gpubox` fleet (8 GPUs a node, MIG, injected GPU health read once on the node);
+2. a hostile container (incident fleet): its /usr/bin/python3 a script that prints a clean reading,
+   an /etc/ld.so.preload naming a library, a venv whose lib is a link to /, a dist-info linked to a
+   root-only file of the node: the node read reports the real packages, follows nothing out of
+   the container and runs nothing of it (the marker files the hostile programs would write stay
+   absent).
+
+Fleets: state $GPUFLEET_NODEREAD_STATE (default /var/tmp/gpufleet-sim-noderead-<scenario>), ports
+2960 (incident) and 2962 (gpubox).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+
+import pytest
+import simfleet
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+STATE = os.environ.get("GPUFLEET_NODEREAD_STATE", "/var/tmp/gpufleet-sim-noderead")
+PORTS = {"incident": "2960", "gpubox": "2962"}
+SIZES = {"incident": (2, 3), "gpubox": (2, 1)}
+SITE = "/opt/venv/lib/python3.11/site-packages"
+# What differs between two readings a moment apart, whoever reads: the time each read took, and
+# how long ago the running job's log last grew.
+VOLATILE = {"seconds", "query_seconds", "age_s"}
+GROWING = {"mtime", "size"}  # of the running job's log (liveness.log)
+
+
+@pytest.fixture(scope="module")
+def incident(tmp_path_factory):
+    yield from bring_up("incident", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def gpubox(tmp_path_factory):
+    yield from bring_up("gpubox", tmp_path_factory)
+
+
+def bring_up(scenario, tmp_path_factory):
+    inventory = tmp_path_factory.mktemp(scenario) / "inventory"
+    state = "%s-%s" % (STATE, scenario)
+    nodes, containers = SIZES[scenario]
+    with simfleet.running(state, nodes=nodes, containers=containers, scenario=scenario, inventory=inventory,
+                          port=PORTS[scenario]) as (info, env):
+        info["env"] = dict(env, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+        info["inventory"] = os.path.join(str(inventory), "fleet.yml")
+        with open(info["inventory"]) as f:
+            info["hostvars"] = json.loads(f.read().split("\n", 1)[1])
+        info["state"] = state
+        info["scenario_name"] = scenario
+        if scenario == "incident":
+            for node in info["nodes"]:
+                node_standin(state, node)
+        yield info
+
+
+def node_standin(state, node):
+    """The incident fleet's nodes have no nvidia-smi of their own (their containers each have a
+    stand-in): give each one the node stand-in the gpubox nodes have (tests/standins/nvidia_smi.py
+    with the node's containers listed: their claims under host PIDs), so that the GPUs are read on
+    the node, as on a Proxmox VE node. It is named to node_readiness (nvidia_smi)."""
+    d = os.path.join(state, "nodes", node["name"])
+    gpus = sorted(set(g for ct in node["containers"] for g in ct["gpus"]))
+    nidx = int(node["name"][3:])
+    config = {"gpus": [{"name": "NVIDIA H200", "memory_total_mib": 143771, "minor": g,
+                        "uuid": "GPU-5d3c1f7e-%04x-4c6e-9f0e-%012d" % (nidx, g), "bus_id": "00000000:%02X:00.0" % (0x18 + g)}
+                       for g in range(max(gpus) + 1)] if gpus else [],
+              "release_delay": 0.5,
+              "containers": [{"vmid": ct["vmid"], "root": os.path.join(d, "lxc", str(ct["vmid"]), "rootfs"),
+                              "state": os.path.join(d, "lxc", str(ct["vmid"]), "rootfs", "opt", "gpufleet", "gpu")}
+                             for ct in node["containers"] if ct["gpus"]]}
+    os.makedirs(os.path.join(d, "node-gpu", "claims"))
+    with open(os.path.join(d, "node-gpu", "config.json"), "w") as f:
+        json.dump(config, f)
+    wrapper = os.path.join(d, "node-nvidia-smi")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nGPU_STANDIN_STATE=%s exec /usr/bin/python3 -I -S %s \"$@\"\n"
+                % (os.path.join(d, "node-gpu"), os.path.join(REPO, "tests", "standins", "nvidia_smi.py")))
+    os.chmod(wrapper, 0o755)
+    node["nvidia_smi"] = wrapper
+
+
+def host_vars(fleet, name):
+    for group in fleet["hostvars"]["all"]["children"]["pve_containers"]["children"].values():
+        if name in group["hosts"]:
+            return group["hosts"][name]
+    raise KeyError(name)
+
+
+def readiness_args(fleet, ct):
+    """The options the verify role gives the readiness read of this container."""
+    hv = host_vars(fleet, ct["name"])
+    args = {"venv": "/opt/venv", "caches": True, "verify_files": True, "evidence_cache": False}
+    if hv.get("gpufleet_require_gpu") is False:
+        args["require_gpu"] = False
+        return args
+    job = hv["gpufleet_job"]
+    args.update(job_patterns=job["patterns"], job_log=job["log"], job_baseline_tokens_per_s=job["baseline_tokens_per_s"],
+                nvidia_smi=hv["gpufleet_nvidia_smi"], gpu_health=fleet["scenario_name"] == "gpubox")
+    return args
+
+
+def node_read(fleet, node, read_from, containers, args_of=None, **extra):
+    """node_readiness on ``node`` over the fleet's SSH: {host: result}."""
+    lxc = os.path.join(fleet["state"], "nodes", node["name"], "lxc")
+    args_of = args_of or {}
+    entries = [{"host": ct["name"], "vmid": ct["vmid"], "method": "lxc-attach", "lxc_path": lxc,
+                "args": args_of.get(ct["name"]) or readiness_args(fleet, ct)} for ct in containers]
+    # The GPUs read on the node for both, as the verify role does on a node that has nvidia-smi
+    # (gpu_read=auto), so that both fold the node's kernel log alike.
+    args = dict({"containers": entries, "read_from": read_from, "gpu_read": "node" if nvidia_smi_of(fleet, node) else "container"}, **extra)
+    nvidia = nvidia_smi_of(fleet, node)
+    if nvidia:
+        args["nvidia_smi"] = nvidia
+    res = subprocess.run([os.path.join(VENV_BIN, "ansible"), "-i", fleet["inventory"], node["name"], "-m",
+                          "gpufleet.hygiene.node_readiness", "-a", json.dumps(args)], cwd=REPO, env=fleet["env"], text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300, check=False)
+    assert " | SUCCESS => " in res.stdout, res.stdout
+    out = json.loads(res.stdout.split(" => ", 1)[1])
+    assert out["read"]["from"] == read_from
+    return out["containers"]
+
+
+def nvidia_smi_of(fleet, node):
+    return node.get("nvidia_smi") or host_vars_node(fleet, node["name"]).get("gpufleet_nvidia_smi")
+
+
+def host_vars_node(fleet, name):
+    return fleet["hostvars"]["all"]["children"]["pve_nodes"]["hosts"][name]
+
+
+def steady(value):
+    """``value`` without what differs between two readings a moment apart (VOLATILE)."""
+    if isinstance(value, dict):
+        return dict((k, steady(v) if k != "log" else steady(dict((n, x) for n, x in v.items() if n not in GROWING)))
+                    for k, v in value.items() if k not in VOLATILE)
+    if isinstance(value, list):
+        return [steady(v) for v in value]
+    if isinstance(value, str):
+        return re.sub(r"grew [0-9.]+s ago", "grew (age)s ago", value)
+    return value
+
+
+def differences(a, b, path=""):
+    """Every field where two records differ, by its path: a readable assertion."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            out.extend(differences(a.get(key, "<absent>"), b.get(key, "<absent>"), "%s.%s" % (path, key)))
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        out = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out.extend(differences(x, y, "%s[%d]" % (path, i)))
+        return out
+    return [] if a == b else ["%s: %r != %r" % (path, a, b)]
+
+
+@pytest.mark.parametrize("scenario", ["incident", "gpubox"])
+def test_the_node_read_gives_every_container_the_record_of_the_read_inside_it(request, scenario):
+    fleet = request.getfixturevalue(scenario)
+    read_any = False
+    for node in fleet["nodes"]:
+        running = [ct for ct in node["containers"] if ct["running"]]
+        if not running:
+            continue
+        inside = node_read(fleet, node, "container", running)
+        from_node = node_read(fleet, node, "node", running)
+        for ct in running:
+            a, b = steady(inside[ct["name"]]), steady(from_node[ct["name"]])
+            assert not a.get("failed"), a
+            diff = differences(a, b)
+            assert diff == [], "%s: %s" % (ct["name"], "\n".join(diff))
+            read_any = True
+            # Not an empty record that equals another: the reads were made, and they found what the
+            # scenario put there.
+            assert b["checks"] and b["gpu_state"]["gpus"], b
+            role = ct.get("incident")
+            if role == "contaminated":
+                assert b["cuda_contamination"]["contaminants"] and not b["ready"], b
+            if role == "stale_holder":
+                assert not b["gpu_state"]["idle"] and b["gpu_state"]["gpus"][0]["processes"], b
+            if role == "stale_cache":
+                assert any(c["stale"] for c in b["torch_cache"]["caches"]), b
+            if fleet["scenario_name"] == "gpubox":
+                assert b["processes"]["count"] >= 1 and not b["gpu_state"]["idle"], b
+    assert read_any
+
+
+EVIL_LIB = r"""
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void mark(void) {
+    int fd = open("/opt/%s-preload", O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) close(fd);
+}
+"""
+
+
+def planted(fleet, token):
+    """Every marker a hostile program would have written: in the containers (their root file
+    systems on the node's disk) and on the node itself."""
+    roots = ["/"] + [os.path.join(fleet["state"], "nodes", n["name"], "lxc", str(ct["vmid"]), "rootfs")
+                     for n in fleet["nodes"] for ct in n["containers"]]
+    return sorted(os.path.join(r, "opt", name) for r in roots if os.path.isdir(os.path.join(r, "opt"))
+                  for name in os.listdir(os.path.join(r, "opt")) if name.startswith(token))
+
+
+def test_a_hostile_container_is_read_as_it_is_and_runs_nothing(incident, tmp_path):
+    """train-102: /usr/bin/python3, the venv's python and its nvidia-smi replaced by scripts that
+    print a clean reading and leave a marker, an /etc/ld.so.preload naming a library that leaves
+    one too, a venv whose lib64 is a link to / and a second venv whose lib is a link to a
+    directory of the node, a dist-info that is a link to a root-only directory of the node."""
+    fleet = incident
+    token = "gpufleet-noderead-" + secrets.token_hex(4)
+    node = fleet["nodes"][0]
+    ct = next(c for c in node["containers"] if c["running"] and c.get("incident") == "healthy") if any(
+        c.get("incident") == "healthy" for c in node["containers"]) else node["containers"][-1]
+    lxc = os.path.join(fleet["state"], "nodes", node["name"], "lxc")
+    rootfs = os.path.join(lxc, str(ct["vmid"]), "rootfs")
+    # The node's own secret: a root-only directory with what would look like a package.
+    trap = os.path.join(fleet["state"], "node-only-" + token)
+    os.makedirs(os.path.join(trap, "python3.11", "site-packages", "nodesecret-6.6.6.dist-info"))
+    with open(os.path.join(trap, "python3.11", "site-packages", "nodesecret-6.6.6.dist-info", "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: nodesecret\nVersion: 6.6.6\n")
+    os.chmod(trap, 0o700)
+    real = sorted(n for n in os.listdir(os.path.join(rootfs, SITE.lstrip("/"))) if n.endswith(".dist-info"))
+    clean = json.dumps({"changed": False, "ready": True, "checks": []})
+    script = "#!/bin/sh\ntouch /opt/%s-$(basename $0)\necho '%s'\n" % (token, clean)
+    simfleet.sh(lxc, ct["vmid"], "; ".join([
+        "printf '%%s' \"$HOSTILE\" > /opt/%s-python3.sh" % token,
+        "chmod 755 /opt/%s-python3.sh" % token,
+        "mount --bind /opt/%s-python3.sh /usr/bin/python3" % token,
+        "rm -f /opt/venv/bin/python && cp /opt/%s-python3.sh /opt/venv/bin/python" % token,
+        "ln -sfn / /opt/venv/lib64",
+        "cp -a /opt/venv /opt/venv-hostile && rm -rf /opt/venv-hostile/lib && ln -s %s /opt/venv-hostile/lib" % trap,
+        "ln -s %s/python3.11/site-packages/nodesecret-6.6.6.dist-info %s/nodesecret-6.6.6.dist-info" % (trap, SITE),
+        "rm -f /opt/%s-python3.sh" % token,
+    ]).replace("\"$HOSTILE\"", "'%s'" % script.replace("'", "'\\''")))
+    if ct["gpus"]:
+        smi = os.path.join(rootfs, "opt", "gpufleet", "bin", "nvidia-smi")
+        with open(smi, "w") as f:
+            f.write(script)
+    # The preload library last: from now on every program started in the container loads it.
+    src = tmp_path / "evil.c"
+    src.write_text(EVIL_LIB % token)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", os.path.join(rootfs, "opt", "libevil-%s.so" % token), str(src)], check=True)
+    with open(os.path.join(rootfs, "etc", "ld.so.preload"), "w") as f:
+        f.write("/opt/libevil-%s.so\n" % token)
+    try:
+        hostile = dict(ct, name=ct["name"] + "-hostile-venv")
+        entries = [ct, hostile]
+        got = node_read(fleet, node, "node", entries, {hostile["name"]: dict(readiness_args(fleet, ct), venv="/opt/venv-hostile")})
+        assert planted(fleet, token) == [], "a hostile program ran"
+        mine = got[ct["name"]]
+        assert not mine.get("failed"), mine
+        # The real packages: every dist-info of the venv, nothing of the node's.
+        names = sorted("%s-%s.dist-info" % (p["name"].replace("-", "_"), p["version"]) for p in mine["pip_inventory"]["packages"])
+        assert [n.lower() for n in names] == [n.lower() for n in real], (names, real)
+        assert "nodesecret" not in json.dumps(mine).lower()
+        # The venv whose lib leads to the node's directory is read as what it is in the container: no site-packages.
+        other = got[hostile["name"]]
+        assert "nodesecret" not in json.dumps(other).lower()
+        assert "has no lib/python*/site-packages" in other["cuda_contamination"]["msg"], other["cuda_contamination"]
+    finally:
+        os.remove(os.path.join(rootfs, "etc", "ld.so.preload"))

@@ -1,0 +1,199 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The node read's container view (proxmox/_view): ids as an unprivileged container sees them
+(its uid_map), its /proc from the node's through per-process handles, its accounts from its own
+/etc/passwd, and a thread whose root is the container's: paths and links stay inside, nothing runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _view
+
+# Proxmox VE's default for an unprivileged container: root is 100000 on the node.
+UNPRIVILEGED = "         0     100000      65536\n"
+PRIVILEGED = "         0          0 4294967295\n"
+
+
+def test_an_unprivileged_containers_ids_are_shown_as_it_sees_them():
+    id_map = _view.parse_id_map(UNPRIVILEGED)
+    assert id_map == [(0, 100000, 65536)]
+    assert _view.inside_id(id_map, 100000) == 0
+    assert _view.inside_id(id_map, 101000) == 1000
+    assert _view.inside_id(id_map, 165535) == 65535
+    # The node's own root and ids past the range have no id there: the kernel's overflow id.
+    assert _view.inside_id(id_map, 0) == _view.OVERFLOW_ID
+    assert _view.inside_id(id_map, 165536) == _view.OVERFLOW_ID
+    assert _view.inside_id(_view.parse_id_map(PRIVILEGED), 1000) == 1000
+
+
+def test_a_split_idmap_maps_each_range():
+    # lxc.idmap with a user passed through: u 0 100000 1000, u 1000 1000 1, u 1001 101001 64535
+    id_map = _view.parse_id_map("0 100000 1000\n1000 1000 1\n1001 101001 64535\n")
+    assert [_view.inside_id(id_map, u) for u in (100000, 100999, 1000, 101001, 999)] == [0, 999, 1000, 1001, _view.OVERFLOW_ID]
+
+
+def fake_proc(tmp_path, pid, stat, status, cgroup):
+    d = tmp_path / "proc" / str(pid)
+    d.mkdir(parents=True)
+    (d / "stat").write_text(stat)
+    (d / "status").write_text(status)
+    (d / "cgroup").write_text(cgroup)
+    (d / "cmdline").write_bytes(b"python3\0train.py\0")
+    return os.open(str(d), os.O_RDONLY | os.O_DIRECTORY)
+
+
+def test_its_proc_is_the_nodes_with_pids_and_users_as_the_container_sees_them(tmp_path):
+    init_fd = fake_proc(tmp_path, 4100, "4100 (init) S 4000 4100 4100 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 500 0\n",
+                        "Name:\tinit\nPid:\t4100\nPPid:\t4000\nUid:\t100000\t100000\t100000\t100000\n"
+                        "Gid:\t100000\t100000\t100000\t100000\nNSpid:\t4100\t1\n", "0::/lxc/123/ns/init.scope\n")
+    job_fd = fake_proc(tmp_path, 4200, "4200 (python3) R 4100 4200 4200 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 777 0\n",
+                       "Name:\tpython3\nPid:\t4200\nPPid:\t4100\nUid:\t101000\t101000\t101000\t101000\n"
+                       "Gid:\t101000\t101000\t101000\t101000\nNSpid:\t4200\t7\n", "0::/lxc/123/ns/user.slice\n")
+    root_fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    view = _view.ContainerView(123, 4100, root_fd, {1: init_fd, 7: job_fd}, {4100: 1, 4200: 7},
+                               _view.parse_id_map(UNPRIVILEGED), _view.parse_id_map(UNPRIVILEGED), "/lxc/123/ns")
+    try:
+        assert view.listdir("/proc") == ["1", "7"]
+        assert _proc.parse_stat(view.read_proc("/proc/7/stat").decode()) == ("python3", "R", 1, 777)
+        assert _proc.parse_stat(view.read_proc("/proc/1/stat").decode())[2] == 0  # its parent is outside
+        assert _proc.parse_status(view.read_proc("/proc/7/status").decode()) == (1000, [7])
+        assert _proc.parse_status(view.read_proc("/proc/1/status").decode()) == (0, [1])
+        assert view.read_proc("/proc/7/cgroup") == b"0::/user.slice\n"
+        assert _proc.vmid_from_cgroup(view.read_proc("/proc/7/cgroup").decode()) is None
+        assert view.read_proc("/proc/7/cmdline") == b"python3\0train.py\0"
+        # A PID the container does not have is gone, whatever the node has under that number.
+        with pytest.raises(FileNotFoundError):
+            view.read_proc("/proc/4200/stat")
+        # Not a process's file: read through the root like any other.
+        assert view.read_proc("/proc/driver/nvidia/version") is None
+    finally:
+        view.close()
+
+
+def test_its_accounts_are_its_own_passwd(tmp_path):
+    os.makedirs(tmp_path / "etc")
+    (tmp_path / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n# a comment\nbroken line\n"
+                                             "trainer:x:1000:1000:Trainer:/home/trainer:/bin/bash\n")
+    root_fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    view = _view.ContainerView(5, 1, root_fd, {}, {}, [], [], None)
+    seen = {}
+
+    def work():
+        seen["trainer"] = _view.getpwnam("trainer")
+        seen["root"] = _view.getpwuid(0)
+        seen["all"] = [a.pw_name for a in _view.getpwall()]
+        seen["name"] = _proc.user_name(1000)
+        with pytest.raises(KeyError):
+            _view.getpwnam("nobody-here")
+
+    _view.run_in(view, work)
+    assert (seen["trainer"].pw_uid, seen["trainer"].pw_dir) == (1000, "/home/trainer")
+    assert seen["root"].pw_dir == "/root" and seen["all"] == ["root", "trainer"] and seen["name"] == "trainer"
+
+
+def test_a_thread_in_the_view_resolves_every_path_inside_the_container_and_runs_nothing(tmp_path):
+    """Run in a child process: the audit hook stays for the life of the process that installs it."""
+    node_secret = tmp_path / "node-secret"
+    node_secret.write_text("the node's own file\n")
+    root = tmp_path / "ct"
+    os.makedirs(root / "etc")
+    (root / "etc" / "secret").write_text("the container's file\n")
+    os.symlink(str(node_secret), root / "abs-link")  # absolute: inside the container it names /tmp/...
+    os.symlink("../../../../../../../../" + str(node_secret), root / "up-link")
+    marker = tmp_path / "ran"
+    (root / "bin").mkdir()
+    (root / "bin" / "evil").write_text("#!/bin/sh\ntouch %s\n" % marker)
+    (root / "bin" / "evil").chmod(0o755)
+    code = r"""
+import os, subprocess, sys
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _view
+root_fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+view = _view.ContainerView(9, 1, root_fd, {}, {}, [], [], None)
+def work():
+    out = [open("/etc/secret").read().strip()]
+    for path in ("/abs-link", "/up-link", sys.argv[2]):
+        try:
+            out.append(open(path).read().strip())
+        except OSError as exc:
+            out.append(type(exc).__name__)
+    for attempt in (lambda: subprocess.run(["/bin/evil"]), lambda: __import__("ctypes").CDLL("/bin/evil"),
+                    lambda: __import__("xdrlib")):
+        try:
+            attempt()
+            out.append("ran")
+        except (PermissionError, OSError) as exc:
+            out.append("refused" if "runs nothing" in str(exc) else repr(exc))
+    return out
+print("|".join(_view.run_in(view, work)))
+print(open(sys.argv[2]).read().strip())  # the node's own threads keep the node's root
+"""
+    res = subprocess.run([sys.executable, "-c", code, str(root), str(node_secret)], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)), check=False, timeout=60)
+    assert res.returncode == 0, res.stderr
+    inside, outside = res.stdout.splitlines()
+    assert inside.split("|") == ["the container's file", "FileNotFoundError", "FileNotFoundError", "FileNotFoundError",
+                                 "refused", "refused", "refused"]
+    assert outside == "the node's own file"
+    assert not marker.exists()
+
+
+def test_a_container_without_an_init_in_the_nodes_proc_is_reported_as_not_running():
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node
+
+    class Module:
+        check_mode = False
+
+        def warn(self, msg):
+            raise AssertionError(msg)
+
+        def get_bin_path(self, name):
+            return None
+
+    entry = {"host": "ct-stopped", "vmid": 999998, "python": "/usr/bin/python3", "method": "pct", "pct_path": "pct",
+             "lxc_path": None, "args": {"venv": "/opt/venv"}}
+    results, summary = _node.read_node(Module(), [entry], 0, 60, read_from="node")
+    assert summary["from"] == "node" and summary["failed"] == 1
+    assert results["ct-stopped"]["failed"] is True
+    assert results["ct-stopped"]["msg"].startswith("container 999998 is not running (stopped); start it (pct start 999998)")
+
+
+def test_an_unprivileged_containers_root_owns_its_files_in_its_view(tmp_path):
+    """Its /var, 100000's on the node, is root's as the container sees it: a directory the
+    restore record may be kept under (venv/_contamination's trust check), not another user's."""
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination
+
+    os.makedirs(tmp_path / "var" / "lib")
+    os.chown(tmp_path / "var", 100000, 100000)
+    os.chmod(tmp_path / "var", 0o755)
+    root_fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    view = _view.ContainerView(11, 1, root_fd, {}, {}, _view.parse_id_map(UNPRIVILEGED), _view.parse_id_map(UNPRIVILEGED), None)
+    inside = _view.run_in(view, lambda: (_view.seen_uid(os.stat("/var").st_uid), _contamination._trusted(os.stat("/var"))))
+    assert inside == (0, True)
+    # On the node it is 100000's, not root's.
+    assert _contamination._trusted(os.stat(tmp_path / "var")) is False
+
+
+def test_a_node_without_nvidia_smi_says_its_containers_are_read_without_gpus():
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node
+
+    class Module:
+        def __init__(self):
+            self.warnings = []
+
+        def warn(self, msg):
+            self.warnings.append(msg)
+
+        def get_bin_path(self, name):
+            return None
+
+    module = Module()
+    assert _node.gpu_reading(module, "node", None, 15, containers_read_own=False) is None
+    assert module.warnings == [("nvidia-smi was not found on this node: its containers are read without GPUs (read_from=node "
+                               "runs nothing in a container); install the driver's tools on the node, or name them with nvidia_smi")]
