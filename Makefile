@@ -50,9 +50,11 @@ test: setup
 	$(MAKE) lint
 	@echo "make test: every suite passed"
 
-# Modules, module_utils and plugins against real venvs, processes and files.
+# Modules, module_utils and plugins against real venvs, processes and files, in a random
+# order (pytest-randomly; pytest.ini keeps it off for the other suites): the header prints
+# the seed, and `make unit SEED=<seed>` replays that order.
 unit:
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) tests/unit
+	$(VENV)/bin/pytest -p randomly $(if $(SEED),--randomly-seed=$(SEED)) -n $(PYTEST_WORKERS) tests/unit
 
 # Over the simulated fleet (real sshd and LXC containers; needs root). Brings its own
 # fleet up and down.
