@@ -14,7 +14,9 @@ It answers the interface the collection uses, in nvidia-smi's formats:
     -L / --list-gpus                        one line per GPU
     -q [-x]                                 the full report, as text or XML
 
-and with nvidia-smi's exit codes (2 bad field or option, 6 no devices, 9 driver not loaded,
+It answers only the fields real nvidia-smi knows (the tables below); any other field fails as
+nvidia-smi fails on it: ``Field "x" is not a valid field to query.`` on stdout, exit status 2.
+And with nvidia-smi's exit codes (2 bad field or option, 6 no devices, 9 driver not loaded,
 12 NVML missing, 15 GPU fallen off the bus) when a fault is configured.
 
 ``-q -x`` and ``-q`` mirror a real NVIDIA H200's report (driver 580, DTD nvsmi_device_v13):
@@ -816,11 +818,13 @@ def remapped_value(g, field):
 
 
 def check_fields(spec, table):
+    """The fields asked, each one nvidia-smi knows. On the first it does not, nvidia-smi prints
+    ``Field "<name>" is not a valid field to query.`` and a blank line on stdout, nothing on
+    stderr, no rows, and exits 2 ("a supplied argument or flag is invalid")."""
     fields = [f.strip() for f in spec.split(",") if f.strip()]
     for f in fields:
         if f not in table:
-            fail('Field "%s" is not a valid field to query.\n\n'
-                 'Please refer to nvidia-smi -h for the list of valid fields.' % f, 2)
+            fail('Field "%s" is not a valid field to query.\n' % f, 2)
     if not fields:
         fail("No fields were given to query.", 2)
     return fields
