@@ -76,6 +76,10 @@ UUID to its injected state; anything left out is healthy, as the H200 fixture re
                  "ecc": {"volatile": {"dram_uncorrectable": 2}, "aggregate": {...}},
                  "retired_pages": {"single_bit": 0, "double_bit": 1, "pending": true},
                  "remapped_rows": {"uncorrectable": 1, "pending": true, "failure": false},
+                 "memory_faults": {"unrepairable_memory": true, "sram_threshold_exceeded": true,
+                                   "channel_repair_pending": true, "tpc_repair_pending": true,
+                                   "sram_sources": {"l2": 2, "sm": 1},
+                                   "row_remapper_histogram": {"max": 3070, "none": 2}},
                  "clocks_event_reasons": ["hw_slowdown", "hw_thermal_slowdown"],
                  "pcie": {"gen": 4, "width": 8},
                  "mig": {"instances": [{"gpu_instance_id": 1, "compute_instance_id": 0,
@@ -602,6 +606,17 @@ def fill_gpu(el, g, serial):
     _set(el, "remapped_rows/remapped_row_unc", str(rows.get("uncorrectable", 0)))
     _set(el, "remapped_rows/remapped_row_pending", yes_no(rows.get("pending", False)))
     _set(el, "remapped_rows/remapped_row_failure", yes_no(rows.get("failure", False)))
+    faults = h.get("memory_faults", {})
+    for key, path in (("sram_threshold_exceeded", "ecc_errors/aggregate/sram_threshold_exceeded"),
+                      ("unrepairable_memory", "ecc_errors/unrepairable_memory"),
+                      ("channel_repair_pending", "ecc_errors/channel_repair_pending"),
+                      ("tpc_repair_pending", "ecc_errors/tpc_repair_pending")):
+        _set(el, path, yes_no(faults.get(key, False)))
+    for source, count in faults.get("sram_sources", {}).items():
+        _set(el, "ecc_errors/aggregate_uncorrectable_sram_sources/sram_" + source, str(count))
+    # The H200's 3072 banks, all with every spare row, unless the histogram says otherwise.
+    for name, banks in dict({"max": 3072}, **faults.get("row_remapper_histogram", {})).items():
+        _set(el, "remapped_rows/row_remapper_histogram/row_remapper_histogram_" + name, "%d bank(s)" % banks)
     procs = el.find("processes")
     for c in sorted(g["apps"], key=lambda c: c["pid"]):
         info = _sub(procs, "process_info")
