@@ -1,0 +1,62 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The gate's ``since`` where it matters: while the new run is still writing.
+
+A log that already holds more of the old run's readings than the gate's window, a new run that
+has written only its first lines when the gate starts and writes the rest while the gate waits
+(each wait of the gate appends the next line, as the job would). Judged from the launch, the
+gate waits for the new run's readings; judged from the log's end, it would take the old run's
+readings at once. Once the new run has written all its lines the two agree, which is why a test
+that appends the whole run before the gate reads cannot tell them apart."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import Gate
+
+OLD_SLOW = ["step %d loss 1.0 12800 tok/s\n" % i for i in range(20)]
+OLD_GOOD = ["step %d loss 1.0 20000 tok/s\n" % i for i in range(20)]
+COMPILE = ["compile start\n", "compiled in 5 s\n"]
+
+
+def _new_run(rate):
+    """Two compile lines, three warm-up readings at a quarter of rate, then rate."""
+    return COMPILE + ["step %d loss 1.0 %g tok/s\n" % (i, rate / 4 if i < 3 else rate) for i in range(12)]
+
+
+def _gate_while_writing(tmp_path, old, new, written_at_start=3):
+    log = tmp_path / "train.log"
+    log.write_text("".join(old))
+    since = {"inode": os.stat(log).st_ino, "offset": os.path.getsize(log)}
+    pending = list(new)
+    with open(log, "a") as f:
+        f.write("".join(pending[:written_at_start]))
+    del pending[:written_at_start]
+    now = [0.0]
+
+    def sleep(seconds):  # the job writes its next line while the gate waits
+        now[0] += seconds
+        if pending:
+            with open(log, "a") as f:
+                f.write(pending.pop(0))
+
+    gate = Gate(str(log), samples=5, skip=3, wait=60, baseline=20000, since=since)
+    return gate, sleep, lambda: now[0]
+
+
+def test_a_healthy_run_over_slow_old_readings_is_judged_on_its_own_readings(tmp_path):
+    gate, sleep, clock = _gate_while_writing(tmp_path, OLD_SLOW, _new_run(20000))
+    result = gate.run(sleep=sleep, clock=clock)
+    assert result["passed"] is True and result["readings"] == [20000.0] * 5
+    assert result["read_from"]["from"] == "launch" and result["waited"] > 0
+
+
+def test_a_slow_run_appended_after_good_old_readings_fails(tmp_path):
+    gate, sleep, clock = _gate_while_writing(tmp_path, OLD_GOOD, _new_run(12800))
+    with pytest.raises(GpufleetError, match=r"throughput 12800 tok/s \(median of 5\) is below the floor of 18000"):
+        gate.run(sleep=sleep, clock=clock)
