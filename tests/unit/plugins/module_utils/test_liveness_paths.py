@@ -103,3 +103,9 @@ def test_a_read_that_fails_after_the_open_says_which_log_and_why(tmp_path, monke
 
     monkeypatch.setattr(_liveness, "read_fd", refused)
     assert throughput(str(log))["problem"] == "%s grew past the read's bound" % log
+
+
+def test_the_ratio_to_the_baseline_has_four_decimals(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("step 1 | 10000 tok/s\n")
+    assert throughput(str(log), baseline=30000.0)["ratio"] == 0.3333

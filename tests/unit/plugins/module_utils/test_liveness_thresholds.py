@@ -48,3 +48,9 @@ def test_a_log_quiet_for_1_1x_stall_after_is_a_stalled_job(tmp_path, stall_after
     assert result["state"] == "stalled"
     assert result["reason"] == "its log %s has not grown for %ds (stall_after %ds)" % (
         tmp_path / "train.log", round(1.1 * threshold), threshold)
+
+
+@pytest.mark.parametrize("stall_after", STALL_AFTER, ids=lambda v: "default" if v is None else "%ds" % v)
+def test_a_log_quiet_for_exactly_stall_after_grew_within_it_and_is_a_running_job(tmp_path, stall_after):
+    """docs/checks.md: running while the log "grew within the last stall_after seconds"."""
+    assert _quiet_for(tmp_path, 1.0, stall_after)["state"] == "running"
