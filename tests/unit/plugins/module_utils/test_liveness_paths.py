@@ -109,3 +109,12 @@ def test_the_ratio_to_the_baseline_has_four_decimals(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("step 1 | 10000 tok/s\n")
     assert throughput(str(log), baseline=30000.0)["ratio"] == 0.3333
+
+
+def test_a_leftover_carries_what_the_repair_names_it_by(tree):
+    gpus = [{"index": 3, "utilization_pct": 0, "processes": [
+        {"pid": 99, "name": None, "cmdline": "python3 worker.py --rank 1", "used_memory_mib": 4096}]}]
+    [left] = liveness({"processes": []}, gpus, proc=tree, now=0)["leftovers"]
+    # the name /proc gives when nvidia-smi gave none; the command line as read
+    assert left == {"pid": 99, "start_time": 990, "name": "python3", "cmdline": "python3 worker.py --rank 1", "gpu": 3,
+                    "used_memory_mib": 4096}
