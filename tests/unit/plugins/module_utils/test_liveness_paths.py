@@ -118,3 +118,12 @@ def test_a_leftover_carries_what_the_repair_names_it_by(tree):
     # the name /proc gives when nvidia-smi gave none; the command line as read
     assert left == {"pid": 99, "start_time": 990, "name": "python3", "cmdline": "python3 worker.py --rank 1", "gpu": 3,
                     "used_memory_mib": 4096}
+
+
+def test_a_leftover_on_two_gpus_is_listed_once_and_one_beside_a_job_worker_is_still_found(tree, tmp_path):
+    # 99 (child of init) holds GPUs 0 and 1: one leftover, named by its first GPU. On GPU 2 the
+    # job's worker comes first and 99 after it: the worker is skipped, 99 still seen.
+    live = liveness({"processes": [{"pid": 10}]}, _gpus((0, 50, [99]), (1, 50, [99])), proc=tree, now=0)
+    assert [(h["pid"], h["gpu"]) for h in live["leftovers"]] == [(99, 0)]
+    beside = liveness({"processes": [{"pid": 10}]}, _gpus((2, 50, [11, 99])), proc=tree, now=0)
+    assert [(h["pid"], h["gpu"]) for h in beside["leftovers"]] == [(99, 2)]
