@@ -60,3 +60,20 @@ def test_a_slow_run_appended_after_good_old_readings_fails(tmp_path):
     gate, sleep, clock = _gate_while_writing(tmp_path, OLD_GOOD, _new_run(12800))
     with pytest.raises(GpufleetError, match=r"throughput 12800 tok/s \(median of 5\) is below the floor of 18000"):
         gate.run(sleep=sleep, clock=clock)
+
+
+@pytest.mark.parametrize("delta", [-1, 1], ids=["older_inode_number", "newer_inode_number"])
+def test_a_log_rotated_since_the_launch_is_read_from_its_start_whichever_its_new_inode(tmp_path, delta):
+    log = tmp_path / "train.log"
+    log.write_text("".join("step %d loss 1.0 20000 tok/s\n" % i for i in range(5)))
+    st = os.stat(log)
+    # The launch saw another file (inode differs either way) at this same size: all of it is the new run's.
+    result = Gate(str(log), samples=5, since={"inode": st.st_ino + delta, "offset": st.st_size}).run()
+    assert result["read_from"] == {"offset": 0, "inode": st.st_ino, "from": "rotated"} and result["readings"] == [20000.0] * 5
+
+
+def test_a_pattern_whose_first_group_is_the_value_reads_that_group(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join("it %d | speed (%d) tokens per second\n" % (i, 20000 + i) for i in range(5)))
+    result = Gate(str(log), pattern=r"speed \((\d+)\) tokens", samples=5).run()
+    assert result["readings"] == [20000.0, 20001.0, 20002.0, 20003.0, 20004.0]
