@@ -77,3 +77,27 @@ def test_a_pattern_whose_first_group_is_the_value_reads_that_group(tmp_path):
     log.write_text("".join("it %d | speed (%d) tokens per second\n" % (i, 20000 + i) for i in range(5)))
     result = Gate(str(log), pattern=r"speed \((\d+)\) tokens", samples=5).run()
     assert result["readings"] == [20000.0, 20001.0, 20002.0, 20003.0, 20004.0]
+
+
+def test_units_k_either_case_and_m_scale_the_reading(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("a 19.5k tok/s\nb 20.5K tok/s\nc 0.02M tokens/s\nd 20000 tok/s\n")
+    assert Gate(str(log), samples=4).run()["readings"] == [19500.0, 20500.0, 20000.0, 20000.0]
+
+
+def test_a_match_whose_value_group_is_empty_is_no_reading(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("step 1 20000 tok/s\nstep 2 idle\nstep 3 20001 tok/s\n")
+    result = Gate(str(log), pattern=r"(?:(?P<value>\d+) tok/s|idle)", samples=2).run()
+    assert result["readings"] == [20000.0, 20001.0]
+
+
+def test_a_log_that_cannot_be_read_names_it_and_the_reason(tmp_path, monkeypatch):
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _throughput
+
+    def broken(*_args):
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(_throughput, "read_tail", broken)
+    with pytest.raises(GpufleetError, match=r"^cannot read log \S+train\.log: the disk went away$"):
+        Gate(str(tmp_path / "train.log"), samples=1).run()
