@@ -101,3 +101,10 @@ def test_a_log_that_cannot_be_read_names_it_and_the_reason(tmp_path, monkeypatch
     monkeypatch.setattr(_throughput, "read_tail", broken)
     with pytest.raises(GpufleetError, match=r"^cannot read log \S+train\.log: the disk went away$"):
         Gate(str(tmp_path / "train.log"), samples=1).run()
+
+
+def test_a_unit_group_that_matched_empty_leaves_the_reading_unscaled(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("speed 20000 tok/s\nspeed 20.5K tok/s\n")
+    result = Gate(str(log), pattern=r"speed (?P<value>[\d.]+)(?P<unit>[kKM]?) tok/s", samples=2).run()
+    assert result["readings"] == [20000.0, 20500.0]
