@@ -117,7 +117,9 @@ gpus:
       C(aggregate_uncorrected), C(volatile_corrected), C(aggregate_corrected)), C(retired_pages) (C(single_bit),
       C(double_bit), C(pending)), C(remapped_rows) (C(correctable), C(uncorrectable), C(pending), C(failed)),
       C(throttle) (the active reasons), C(pcie) (C(gen), C(max_gen), C(width), C(max_width)), C(persistence_mode),
-      C(mig) (C(current), C(pending), C(instances) with their memory and C(holders)), C(xid) (the events),
+      C(mig) (C(current), C(pending), C(instances) with their memory and C(holders)), C(memory_faults)
+      (C(sram_threshold_exceeded), C(unrepairable_memory), C(channel_repair_pending), C(tpc_repair_pending),
+      C(sram_uncorrectable_sources), C(row_remapper_histogram); read by O(source=xml) only), C(xid) (the events),
       C(not_reported) (field - why). A value the source does not report is null.
   returned: always
   type: list

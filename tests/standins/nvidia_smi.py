@@ -14,7 +14,9 @@ It answers the interface the collection uses, in nvidia-smi's formats:
     -L / --list-gpus                        one line per GPU
     -q [-x]                                 the full report, as text or XML
 
-and with nvidia-smi's exit codes (2 bad field or option, 6 no devices, 9 driver not loaded,
+It answers only the fields real nvidia-smi knows (the tables below); any other field fails as
+nvidia-smi fails on it: ``Field "x" is not a valid field to query.`` on stdout, exit status 2.
+And with nvidia-smi's exit codes (2 bad field or option, 6 no devices, 9 driver not loaded,
 12 NVML missing, 15 GPU fallen off the bus) when a fault is configured.
 
 ``-q -x`` and ``-q`` mirror a real NVIDIA H200's report (driver 580, DTD nvsmi_device_v13):
@@ -74,6 +76,10 @@ UUID to its injected state; anything left out is healthy, as the H200 fixture re
                  "ecc": {"volatile": {"dram_uncorrectable": 2}, "aggregate": {...}},
                  "retired_pages": {"single_bit": 0, "double_bit": 1, "pending": true},
                  "remapped_rows": {"uncorrectable": 1, "pending": true, "failure": false},
+                 "memory_faults": {"unrepairable_memory": true, "sram_threshold_exceeded": true,
+                                   "channel_repair_pending": true, "tpc_repair_pending": true,
+                                   "sram_sources": {"l2": 2, "sm": 1},
+                                   "row_remapper_histogram": {"max": 3070, "none": 2}},
                  "clocks_event_reasons": ["hw_slowdown", "hw_thermal_slowdown"],
                  "pcie": {"gen": 4, "width": 8},
                  "mig": {"instances": [{"gpu_instance_id": 1, "compute_instance_id": 0,
@@ -600,6 +606,17 @@ def fill_gpu(el, g, serial):
     _set(el, "remapped_rows/remapped_row_unc", str(rows.get("uncorrectable", 0)))
     _set(el, "remapped_rows/remapped_row_pending", yes_no(rows.get("pending", False)))
     _set(el, "remapped_rows/remapped_row_failure", yes_no(rows.get("failure", False)))
+    faults = h.get("memory_faults", {})
+    for key, path in (("sram_threshold_exceeded", "ecc_errors/aggregate/sram_threshold_exceeded"),
+                      ("unrepairable_memory", "ecc_errors/unrepairable_memory"),
+                      ("channel_repair_pending", "ecc_errors/channel_repair_pending"),
+                      ("tpc_repair_pending", "ecc_errors/tpc_repair_pending")):
+        _set(el, path, yes_no(faults.get(key, False)))
+    for source, count in faults.get("sram_sources", {}).items():
+        _set(el, "ecc_errors/aggregate_uncorrectable_sram_sources/sram_" + source, str(count))
+    # The H200's 3072 banks, all with every spare row, unless the histogram says otherwise.
+    for name, banks in dict({"max": 3072}, **faults.get("row_remapper_histogram", {})).items():
+        _set(el, "remapped_rows/row_remapper_histogram/row_remapper_histogram_" + name, "%d bank(s)" % banks)
     procs = el.find("processes")
     for c in sorted(g["apps"], key=lambda c: c["pid"]):
         info = _sub(procs, "process_info")
@@ -816,11 +833,13 @@ def remapped_value(g, field):
 
 
 def check_fields(spec, table):
+    """The fields asked, each one nvidia-smi knows. On the first it does not, nvidia-smi prints
+    ``Field "<name>" is not a valid field to query.`` and a blank line on stdout, nothing on
+    stderr, no rows, and exits 2 ("a supplied argument or flag is invalid")."""
     fields = [f.strip() for f in spec.split(",") if f.strip()]
     for f in fields:
         if f not in table:
-            fail('Field "%s" is not a valid field to query.\n\n'
-                 'Please refer to nvidia-smi -h for the list of valid fields.' % f, 2)
+            fail('Field "%s" is not a valid field to query.\n' % f, 2)
     if not fields:
         fail("No fields were given to query.", 2)
     return fields

@@ -5,12 +5,22 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from ansible.module_utils import _internal
 from ansible.module_utils.testing import patch_module_args
-from cachetree import torch_wheels
-from cuda_fixtures import build_seed_wheels
+from ansible.plugins.loader import init_plugin_loader
+
+# The collection loader goes in before any test module is imported. A test module that imports
+# ansible_collections.gpufleet.hygiene as a plain package (module_utils' tests do) would
+# otherwise leave the package without its collection metadata, and every plugin loaded after
+# it (fleet_report, the filters, the pct connection) would fail: the unit tests then passed or
+# failed by the order pytest collected them in.
+init_plugin_loader([os.path.join(os.path.dirname(__file__), "..", "..", ".ansible", "collections")])
+
+from cachetree import torch_wheels  # noqa: E402  (after the loader: it may import the collection)
+from cuda_fixtures import build_seed_wheels  # noqa: E402
 
 
 @pytest.fixture

@@ -109,3 +109,26 @@ def test_query_gpu_health_fields_in_nvidia_smi_formats(rig):
     assert lines[2] == "1, Disabled, 3, 0, 0x0000000000000008, Active, 4, 5, 8, Enabled, [N/A], 580.159.04"
     assert run("--query-gpu=ecc.errors.bogus", "--format=csv")[0] == 2
     assert run("-x")[0] == 2
+
+
+@pytest.mark.parametrize("option, fields, bad", [
+    ("--query-gpu", "index,memory.used,ecc.errors.uncorrected.volatile.totl,bogus", "ecc.errors.uncorrected.volatile.totl"),
+    ("--query-gpu", "clocks_event_reason.active", "clocks_event_reason.active"),
+    ("--query-gpu", "device_minor,gpu_uuid,pci.bus_id", "device_minor"),
+    ("--query-compute-apps", "pid,used_memory,gpu_instance_id", "gpu_instance_id"),
+    ("--query-remapped-rows", "gpu_uuid,remapped_rows.pendng", "remapped_rows.pendng"),
+], ids=["misspelt_total_first_of_two", "reasons_singular", "device_minor", "apps_gpu_instance_id", "remapped_misspelt"])
+def test_a_field_nvidia_smi_does_not_know_fails_as_nvidia_smi_fails(tmp_path, option, fields, bad):
+    """As nvidia-smi 580 answers it: the first unknown field named on stdout and a blank line,
+    nothing on stderr, no header and no rows, exit status 2 (a supplied argument is invalid)."""
+    state = gpu_standin.make_state(tmp_path / "gpu", gpus=2)
+    smi = gpu_standin.install_nvidia_smi(tmp_path / "bin", state)
+    res = subprocess.run([smi, "%s=%s" % (option, fields), "--format=csv"], text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, timeout=30, check=False)
+    assert (res.returncode, res.stdout, res.stderr) == (2, 'Field "%s" is not a valid field to query.\n\n' % bad, "")
+    # the same list without the unknown fields is answered: the refusal was the field's alone
+    known = ",".join(f for f in fields.split(",") if f not in (bad, "bogus"))
+    if known:
+        ok = subprocess.run([smi, "%s=%s" % (option, known), "--format=csv"], text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, timeout=30, check=False)
+        assert ok.returncode == 0 and ok.stdout.splitlines()[0].count(",") == known.count(","), ok.stdout

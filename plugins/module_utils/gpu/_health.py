@@ -76,6 +76,32 @@ REMAPPED_FIELDS = ("gpu_uuid", "remapped_rows.pending", "remapped_rows.failure",
                    "remapped_rows.uncorrectable")
 
 
+# The memory fault fields of nvidia-smi -q -x (R550 and later; as the H200 fixture carries them):
+# the flags under ecc_errors, the aggregate uncorrectable SRAM errors by source, and the row
+# remapper's histogram (how many memory banks have max/high/partial/low/no spare rows left).
+# Only -q -x reports them; the NVML and --query-gpu reads leave them None.
+MEMORY_FAULT_FIELDS = ("sram_threshold_exceeded", "unrepairable_memory", "channel_repair_pending", "tpc_repair_pending",
+                       "sram_uncorrectable_sources", "row_remapper_histogram")
+MEMORY_FAULT_FLAGS = {
+    # -q -x path under <gpu>: (code, severity, what, action)
+    "ecc_errors/unrepairable_memory": (
+        "unrepairable_memory", "fail", "the GPU reports memory it cannot repair (unrepairable_memory)",
+        "drain the GPU and RMA it"),
+    "ecc_errors/aggregate/sram_threshold_exceeded": (
+        "sram_threshold_exceeded", "fail",
+        "uncorrectable SRAM errors over the GPU's life passed the driver's threshold (sram_threshold_exceeded)",
+        "drain the GPU and RMA it"),
+    "ecc_errors/channel_repair_pending": (
+        "channel_repair_pending", "fail", "a memory channel repair is pending: it takes effect at the next reset",
+        "drain the GPU and reset it (nvidia-smi -r) or reboot the node"),
+    "ecc_errors/tpc_repair_pending": (
+        "tpc_repair_pending", "fail", "a TPC repair is pending: it takes effect at the next reset",
+        "drain the GPU and reset it (nvidia-smi -r) or reboot the node"),
+}
+SRAM_SOURCES = ("l2", "sm", "microcontroller", "pcie", "other")
+HISTOGRAM_BINS = ("max", "high", "partial", "low", "none")
+
+
 def finding(code, severity, what, action):
     return {"code": code, "severity": severity, "what": what, "action": action}
 
@@ -89,6 +115,7 @@ def new_gpu(index):
             "remapped_rows": {"correctable": None, "uncorrectable": None, "pending": None, "failed": None},
             "throttle": None, "pcie": {"gen": None, "max_gen": None, "width": None, "max_width": None},
             "persistence_mode": None, "mig": {"current": None, "pending": None, "instances": None},
+            "memory_faults": dict((name, None) for name in MEMORY_FAULT_FIELDS),
             "not_reported": {}, "findings": []}
 
 
@@ -411,8 +438,25 @@ def _xml_gpu(index, el):
                       ("width", "link_widths/current_link_width"), ("max_width", "link_widths/max_link_width")):
         pcie[key] = _int(_field(gpu, "pcie." + key, _find_text(el, link + path)))
     gpu["persistence_mode"] = _yes(_field(gpu, "persistence_mode", _find_text(el, "persistence_mode")))
+    _xml_memory_faults(gpu, el)
     _xml_mig(gpu, el)
     return gpu
+
+
+def _xml_memory_faults(gpu, el):
+    """The memory fault fields; a driver before R550 lacks them, which is no finding (older GPUs
+    report page retirement instead), so a missing one stays None and unnoted."""
+    faults = gpu["memory_faults"]
+    for path in MEMORY_FAULT_FLAGS:
+        faults[path.rsplit("/", 1)[1]] = _yes(_find_text(el, path))
+    sources = el.find("ecc_errors/aggregate_uncorrectable_sram_sources")
+    if sources is not None:
+        counts = dict((name, _int(_find_text(sources, "sram_" + name))) for name in SRAM_SOURCES)
+        faults["sram_uncorrectable_sources"] = None if all(v is None for v in counts.values()) else counts
+    histogram = el.find("remapped_rows/row_remapper_histogram")
+    if histogram is not None:
+        bins = dict((name, _int(_find_text(histogram, "row_remapper_histogram_" + name))) for name in HISTOGRAM_BINS)
+        faults["row_remapper_histogram"] = None if all(v is None for v in bins.values()) else bins
 
 
 def _xml_mig(gpu, el):
@@ -533,6 +577,23 @@ def gpu_findings(gpu, pin=None, driver=None):
     if rows["pending"]:
         out.append(finding("remapped_rows_pending", "fail", "a row remapping is pending: it takes effect at the next reset",
                            "drain the GPU and reset it (nvidia-smi -r) or reboot the node"))
+    faults = gpu.get("memory_faults") or {}
+    for code, severity, what, action in MEMORY_FAULT_FLAGS.values():
+        if faults.get(code):
+            out.append(finding(code, severity, what, action))
+    sources = faults.get("sram_uncorrectable_sources") or {}
+    if any(sources.values()):
+        out.append(finding("sram_uncorrectable_sources", "warn", "uncorrectable SRAM errors over the GPU's life by source: %s" % (
+            ", ".join("%s %d" % (name, sources[name]) for name in SRAM_SOURCES if sources.get(name))),
+            "watch the counts; give them with an RMA request if sram_threshold_exceeded or Xid 95 appears"))
+    histogram = faults.get("row_remapper_histogram") or {}
+    if histogram.get("none"):
+        out.append(finding("row_remapper_banks_exhausted", "warn", "%s without a spare row left: one more uncorrectable "
+                           "error there cannot be remapped" % _plural(histogram["none"], "memory bank"),
+                           "plan an RMA; drain the GPU when remapped_rows_failed appears"))
+    elif histogram.get("low"):
+        out.append(finding("row_remapper_banks_low", "info", "%s with few spare rows left" % _plural(histogram["low"], "memory bank"),
+                           "watch the row remapper histogram (nvidia-smi -q -d ROW_REMAPPER)"))
     if gpu["retired_pages"]["pending"]:
         out.append(finding("retired_pages_pending", "fail", "a page retirement is pending: it takes effect at the next reset",
                            "drain the GPU and reset it or reboot the node"))

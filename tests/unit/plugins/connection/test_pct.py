@@ -25,7 +25,7 @@ import types
 import pytest
 from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound, AnsibleOptionsError
 from ansible.playbook.play_context import PlayContext
-from ansible.plugins.loader import become_loader, connection_loader, init_plugin_loader
+from ansible.plugins.loader import become_loader, connection_loader
 
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".ansible", "collections"))
 HOSTILE = [
@@ -40,10 +40,6 @@ HOSTILE = [
     "",
 ]
 
-
-# The collection loader must be in place before anything imports ansible_collections as a
-# plain package (pytest imports every test module first; this one is collected early).
-init_plugin_loader([COLLECTIONS])
 
 
 def make_conn(**options):
@@ -198,9 +194,15 @@ def test_node_user_refuses_what_is_no_user_name(bad):
 
 
 @pytest.mark.parametrize("good", ["root", "svc-pve", "ci_runner", "user.name", "admin@pam", "machine$"])
-def test_node_user_accepts_user_names(good):
-    conn = make_conn(ansible_pct_vmid=100, ansible_pct_node_user=good)
+def test_node_user_accepts_user_names(popen, tmp_path, good):
+    rec = popen(stdout=b"ok\n")
+    conn = make_conn(ansible_pct_vmid=100, ansible_pct_node_user=good, ansible_pct_control_path_dir=str(tmp_path))
     conn._connect()
+    assert conn.exec_command("true")[0] == 0
+    # the name reaches ssh as one argument of -l, before the "--" that ends ssh's options
+    argv = rec.argv
+    assert argv[argv.index("-l") + 1] == good and argv.index("-l") < argv.index("--")
+    assert argv[argv.index("--") + 1:] == ["pve1.example.com", "pct exec 100 -- %s /bin/sh -c true" % ENV_LINE]
 
 
 def test_exec_argv_exact(popen, tmp_path):

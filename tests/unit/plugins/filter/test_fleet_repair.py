@@ -12,10 +12,8 @@ import os
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible.plugins.loader import init_plugin_loader
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-init_plugin_loader([os.path.join(REPO, ".ansible", "collections")])
 _verify = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.verify")
 _fleet = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.fleet")
 _repair = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.repair")

@@ -16,12 +16,10 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.parsing.dataloader import DataLoader
-from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 ROLE = os.path.join(REPO, "roles", "verify")
-init_plugin_loader([os.path.join(REPO, ".ansible", "collections")])
 _verify = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.verify")
 _fleet = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.fleet")
 PCT = "gpufleet.hygiene.pct"

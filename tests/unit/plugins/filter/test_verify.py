@@ -13,10 +13,8 @@ import sys
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible.plugins.loader import init_plugin_loader
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-init_plugin_loader([os.path.join(REPO, ".ansible", "collections")])
 _filters = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.verify")
 _fleet_report = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema")
 _record = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record")

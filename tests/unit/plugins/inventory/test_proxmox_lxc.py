@@ -9,11 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from ansible.plugins.loader import init_plugin_loader
-
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".ansible", "collections"))
-# Through the collection loader, as ansible loads it (and as the connection tests need it).
-init_plugin_loader([COLLECTIONS])
 _plugin = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.inventory.proxmox_lxc")
 
 

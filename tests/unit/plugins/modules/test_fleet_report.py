@@ -24,12 +24,11 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.playbook.play_context import PlayContext
 from ansible.playbook.task import Task
-from ansible.plugins.loader import action_loader, connection_loader, init_plugin_loader
+from ansible.plugins.loader import action_loader, connection_loader
 from ansible.template import Templar
 from fleet_sample import HOSTILE_NAME, RUN_STARTED, hostile_fleet, realistic_fleet
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-init_plugin_loader([os.path.join(REPO, ".ansible", "collections")])
 ACTION = "gpufleet.hygiene.fleet_report"
 
 FILES = {"json": "report.json", "junit": "report.junit.xml", "prometheus": "gpufleet_hygiene.prom", "html": "report.html"}

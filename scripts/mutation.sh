@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# Mutation testing of the safety-critical module_utils with cosmic-ray (pinned in
+# requirements/dev.txt): every mutant of a module (an operator flipped, a constant changed, a
+# condition negated, ...) is run against that module's unit tests; a mutant no test fails on
+# ("survived") is a behaviour nothing pins. `make mutation` runs it; it is not part of `make test`
+# (every module: hours on two cores).
+#
+#   scripts/mutation.sh                 # every module of the table below
+#   scripts/mutation.sh liveness xid    # some of them
+#
+# The mutants are made in a copy of the checkout (build/mutation/tree: the files git tracks plus
+# the collection link), never in the working tree, and the venv is the checkout's. Results per
+# module under build/mutation/<name>/: session.sqlite, report.txt (cr-report), survivors.txt.
+# Exit status 0 only when no mutant survived (or a survivor is listed in
+# docs/reliability.md's table of explained survivors, by module, line and operator).
+
+set -eu -o pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+BUILD="$ROOT/build/mutation"
+TREE="$BUILD/tree"
+BIN="$ROOT/.venv/bin"
+CR="${COSMIC_RAY:-$BIN/cosmic-ray}"
+CR_REPORT="${CR_REPORT:-$(dirname "$CR")/cr-report}"
+
+# name | module under plugins/module_utils | the unit tests that pin it
+TABLE="
+contamination|venv/_contamination.py|tests/unit/plugins/modules/test_cuda_contamination.py
+verdict|venv/_cuda.py|tests/unit/plugins/module_utils/test_cuda_evidence.py tests/unit/plugins/modules/test_cuda_mixed_major.py tests/unit/plugins/modules/test_cuda_contamination.py
+record|venv/_dist.py|tests/unit/plugins/module_utils/test_dist_paths.py tests/unit/plugins/module_utils/test_files_hostile.py tests/unit/plugins/modules/test_pip_inventory.py
+scope|proc/_proc.py|tests/unit/plugins/module_utils/test_scope_safety.py tests/unit/plugins/module_utils/test_gpuproc.py tests/unit/plugins/modules/test_processes.py
+ordinary|proc/_ordinary.py|tests/unit/plugins/module_utils/test_scope_safety.py
+throughput|job/_throughput.py|tests/unit/plugins/module_utils/test_throughput_launch.py tests/unit/plugins/module_utils/test_throughput_since.py tests/unit/plugins/modules/test_host_lock_throughput.py tests/unit/plugins/filter/test_log_search.py
+liveness|job/_liveness.py|tests/unit/plugins/module_utils/test_liveness.py tests/unit/plugins/module_utils/test_liveness_thresholds.py tests/unit/plugins/module_utils/test_liveness_paths.py
+xid|gpu/_xid.py|tests/unit/plugins/module_utils/test_gpu_health.py
+"
+
+[ -x "$CR" ] || { echo "cosmic-ray not found at $CR: run make setup (requirements/dev.txt pins it)" >&2; exit 2; }
+want=" $* "
+rows=$(printf '%s\n' "$TABLE" | grep '|' | while IFS='|' read -r name _m _t; do
+    if [ "$#" -eq 0 ] || [[ "$want" == *" $name "* ]]; then printf '%s\n' "$name"; fi; done)
+[ -n "$rows" ] || { echo "no such module; choose from: $(printf '%s\n' "$TABLE" | cut -d'|' -f1 | xargs)" >&2; exit 2; }
+
+# The copy the mutants are made in.
+rm -rf "$TREE"
+mkdir -p "$TREE"
+git ls-files -z | (cd "$ROOT" && xargs -0 cp --parents -t "$TREE")
+ln -s "$ROOT/.venv" "$TREE/.venv"
+mkdir -p "$TREE/.ansible/collections/ansible_collections/gpufleet"
+ln -s ../../../.. "$TREE/.ansible/collections/ansible_collections/gpufleet/hygiene"
+
+status=0
+for name in $rows; do
+    line=$(printf '%s\n' "$TABLE" | grep "^$name|")
+    module="plugins/module_utils/$(echo "$line" | cut -d'|' -f2)"
+    tests="$(echo "$line" | cut -d'|' -f3)"
+    out="$BUILD/$name"
+    rm -rf "$out" && mkdir -p "$out"
+    cat >"$out/config.toml" <<TOML
+[cosmic-ray]
+module-path = "$module"
+timeout = 300.0
+excluded-modules = []
+test-command = "$BIN/pytest -p no:cacheprovider -p no:randomly -x -q $tests"
+
+[cosmic-ray.distributor]
+name = "local"
+TOML
+    echo "== $name: $module against $tests"
+    (cd "$TREE" && "$CR" init "$out/config.toml" "$out/session.sqlite" \
+        && "$CR" baseline "$out/config.toml" \
+        && "$CR" exec "$out/config.toml" "$out/session.sqlite")
+    "$CR_REPORT" --show-pending "$out/session.sqlite" >"$out/report.txt"
+    # One line per survivor: module, line, operator, occurrence.
+    "$TREE/.venv/bin/python" - "$out/session.sqlite" "$module" >"$out/survivors.txt" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+rows = db.execute(
+    "SELECT m.module_path, m.start_pos_row, m.operator_name, m.occurrence FROM mutation_specs m "
+    "JOIN work_results r ON r.job_id = m.job_id WHERE r.test_outcome = 'SURVIVED' ORDER BY m.start_pos_row").fetchall()
+for path, row, op, occ in rows:
+    print("%s:%s %s #%s" % (path, row, op, occ))
+PY
+    tail -3 "$out/report.txt"
+    while read -r survivor; do
+        [ -n "$survivor" ] || continue
+        if grep -qF "\`$survivor\`" docs/reliability.md; then
+            echo "survived, explained in docs/reliability.md: $survivor"
+        else
+            echo "SURVIVED: $survivor"
+            status=1
+        fi
+    done <"$out/survivors.txt"
+done
+exit $status

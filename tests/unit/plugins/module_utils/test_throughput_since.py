@@ -1,0 +1,110 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The gate's ``since`` where it matters: while the new run is still writing.
+
+A log that already holds more of the old run's readings than the gate's window, a new run that
+has written only its first lines when the gate starts and writes the rest while the gate waits
+(each wait of the gate appends the next line, as the job would). Judged from the launch, the
+gate waits for the new run's readings; judged from the log's end, it would take the old run's
+readings at once. Once the new run has written all its lines the two agree, which is why a test
+that appends the whole run before the gate reads cannot tell them apart."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import Gate
+
+OLD_SLOW = ["step %d loss 1.0 12800 tok/s\n" % i for i in range(20)]
+OLD_GOOD = ["step %d loss 1.0 20000 tok/s\n" % i for i in range(20)]
+COMPILE = ["compile start\n", "compiled in 5 s\n"]
+
+
+def _new_run(rate):
+    """Two compile lines, three warm-up readings at a quarter of rate, then rate."""
+    return COMPILE + ["step %d loss 1.0 %g tok/s\n" % (i, rate / 4 if i < 3 else rate) for i in range(12)]
+
+
+def _gate_while_writing(tmp_path, old, new, written_at_start=3):
+    log = tmp_path / "train.log"
+    log.write_text("".join(old))
+    since = {"inode": os.stat(log).st_ino, "offset": os.path.getsize(log)}
+    pending = list(new)
+    with open(log, "a") as f:
+        f.write("".join(pending[:written_at_start]))
+    del pending[:written_at_start]
+    now = [0.0]
+
+    def sleep(seconds):  # the job writes its next line while the gate waits
+        now[0] += seconds
+        if pending:
+            with open(log, "a") as f:
+                f.write(pending.pop(0))
+
+    gate = Gate(str(log), samples=5, skip=3, wait=60, baseline=20000, since=since)
+    return gate, sleep, lambda: now[0]
+
+
+def test_a_healthy_run_over_slow_old_readings_is_judged_on_its_own_readings(tmp_path):
+    gate, sleep, clock = _gate_while_writing(tmp_path, OLD_SLOW, _new_run(20000))
+    result = gate.run(sleep=sleep, clock=clock)
+    assert result["passed"] is True and result["readings"] == [20000.0] * 5
+    assert result["read_from"]["from"] == "launch" and result["waited"] > 0
+
+
+def test_a_slow_run_appended_after_good_old_readings_fails(tmp_path):
+    gate, sleep, clock = _gate_while_writing(tmp_path, OLD_GOOD, _new_run(12800))
+    with pytest.raises(GpufleetError, match=r"throughput 12800 tok/s \(median of 5\) is below the floor of 18000"):
+        gate.run(sleep=sleep, clock=clock)
+
+
+@pytest.mark.parametrize("delta", [-1, 1], ids=["older_inode_number", "newer_inode_number"])
+def test_a_log_rotated_since_the_launch_is_read_from_its_start_whichever_its_new_inode(tmp_path, delta):
+    log = tmp_path / "train.log"
+    log.write_text("".join("step %d loss 1.0 20000 tok/s\n" % i for i in range(5)))
+    st = os.stat(log)
+    # The launch saw another file (inode differs either way) at this same size: all of it is the new run's.
+    result = Gate(str(log), samples=5, since={"inode": st.st_ino + delta, "offset": st.st_size}).run()
+    assert result["read_from"] == {"offset": 0, "inode": st.st_ino, "from": "rotated"} and result["readings"] == [20000.0] * 5
+
+
+def test_a_pattern_whose_first_group_is_the_value_reads_that_group(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join("it %d | speed (%d) tokens per second\n" % (i, 20000 + i) for i in range(5)))
+    result = Gate(str(log), pattern=r"speed \((\d+)\) tokens", samples=5).run()
+    assert result["readings"] == [20000.0, 20001.0, 20002.0, 20003.0, 20004.0]
+
+
+def test_units_k_either_case_and_m_scale_the_reading(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("a 19.5k tok/s\nb 20.5K tok/s\nc 0.02M tokens/s\nd 20000 tok/s\n")
+    assert Gate(str(log), samples=4).run()["readings"] == [19500.0, 20500.0, 20000.0, 20000.0]
+
+
+def test_a_match_whose_value_group_is_empty_is_no_reading(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("step 1 20000 tok/s\nstep 2 idle\nstep 3 20001 tok/s\n")
+    result = Gate(str(log), pattern=r"(?:(?P<value>\d+) tok/s|idle)", samples=2).run()
+    assert result["readings"] == [20000.0, 20001.0]
+
+
+def test_a_log_that_cannot_be_read_names_it_and_the_reason(tmp_path, monkeypatch):
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _throughput
+
+    def broken(*_args):
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(_throughput, "read_tail", broken)
+    with pytest.raises(GpufleetError, match=r"^cannot read log \S+train\.log: the disk went away$"):
+        Gate(str(tmp_path / "train.log"), samples=1).run()
+
+
+def test_a_unit_group_that_matched_empty_leaves_the_reading_unscaled(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("speed 20000 tok/s\nspeed 20.5K tok/s\n")
+    result = Gate(str(log), pattern=r"speed (?P<value>[\d.]+)(?P<unit>[kKM]?) tok/s", samples=2).run()
+    assert result["readings"] == [20000.0, 20500.0]
