@@ -54,8 +54,10 @@ FAMILIES = (
     ("torch", r"^lib(?:torch|c10|shm|caffe2)(?=[._]|$)"),
 )
 _FAMILIES = tuple((name, re.compile(rx)) for name, rx in FAMILIES)
-# Extensions found by their directory: torch/_C.cpython-*.so, triton/_C/libtriton.so.
-_DIR_FAMILIES = (("triton", "/triton/"), ("torch", "/torch/"))
+# Extensions found by their package's directory in a site directory: torch/_C.cpython-*.so,
+# triton/_C/libtriton.so. Only there: a venv under /opt/torch/ holds numpy too, and Triton's own
+# cache (~/.triton/cache) holds the helper modules it compiled, which are no library of a package.
+_DIR_FAMILIES = (("triton", re.compile(r"/(?:site|dist)-packages/triton/")), ("torch", re.compile(r"/(?:site|dist)-packages/torch/")))
 _SO_RE = re.compile(r"\.so(?:\.\d+)*$")
 _CU_DIR_RE = re.compile(r"/nvidia/cu(\d{2})/")
 
@@ -68,8 +70,8 @@ def family(path):
     for name, rx in _FAMILIES:
         if rx.match(base):
             return name
-    for name, part in _DIR_FAMILIES:
-        if part in path:
+    for name, rx in _DIR_FAMILIES:
+        if rx.search(path):
             return name
     return None
 
@@ -233,7 +235,9 @@ def judge_library(path, deleted, index, open_file=default_open, needed_cache=Non
         if not majors:
             majors.append(from_package[0])
         evidence.append(from_package[1])
-    ships = [] if index is None or owners else [p for p in index.ships(path) if p != path]
+    # Only a shared library by its soname (lib*.so*) has a copy the venv ships: a Python extension
+    # module's file name says nothing of which library it is.
+    ships = [] if index is None or owners or not base.startswith("lib") else [p for p in index.ships(path) if p != path]
     return {
         "path": path,
         "family": family(path),
@@ -264,6 +268,7 @@ def mapped_libraries(pids, proc=PROC, open_file=None, index=None, seconds=READ_S
     problems = []
     out = []
     needed = {}
+    judged = {}  # a job's processes (its workers) map the same files: each is judged once
     todo = sorted(set(int(p) for p in pids))
     for n, pid in enumerate(todo):
         left = deadline - time.monotonic()
@@ -274,8 +279,12 @@ def mapped_libraries(pids, proc=PROC, open_file=None, index=None, seconds=READ_S
         data = read_maps(pid, proc, problems, seconds=left)
         if data is None:
             continue
-        libraries = [judge_library(path, deleted, index, open_file, needed)
-                     for path, deleted in parse_maps(data) if family(path)]
+        libraries = []
+        for path, deleted in parse_maps(data):
+            if family(path):
+                if (path, deleted) not in judged:
+                    judged[(path, deleted)] = judge_library(path, deleted, index, open_file, needed)
+                libraries.append(dict(judged[(path, deleted)]))
         out.append({"pid": pid, "comm": _comm(pid, proc, describe), "libraries": libraries})
     return {"processes": out, "problems": problems}
 

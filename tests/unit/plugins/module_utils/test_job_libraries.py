@@ -202,6 +202,11 @@ def test_maps_are_read_within_their_bounds(monkeypatch, job, cudart13):
     ("/usr/lib/x86_64-linux-gnu/libc.so.6", None),
     ("/usr/lib/x86_64-linux-gnu/libcudaX.so.1", None),
     ("/v/site-packages/torch/lib/readme.txt", None),
+    # What an NVIDIA H200's torch job really maps beside its libraries (the image's venv lives
+    # under /opt/torch/): numpy's extensions, and the helper module Triton compiled into its cache.
+    ("/opt/torch/.venv/lib/python3.12/site-packages/numpy/random/_mt19937.cpython-312-x86_64-linux-gnu.so", None),
+    ("/srv/job/triton/XU5DT2AO5BD5AEHEYGLPP5LRDF/cuda_utils.cpython-312-x86_64-linux-gnu.so", None),
+    ("/opt/torch/.venv/lib/python3.12/site-packages/torch/lib/libtorch.so", "torch"),
 ])
 def test_families(path, family):
     assert _libraries.family(path) == family
