@@ -18,11 +18,12 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness imp
 
 
 def _proc(tmp_path, table):
-    """A /proc of {pid: (comm, ppid, start_time)}."""
+    """A /proc of {pid: (comm, ppid, start_time)}, every process root's (uid 0), its own namespace's."""
     for pid, (comm, ppid, started) in table.items():
         d = tmp_path / str(pid)
         d.mkdir()
         (d / "stat").write_text("%d (%s) S %d %s %d 0 0\n" % (pid, comm, ppid, " ".join(["0"] * 17), started))
+        (d / "status").write_text("Name:\t%s\nPPid:\t%d\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nNSpid:\t%d\n" % (comm, ppid, pid))
     return str(tmp_path)
 
 
@@ -56,7 +57,7 @@ def test_a_log_not_written_yet_is_reported_and_the_job_is_running(tree, tmp_path
     path = str(tmp_path / "not-yet.log")
     live = liveness({"processes": [{"pid": 10}]}, [], log=path, proc=tree, now=0)
     assert live["state"] == "running"
-    assert live["log"] == {"path": path, "exists": False, "error": "No such file or directory"}
+    assert live["log"] == {"path": path, "exists": False, "error": "%s does not exist" % path}
 
 
 @pytest.mark.parametrize("ago, age", [(12.34, 12.3), (-5.0, 0.0), (0.4, 0.4)], ids=["tenths", "log_in_the_future", "under_1s"])
@@ -73,7 +74,7 @@ def test_the_job_itself_and_the_containers_init_holding_a_gpu_are_no_leftovers(t
     # parent is 0, not init) holding a GPU is not left behind by any job either.
     live = liveness({"processes": [{"pid": 10}]}, _gpus((0, 50, [10, 1]), (1, 50, [10])), proc=tree, now=0)
     assert live["leftovers"] == []
-    alone = liveness({"processes": []}, _gpus((0, 50, [1, 99])), proc=tree, now=0)
+    alone = liveness({"processes": []}, _gpus((0, 50, [1, 99])), proc=tree, now=0, users=["root"])
     assert [h["pid"] for h in alone["leftovers"]] == [99]
 
 
@@ -88,20 +89,22 @@ def test_the_throughput_read_takes_the_last_64_kib_of_the_log(tmp_path):
 
 
 def test_a_read_that_fails_after_the_open_says_which_log_and_why(tmp_path, monkeypatch):
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tail
+
     log = tmp_path / "train.log"
     log.write_text("step 1 | 20000 tok/s\n")
 
     def broken(*_args):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(_liveness.os, "lseek", broken)
-    assert throughput(str(log))["problem"] == "%s cannot be read: [Errno 5] Input/output error" % log
+    monkeypatch.setattr(_tail.os, "pread", broken)
+    assert throughput(str(log))["problem"] == "%s cannot be read: Input/output error" % log
     monkeypatch.undo()
 
-    def refused(*_args):
+    def refused(*_args, **_kw):
         raise Skipped("%s grew past the read's bound" % log)
 
-    monkeypatch.setattr(_liveness, "read_fd", refused)
+    monkeypatch.setattr(_liveness, "read_window", refused)
     assert throughput(str(log))["problem"] == "%s grew past the read's bound" % log
 
 
@@ -114,16 +117,16 @@ def test_the_ratio_to_the_baseline_has_four_decimals(tmp_path):
 def test_a_leftover_carries_what_the_repair_names_it_by(tree):
     gpus = [{"index": 3, "utilization_pct": 0, "processes": [
         {"pid": 99, "name": None, "cmdline": "python3 worker.py --rank 1", "used_memory_mib": 4096}]}]
-    [left] = liveness({"processes": []}, gpus, proc=tree, now=0)["leftovers"]
+    [left] = liveness({"processes": []}, gpus, proc=tree, now=0, users=["root"])["leftovers"]
     # the name /proc gives when nvidia-smi gave none; the command line as read
     assert left == {"pid": 99, "start_time": 990, "name": "python3", "cmdline": "python3 worker.py --rank 1", "gpu": 3,
-                    "used_memory_mib": 4096}
+                    "used_memory_mib": 4096, "user": "root"}
 
 
 def test_a_leftover_on_two_gpus_is_listed_once_and_one_beside_a_job_worker_is_still_found(tree, tmp_path):
     # 99 (child of init) holds GPUs 0 and 1: one leftover, named by its first GPU. On GPU 2 the
     # job's worker comes first and 99 after it: the worker is skipped, 99 still seen.
-    live = liveness({"processes": [{"pid": 10}]}, _gpus((0, 50, [99]), (1, 50, [99])), proc=tree, now=0)
+    live = liveness({"processes": [{"pid": 10}]}, _gpus((0, 50, [99]), (1, 50, [99])), proc=tree, now=0, users=["root"])
     assert [(h["pid"], h["gpu"]) for h in live["leftovers"]] == [(99, 0)]
-    beside = liveness({"processes": [{"pid": 10}]}, _gpus((2, 50, [11, 99])), proc=tree, now=0)
+    beside = liveness({"processes": [{"pid": 10}]}, _gpus((2, 50, [11, 99])), proc=tree, now=0, users=["root"])
     assert [(h["pid"], h["gpu"]) for h in beside["leftovers"]] == [(99, 2)]

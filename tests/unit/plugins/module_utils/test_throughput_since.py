@@ -93,14 +93,17 @@ def test_a_match_whose_value_group_is_empty_is_no_reading(tmp_path):
 
 
 def test_a_log_that_cannot_be_read_names_it_and_the_reason(tmp_path, monkeypatch):
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _throughput
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tail
+
+    log = tmp_path / "train.log"
+    log.write_text("step 1 | 20000 tok/s\n")
 
     def broken(*_args):
-        raise OSError("the disk went away")
+        raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(_throughput, "read_tail", broken)
-    with pytest.raises(GpufleetError, match=r"^cannot read log \S+train\.log: the disk went away$"):
-        Gate(str(tmp_path / "train.log"), samples=1).run()
+    monkeypatch.setattr(_tail.os, "pread", broken)
+    with pytest.raises(GpufleetError, match=r"^cannot read log \S+train\.log: \S+train\.log cannot be read: Input/output error; "):
+        Gate(str(log), samples=1).run()
 
 
 def test_a_unit_group_that_matched_empty_leaves_the_reading_unscaled(tmp_path):
