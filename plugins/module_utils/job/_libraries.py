@@ -147,37 +147,79 @@ class VenvIndex(object):
     ``dists``: the venv's distributions (venv/_dist.py); ``clobbered``: the contamination
     check's ``clobbered`` (a file two packages install is the one of those that overwrote it);
     ``resolve``: how a site directory is seen by the process (maps names files by their real
-    path: a venv reached through a symbolic link is indexed under both)."""
+    path: a venv reached through a symbolic link is indexed under both).
+
+    A RECORD is read only when a mapped file asks for it, the likeliest packages first (a torch
+    venv's RECORDs list tens of thousands of files, most of them of no library): the owner of a
+    file in a site directory is looked for in the packages named like its first directory, then
+    in the rest; the venv's copy of a library mapped from outside it in the packages that ship
+    CUDA libraries (nvidia-*, torch, triton)."""
+
+    SHIPPERS = ("nvidia-", "torch", "triton")
 
     def __init__(self, dists, clobbered=(), resolve=os.path.realpath):
+        self.dists = list(dists)
         self.owners = {}
         self.keys = {}
         self.rel = {}
-        resolved = {}
-        for dist in dists:
+        self.sites = {}  # a site directory as RECORD names it -> as the process sees it
+        self._loaded = set()
+        for dist in self.dists:
             site = dist.site_dir.rstrip("/") + "/"
-            if site not in resolved:
+            if site not in self.sites:
                 try:
-                    resolved[site] = resolve(site.rstrip("/")).rstrip("/") + "/"
+                    self.sites[site] = resolve(site.rstrip("/")).rstrip("/") + "/"
                 except (OSError, ValueError):
-                    resolved[site] = site
-            real = resolved[site]
-            for abs_path, rel in dist.paths:
-                if ".so" not in rel or family(abs_path) is None:
-                    continue
-                names = [abs_path] + ([real + abs_path[len(site):]] if real != site and abs_path.startswith(site) else [])
-                for name in names:
-                    owners = self.owners.setdefault(name, [])
-                    if dist not in owners:
-                        owners.append(dist)
-                    self.rel[name] = rel
-                self.keys.setdefault(library_key(abs_path), []).append(names[-1])
+                    self.sites[site] = site
         # (rel, owner) -> the packages whose bytes the file holds now
         self.overwritten = dict(((c.get("path"), c.get("owner")), list(c.get("overwritten_by") or ())) for c in clobbered or ())
+        self._clobbered_names = {}
+        for (rel, owner), winners in self.overwritten.items():
+            self._clobbered_names.setdefault(rel, set()).update([owner] + winners)
+
+    def _load(self, dist):
+        if id(dist) in self._loaded:
+            return
+        self._loaded.add(id(dist))
+        site = dist.site_dir.rstrip("/") + "/"
+        real = self.sites[site]
+        for abs_path, rel in dist.paths:
+            if ".so" not in rel or family(abs_path) is None:
+                continue
+            names = [abs_path] + ([real + abs_path[len(site):]] if real != site and abs_path.startswith(site) else [])
+            for name in names:
+                owners = self.owners.setdefault(name, [])
+                if dist not in owners:
+                    owners.append(dist)
+                self.rel[name] = rel
+            self.keys.setdefault(library_key(abs_path), []).append(names[-1])
+
+    def _rel(self, path):
+        """The path relative to the site directory it is in (as RECORD or the process names it), or None."""
+        for site, real in self.sites.items():
+            for prefix in (site, real):
+                if path.startswith(prefix):
+                    return path[len(prefix):]
+        return None
 
     def owner(self, path):
         """(the package whose file it is, every package listing it): a file two packages list is
         the one that overwrote it (clobbered), else the first."""
+        rel = self._rel(path)
+        if rel is None:
+            return None, []
+        if path not in self.owners:
+            first = rel.split("/", 1)[0].lower().replace("_", "-")
+            likely = [d for d in self.dists if d.key == first or d.key.startswith(first + "-") or first.startswith(d.key)]
+            for dist in likely + [d for d in self.dists if d not in likely]:
+                self._load(dist)
+                if path in self.owners:
+                    break
+        # A file two packages install: both are read, so that the clobbered one is told apart.
+        names = self._clobbered_names.get(self.rel.get(path, rel)) or ()
+        for dist in self.dists:
+            if dist.name in names:
+                self._load(dist)
         owners = self.owners.get(path) or []
         if len(owners) > 1:
             rel = self.rel.get(path)
@@ -191,6 +233,9 @@ class VenvIndex(object):
 
     def ships(self, path):
         """Paths in the venv of the same library (library_key) as ``path``."""
+        for dist in self.dists:
+            if dist.key.startswith(self.SHIPPERS):
+                self._load(dist)
         return self.keys.get(library_key(path), [])
 
 
