@@ -167,10 +167,13 @@ def test_every_role_changes_only_what_it_was_asked_to(fleet):
     steps = []
     logs = {}
 
-    def step(role, *extra):
+    def step(role, *extra, refused=None):
         before = nothinglost.snapshot(lx, 100)
         res = run_role(fleet, "train-100", role, *extra)
-        assert res.returncode == 0, res.stdout[-4000:]
+        if refused is None:
+            assert res.returncode == 0, res.stdout[-4000:]
+        else:  # the role fails the host, saying why, and still changes only what it was asked to
+            assert res.returncode != 0 and refused in res.stdout, res.stdout[-4000:]
         after = nothinglost.snapshot(lx, 100)
         logs[role] = res.stdout
         print("==== %s\n%s" % (role, res.stdout))  # shown when the test fails
@@ -184,8 +187,10 @@ def test_every_role_changes_only_what_it_was_asked_to(fleet):
     _b, _a, d = step("verify", "-e", "verify_fail=false")
     assert nothinglost.is_empty(d), d
 
-    # relaunch: one new process, the job; its log and its GPU claim.
-    _b, after, d = step("relaunch")
+    # relaunch: one new process, the job; its log and its GPU claim. The venv is still the
+    # contaminated one, so the new run maps its CUDA 13 NCCL (and the CUDA 13 runtime that links
+    # in): the role launches it, reads what it maps, and fails the host naming the library.
+    _b, after, d = step("relaunch", refused="the relaunched job runs on the wrong libraries: 2 wrong libraries mapped")
     [job] = job_pids(d, "new")
     assert d["processes"] == {"gone": [], "new": [(job, after["processes"][str(job)]["cmdline"])]}
     assert d["files"] == {"removed": [], "added": ["%s/%d.json" % (CLAIMS, job), LOG], "changed": []}
