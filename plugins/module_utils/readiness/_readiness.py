@@ -142,16 +142,17 @@ def read_libraries(p, result, env, seconds):
     if env is None:
         return failed("the venv was not read within read_timeout: the libraries the job maps could not be judged")
     cuda = result["cuda_contamination"]
-    if "reference" not in cuda:
-        return failed("the libraries the job maps are judged against the venv's reference CUDA, which could not be "
-                      "read: %s" % cuda.get("msg", "cuda_contamination failed"))
     started = time.monotonic()
     try:
         index = VenvIndex(env.distributions, cuda.get("clobbered") or ())
         found = mapped_libraries(job_pids(result), index=index, seconds=seconds)
     except GpufleetError as exc:
         return failed(exc.msg, **exc.partial)
-    found.update(changed=False, reference=cuda["reference"], read_s=round(time.monotonic() - started, 4))
+    # Without the venv's reference (no torch, or one that says no CUDA: venv_clean fails on it and
+    # says what to set) the majors are not judged; a deleted library or one from outside the venv still is.
+    found.update(changed=False, reference=cuda.get("reference"), read_s=round(time.monotonic() - started, 4))
+    if "reference" not in cuda:
+        found["unjudged"] = cuda.get("msg", "cuda_contamination failed")
     return found
 
 
@@ -390,13 +391,13 @@ def check_libraries(reading):
     bad = []
     mapped = 0
     if not error:
-        ref = reading["reference"]
+        ref = reading.get("reference") or {}
         words = ("expected_cuda is %s" if ref.get("source") == "expected_cuda" else "torch is CUDA %s") % (
-            ref.get("cuda_version") or ref["cuda_major"])
+            ref.get("cuda_version") or ref.get("cuda_major"))
         for proc in reading["processes"]:
             for lib in proc["libraries"]:
                 mapped += 1
-                reasons = wrong(lib, ref["cuda_major"], words)
+                reasons = wrong(lib, ref.get("cuda_major"), words)
                 if reasons:
                     bad.append({"pid": proc["pid"], "comm": proc["comm"], "path": lib["path"], "package": lib["package"],
                                 "package_version": lib["package_version"], "cuda_major": lib["cuda_major"],
@@ -413,6 +414,9 @@ def check_libraries(reading):
             " and %d more" % (len(bad) - 5) if len(bad) > 5 else "", LIBRARIES_ADVICE)
     elif not reading["processes"]:
         summary = "no job process running: no mapped library to judge"
+    elif reading.get("unjudged"):
+        summary = "%d process(es) map %d CUDA-side librar%s from the venv, none deleted; their CUDA majors not judged: %s" % (
+            len(reading["processes"]), mapped, "y" if mapped == 1 else "ies", reading["unjudged"])
     else:
         summary = "%d process(es) map %d CUDA-side librar%s, all for CUDA %s from the venv" % (
             len(reading["processes"]), mapped, "y" if mapped == 1 else "ies", reading["reference"].get("cuda_version"))

@@ -618,3 +618,23 @@ def test_job_libraries_names_the_other_majors_library_the_job_maps(run_module, r
     res = run_module(readiness.main, args_of(rig, allow_running_job=True, job_libraries=False))
     assert "job_libraries" not in [c["name"] for c in res["checks"]]
     assert res["job_libraries"] == {"changed": False, "skipped": True, "skip_reason": "job_libraries=false"}
+
+
+def test_job_libraries_without_the_venv_s_reference_judges_no_major_and_does_not_fail(run_module, rig, tmp_path):
+    """A venv whose torch is gone has no reference CUDA: venv_clean fails on it and says what to
+    set. job_libraries does not fail a second time for the same cause: it reads what the job maps
+    and says that the majors were not judged; a deleted library would still fail it."""
+    site = os.path.realpath(glob.glob(os.path.join(rig["venv"], "lib", "python3*", "site-packages"))[0])
+    for info in glob.glob(os.path.join(site, "torch-*.dist-info")):
+        os.rename(info, os.path.join(str(tmp_path), os.path.basename(info)))
+    cudart12 = site + "/nvidia/cuda_runtime/lib/libcudart.so.12"
+    job = rig["trainers"].start(gpu=0, dlopen=[cudart12])
+    res = run_module(readiness.main, args_of(rig, allow_running_job=True))
+    checks = dict((c["name"], c) for c in res["checks"])
+    assert checks["venv_clean"]["ok"] is False and "no reference CUDA" in checks["venv_clean"]["summary"]
+    lib = checks["job_libraries"]
+    assert lib["ok"] is True and lib["error"] is False and lib["libraries"] == [], (lib["summary"], lib["libraries"])
+    assert lib["summary"].startswith("1 process(es) map 1 CUDA-side library from the venv, none deleted; "
+                                     "their CUDA majors not judged: no reference CUDA")
+    [proc] = res["job_libraries"]["processes"]
+    assert proc["pid"] == job.pid and [m["path"] for m in proc["libraries"]] == [cudart12]
