@@ -349,6 +349,7 @@ def open_views(vmids, proc="/proc"):
     from one scan of the node's /proc. A container without an init in /proc is not running."""
     wanted = set(vmids)
     found = {}  # vmid: {container pid: (node pid, fd, cgroup text)}
+    inits = {}  # vmid: [node PID of each process that is PID 1 of a container of that vmid]
     proc_fd = os.open(proc, _DIR)
     try:
         for name in os.listdir(proc_fd):
@@ -364,9 +365,15 @@ def open_views(vmids, proc="/proc"):
                 vmid = vmid_of_cgroup(cgroup)
                 if vmid in wanted:
                     nspid = _nspid(_read_at("status", fd).decode("utf-8", "replace"))
-                    if len(nspid) > 1:  # a process in the container's own PID namespace
-                        found.setdefault(vmid, {})[nspid[-1]] = (int(name), fd, cgroup)
-                        keep = True
+                    # A process in the container's PID namespace, or in one nested in it: its PID in
+                    # the container is the one a level below the node's (NSpid's second field).
+                    if len(nspid) > 1:
+                        if len(nspid) == 2 and nspid[1] == 1:
+                            inits.setdefault(vmid, []).append(int(name))
+                        procs = found.setdefault(vmid, {})
+                        if nspid[1] not in procs:  # else another container of that vmid: refused below
+                            procs[nspid[1]] = (int(name), fd, cgroup)
+                            keep = True
             except OSError:
                 pass
             finally:
@@ -377,6 +384,15 @@ def open_views(vmids, proc="/proc"):
     views, missing = {}, {}
     for vmid in wanted:
         procs = found.get(vmid, {})
+        if len(inits.get(vmid, ())) > 1:
+            # Two containers answer to one vmid (two LXC paths on one host): whose processes are
+            # whose cannot be told from the cgroup, so neither is read rather than both mixed.
+            for _pid, fd, _cg in procs.values():
+                os.close(fd)
+            missing[vmid] = ("%d containers with vmid %d run on this node (init PIDs %s): not read from the node, "
+                             "whose processes are whose cannot be told apart; a Proxmox VE node runs one container "
+                             "of each vmid" % (len(inits[vmid]), vmid, ", ".join(str(p) for p in sorted(inits[vmid]))))
+            continue
         if 1 not in procs:
             for _pid, fd, _cg in procs.values():
                 os.close(fd)

@@ -197,3 +197,41 @@ def test_a_node_without_nvidia_smi_says_its_containers_are_read_without_gpus():
     assert _node.gpu_reading(module, "node", None, 15, containers_read_own=False) is None
     assert module.warnings == [("nvidia-smi was not found on this node: its containers are read without GPUs (read_from=node "
                                "runs nothing in a container); install the driver's tools on the node, or name them with nvidia_smi")]
+
+
+def _proc_entry(proc, pid, nspid, vmid, init=False):
+    d = proc / str(pid)
+    d.mkdir(parents=True)
+    (d / "cgroup").write_text("0::/lxc/%d/ns/%s\n" % (vmid, "init.scope" if init else "user.slice"))
+    (d / "status").write_text("Name:\tx\nPid:\t%d\nNSpid:\t%s\n" % (pid, "\t".join(str(n) for n in nspid)))
+    if init:
+        (d / "root").mkdir()
+        (d / "uid_map").write_text("0 0 4294967295\n")
+        (d / "gid_map").write_text("0 0 4294967295\n")
+
+
+def test_two_containers_of_one_vmid_are_read_as_neither_never_mixed(tmp_path):
+    """Two LXC containers named 200 on one host (two LXC paths): their processes cannot be told
+    apart by cgroup, so neither is read - never one view holding both containers' processes."""
+    proc = tmp_path / "proc"
+    _proc_entry(proc, 4100, [4100, 1], 200, init=True)
+    _proc_entry(proc, 4105, [4105, 5], 200)
+    _proc_entry(proc, 5100, [5100, 1], 200, init=True)
+    _proc_entry(proc, 5106, [5106, 6], 200)
+    views, missing = _view.open_views([200], proc=str(proc))
+    assert views == {}
+    assert missing == {200: "2 containers with vmid 200 run on this node (init PIDs 4100, 5100): not read from the node, "
+                            "whose processes are whose cannot be told apart; a Proxmox VE node runs one container of each vmid"}
+
+
+def test_a_process_in_a_namespace_nested_in_the_container_has_its_container_pid(tmp_path):
+    """NSpid lists a PID a level: the container sees a process of a namespace nested in it (a
+    user's unshare) under the second, not under the innermost."""
+    proc = tmp_path / "proc"
+    _proc_entry(proc, 4100, [4100, 1], 300, init=True)
+    _proc_entry(proc, 4200, [4200, 9, 1], 300)
+    views, missing = _view.open_views([300], proc=str(proc))
+    try:
+        assert missing == {} and sorted(c for c, _fd in views[300].processes()) == [1, 9]
+    finally:
+        views[300].close()
