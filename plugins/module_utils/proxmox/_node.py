@@ -173,7 +173,7 @@ def read_node(module, containers, max_parallel, timeout, short=False, gpus=None,
     failed ones and the seconds taken. A container without a vmid is read with the module's
     run_command and get_bin_path."""
     started = time.monotonic()
-    results, jobs, local, validated, node_jobs = {}, [], [], {}, []
+    results, jobs, local, validated, node_jobs, lxc_paths = {}, [], [], {}, [], {}
     blobs = None
     for entry in containers:
         options, problem = container_args(entry)
@@ -187,6 +187,7 @@ def read_node(module, containers, max_parallel, timeout, short=False, gpus=None,
             local.append((entry["host"], options))
         elif read_from == "node":
             node_jobs.append((entry["host"], options, vmid))
+            lxc_paths[vmid] = entry["lxc_path"]
         else:
             if blobs is None:
                 blobs = _bootstrap.module_blobs(_bootstrap.module_sources(_bootstrap.loaded_source))
@@ -198,7 +199,7 @@ def read_node(module, containers, max_parallel, timeout, short=False, gpus=None,
     if jobs:
         results.update(read_containers(jobs, max_parallel or os.cpu_count() or 1, timeout))
     if node_jobs:
-        results.update(read_from_node(module, node_jobs, max_parallel, gpus, nvidia_smi, command_timeout))
+        results.update(read_from_node(module, node_jobs, max_parallel, gpus, nvidia_smi, command_timeout, lxc_paths))
     for host, options in local:
         results[host] = read(options, module.run_command, module.get_bin_path, module.check_mode)
     for entry in containers:
@@ -288,10 +289,11 @@ def read_in_view(view, options, check_mode, gpus, health):
     return result
 
 
-def read_from_node(module, jobs, max_parallel, gpus, nvidia_smi, timeout):
+def read_from_node(module, jobs, max_parallel, gpus, nvidia_smi, timeout, lxc_paths=None):
     """{host: result} of the jobs ``(host, options, vmid)``, every container read in this process
-    through its view; one scan of the node's /proc finds them all."""
-    views, missing = _view.open_views(set(vmid for _host, _options, vmid in jobs))
+    through its view; one scan of the node's /proc finds them all (``lxc_paths``: {vmid: the
+    container's LXC path}, where one is given)."""
+    views, missing = _view.open_views(set(vmid for _host, _options, vmid in jobs), lxc_paths=lxc_paths)
     health = None
     if any(options.get("gpu_health") for _host, options, _vmid in jobs):
         health = node_health(nvidia_smi or module.get_bin_path("nvidia-smi"), timeout)

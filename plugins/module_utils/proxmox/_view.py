@@ -122,6 +122,41 @@ def vmid_of_cgroup(text):
     return None
 
 
+# The container's own cgroup: LXC names it after the container (lxc.payload.100, or
+# lxc.payload/100 and Proxmox VE's /lxc/100 with a cgroup directory configured), with "-1",
+# "-2", ... when a container of that name already runs from another LXC path on the host
+# (lxc.payload.100-1). Its key: the separator and that name (".100-1", "/100"), which its
+# monitor's cgroup (lxc.monitor.100-1, lxc.monitor/100) carries too.
+_PAYLOAD_RES = (
+    re.compile(r"(?:^|/)lxc\.payload([./])(\d+)(-\d+)?(?:/|$)"),
+    re.compile(r"/lxc(/)(\d+)()(?:/|$)"),
+)
+_MONITOR_RE = re.compile(r"(?:^|/)lxc\.monitor([./]\d+(?:-\d+)?)(?:/|$)")
+
+
+def payload_of_cgroup(text):
+    """``(vmid, cgroup key)`` of a container's process by its cgroup text (``(100, ".100-1")``), or None."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        if "lxc.monitor" in path:
+            return None
+        for rx in _PAYLOAD_RES:
+            m = rx.search(path)
+            if m:
+                return int(m.group(2)), m.group(1) + m.group(2) + (m.group(3) or "")
+    return None
+
+
+def monitor_of(cgroup, cmdline):
+    """``((LXC path, container name), cgroup key)`` of an LXC monitor process
+    (``[lxc monitor] <lxcpath> <name>``), or None."""
+    m = _MONITOR_RE.search(cgroup)
+    parts = cmdline.split(b"\0")[0].decode("utf-8", "replace").split(" ")
+    if not m or len(parts) != 4 or parts[:2] != ["[lxc", "monitor]"]:
+        return None
+    return (parts[2].rstrip("/") or "/", parts[3]), m.group(1)
+
+
 def _nspid(text):
     for line in text.splitlines():
         if line.startswith("NSpid:"):
@@ -338,18 +373,21 @@ def _cgroup_root(text, vmid):
     """The container's cgroup (``…/lxc/<vmid>`` and its ``ns`` below, as Proxmox VE makes it)."""
     for line in text.splitlines():
         path = line.split(":", 2)[-1]
-        m = re.search(r"^(.*?/lxc/%d(?:/ns)?|.*?lxc\.payload[./]%d)(?:/|$)" % (vmid, vmid), path)
+        m = re.search(r"^(.*?/lxc/%d(?:/ns)?|.*?lxc\.payload[./]%d(?:-\d+)?)(?:/|$)" % (vmid, vmid), path)
         if m:
             return m.group(1)
     return None
 
 
-def open_views(vmids, proc="/proc"):
+def open_views(vmids, proc="/proc", lxc_paths=None):
     """``({vmid: ContainerView}, {vmid: why not})`` for the containers ``vmids`` of this node,
-    from one scan of the node's /proc. A container without an init in /proc is not running."""
+    from one scan of the node's /proc. A container without an init in /proc is not running.
+    ``lxc_paths`` ({vmid: LXC path}) tells a container apart from one of the same name run from
+    another LXC path on the host (by its monitor, ``[lxc monitor] <path> <name>``)."""
     wanted = set(vmids)
-    found = {}  # vmid: {container pid: (node pid, fd, cgroup text)}
-    inits = {}  # vmid: [node PID of each process that is PID 1 of a container of that vmid]
+    groups = {}  # (vmid, cgroup name): {container pid: (node pid, fd, cgroup text)}
+    inits = {}  # (vmid, cgroup name): [node PID of each process that is PID 1 of it]
+    monitors = {}  # (LXC path, container name): cgroup name
     proc_fd = os.open(proc, _DIR)
     try:
         for name in os.listdir(proc_fd):
@@ -362,16 +400,21 @@ def open_views(vmids, proc="/proc"):
             keep = False
             try:
                 cgroup = _read_at("cgroup", fd).decode("utf-8", "replace")
-                vmid = vmid_of_cgroup(cgroup)
-                if vmid in wanted:
+                if "lxc.monitor" in cgroup:
+                    found = monitor_of(cgroup, _read_at("cmdline", fd) or b"")
+                    if found:
+                        monitors[found[0]] = found[1]
+                    continue
+                payload = payload_of_cgroup(cgroup)
+                if payload and payload[0] in wanted:
                     nspid = _nspid(_read_at("status", fd).decode("utf-8", "replace"))
                     # A process in the container's PID namespace, or in one nested in it: its PID in
                     # the container is the one a level below the node's (NSpid's second field).
                     if len(nspid) > 1:
                         if len(nspid) == 2 and nspid[1] == 1:
-                            inits.setdefault(vmid, []).append(int(name))
-                        procs = found.setdefault(vmid, {})
-                        if nspid[1] not in procs:  # else another container of that vmid: refused below
+                            inits.setdefault(payload, []).append(int(name))
+                        procs = groups.setdefault(payload, {})
+                        if nspid[1] not in procs:  # else two inits in one cgroup: refused below
                             procs[nspid[1]] = (int(name), fd, cgroup)
                             keep = True
             except OSError:
@@ -381,18 +424,34 @@ def open_views(vmids, proc="/proc"):
                     os.close(fd)
     finally:
         os.close(proc_fd)
-    views, missing = {}, {}
+    found = {}
+    missing = {}
     for vmid in wanted:
-        procs = found.get(vmid, {})
-        if len(inits.get(vmid, ())) > 1:
-            # Two containers answer to one vmid (two LXC paths on one host): whose processes are
-            # whose cannot be told from the cgroup, so neither is read rather than both mixed.
+        names = sorted(n for v, n in groups if v == vmid)
+        path = (lxc_paths or {}).get(vmid)
+        chosen = monitors.get((path.rstrip("/") or "/", str(vmid))) if path else None
+        if chosen is None and len(names) > 1:
+            missing[vmid] = ("%d containers named %d run on this node from different LXC paths (cgroup keys %s): give "
+                             "the container's lxc_path to tell which is meant" % (len(names), vmid, ", ".join(names)))
+        elif chosen is None and names:
+            chosen = names[0]
+        for cname in names:
+            procs = groups[(vmid, cname)]
+            if cname == chosen and len(inits.get((vmid, cname), ())) <= 1:
+                found[vmid] = procs
+                continue
+            if cname == chosen:
+                pids = sorted(inits[(vmid, cname)])
+                missing[vmid] = ("%d containers with vmid %d run on this node (init PIDs %s): not read from the node, "
+                                 "whose processes are whose cannot be told apart; a Proxmox VE node runs one container "
+                                 "of each vmid" % (len(pids), vmid, ", ".join(str(p) for p in pids)))
             for _pid, fd, _cg in procs.values():
                 os.close(fd)
-            missing[vmid] = ("%d containers with vmid %d run on this node (init PIDs %s): not read from the node, "
-                             "whose processes are whose cannot be told apart; a Proxmox VE node runs one container "
-                             "of each vmid" % (len(inits[vmid]), vmid, ", ".join(str(p) for p in sorted(inits[vmid]))))
+    views = {}
+    for vmid in wanted:
+        if vmid in missing:
             continue
+        procs = found.get(vmid, {})
         if 1 not in procs:
             for _pid, fd, _cg in procs.values():
                 os.close(fd)

@@ -235,3 +235,38 @@ def test_a_process_in_a_namespace_nested_in_the_container_has_its_container_pid(
         assert missing == {} and sorted(c for c, _fd in views[300].processes()) == [1, 9]
     finally:
         views[300].close()
+
+
+def _monitor(proc, pid, lxcpath, name, cgroup_name):
+    d = proc / str(pid)
+    d.mkdir(parents=True)
+    (d / "cgroup").write_text("0::/lxc.monitor%s\n" % cgroup_name)
+    (d / "cmdline").write_bytes(("[lxc monitor] %s %s" % (lxcpath, name)).encode() + b"\0")
+
+
+def test_a_container_named_like_one_of_another_lxc_path_is_found_by_its_monitor(tmp_path):
+    """Two LXC paths on one host each run a container 100: LXC names the second one's cgroup
+    lxc.payload.100-1. Given the container's LXC path, its monitor says which cgroup is its;
+    without it, neither is read, and the message says what to give."""
+    proc = tmp_path / "proc"
+    for pid, nspid, cg in ((4100, [4100, 1], "100"), (4105, [4105, 5], "100"), (5100, [5100, 1], "100-1"), (5106, [5106, 6], "100-1")):
+        d = proc / str(pid)
+        d.mkdir(parents=True)
+        (d / "cgroup").write_text("0::/lxc.payload.%s\n" % cg)
+        (d / "status").write_text("Name:\tx\nPid:\t%d\nNSpid:\t%s\n" % (pid, "\t".join(str(n) for n in nspid)))
+        if nspid[1] == 1:
+            (d / "root").mkdir()
+            (d / "uid_map").write_text("0 0 4294967295\n")
+            (d / "gid_map").write_text("0 0 4294967295\n")
+    _monitor(proc, 4000, "/var/lib/lxc", "100", ".100")
+    _monitor(proc, 5000, "/srv/other/lxc/", "100", ".100-1")
+    for path, pids in (("/srv/other/lxc", [1, 6]), ("/var/lib/lxc/", [1, 5])):
+        views, missing = _view.open_views([100], proc=str(proc), lxc_paths={100: path})
+        try:
+            assert missing == {} and sorted(c for c, _fd in views[100].processes()) == pids, path
+            assert views[100].init == {"/srv/other/lxc": 5100, "/var/lib/lxc/": 4100}[path]
+        finally:
+            views[100].close()
+    views, missing = _view.open_views([100], proc=str(proc))
+    assert views == {} and missing == {100: "2 containers named 100 run on this node from different LXC paths (cgroup "
+                                             "keys .100, .100-1): give the container's lxc_path to tell which is meant"}
