@@ -168,7 +168,7 @@ api_token_id: gpufleet@pve!inventory
 # api_token_secret: from GPUFLEET_PVE_TOKEN_SECRET, or a vaulted value
 ca_path: /etc/gpufleet/pve-root-ca.pem
 private_key_file: ~/.ssh/pve_ed25519
-
+---
 # fleet.proxmox_lxc.yml
 plugin: gpufleet.hygiene.proxmox_lxc
 nodes:

@@ -42,7 +42,7 @@ def test_api_source_gives_what_the_ssh_source_gives(ansible_cli, api, fleet, tmp
                ca_path=api["cafile"], port=fleet["port"])
     path = tmp_path / "cluster.proxmox_lxc.yml"
     path.write_text(json.dumps(cfg))
-    by_ssh, _ = inventory(ansible_cli, DISCOVERY)
+    by_ssh, _warnings = inventory(ansible_cli, DISCOVERY)
     by_api, warnings = inventory(ansible_cli, path)
     assert "WARNING" not in warnings, warnings
     assert by_api == by_ssh

@@ -82,7 +82,7 @@ def run(tmp_path_factory):
     with simfleet.running(STATE, nodes=2, containers=3, scenario="incident", inventory=work / "inventory",
                           port=PORT, unprivileged=NODE) as (info, env):
         inv = str(work / "inventory" / "fleet.yml")
-        node = next(n for n in info["nodes"] if n["name"] == NODE)
+        [node] = [n for n in info["nodes"] if n["name"] == NODE]
         by_role = {ct["incident"]: ct for ct in node["containers"]}
         out = {"info": info, "env": env, "inv": inv, "work": work, "by_role": by_role, "before": {}}
         # What the reads report inside the unprivileged containers, before any repair.

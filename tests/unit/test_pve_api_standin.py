@@ -65,18 +65,18 @@ def test_tls_with_its_own_certificate_and_token_only(api):
 
 
 def test_the_cluster_as_the_api_shapes_it(api):
-    _, status = call(api, "/cluster/status")
+    _code, status = call(api, "/cluster/status")
     nodes = [e for e in status["data"] if e["type"] == "node"]
     assert [(e["name"], e["ip"], e["online"]) for e in nodes] == [("pve1", "127.0.1.1", 1), ("pve2", "127.0.1.2", 1),
                                                                   ("pve3", "127.0.1.3", 1)]
-    _, res = call(api, "/cluster/resources?type=vm")
+    _code, res = call(api, "/cluster/resources?type=vm")
     assert [(e["id"], e["type"], e["vmid"], e["node"], e["name"], e["status"], e.get("tags")) for e in res["data"]] == [
         ("lxc/100", "lxc", 100, "pve1", "train-100", "stopped", "team-a"), ("lxc/200", "lxc", 200, "pve2", "CT200", "stopped", None)]
-    _, listed = call(api, "/nodes")
+    _code, listed = call(api, "/nodes")
     assert [n["node"] for n in listed["data"]] == ["pve1", "pve2", "pve3"]
-    _, cts = call(api, "/nodes/pve1/lxc")
+    _code, cts = call(api, "/nodes/pve1/lxc")
     assert [(c["vmid"], c["name"], c["type"], c["maxmem"]) for c in cts["data"]] == [(100, "train-100", "lxc", 65536 << 20)]
-    _, conf = call(api, "/nodes/pve1/lxc/100/config")
+    _code, conf = call(api, "/nodes/pve1/lxc/100/config")
     assert conf["data"]["cores"] == 8 and conf["data"]["hostname"] == "train-100" and len(conf["data"]["digest"]) == 40
     assert conf["data"]["lxc"] == [["lxc.cgroup2.devices.allow", "c 195:* rwm"],
                                    ["lxc.mount.entry", "/dev/nvidia0 dev/nvidia0 none bind,optional,create=file"]]
@@ -90,7 +90,7 @@ def test_put_tags_keeps_them_in_the_config_as_proxmox_does(api):
     assert "tags: gpufleet-ok;team-a\n" in conf.read_text()
     assert conf.read_text().index("tags:") < conf.read_text().index("lxc.")
     assert call(api, "/nodes/pve1/lxc/100/config", "PUT", body={"tags": "bad$tag"})[0] == 400
-    _, got = call(api, "/nodes/pve1/lxc/100/config")
+    _code, got = call(api, "/nodes/pve1/lxc/100/config")
     assert call(api, "/nodes/pve1/lxc/100/config", "PUT", body={"tags": "x", "digest": "0" * 40})[0] == 500
     assert call(api, "/nodes/pve1/lxc/100/config", "PUT", body={"tags": "team-a", "digest": got["data"]["digest"]})[0] == 200
     assert conf.read_text() == CONF_100

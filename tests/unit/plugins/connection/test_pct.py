@@ -41,7 +41,6 @@ HOSTILE = [
 ]
 
 
-
 def make_conn(**options):
     opts = {"ansible_pct_node_host": "pve1.example.com", "ansible_pct_vmid": 101}
     opts.update(options)

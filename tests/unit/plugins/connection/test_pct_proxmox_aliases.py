@@ -52,8 +52,8 @@ def test_a_host_without_any_ansible_host(mapping, want_host):
 
 
 def test_ansible_pct_vmid_wins_over_proxmox_vmid():
-    assert conn_with(**dict(COMMUNITY, ansible_pct_vmid=102))._vmid == 102
-    assert conn_with(**dict(COMMUNITY, proxmox_vmid="103"))._vmid == 103       # the API's vmid as text
+    assert conn_with(**{**COMMUNITY, "ansible_pct_vmid": 102})._vmid == 102
+    assert conn_with(**{**COMMUNITY, "proxmox_vmid": "103"})._vmid == 103       # the API's vmid as text
 
 
 def test_without_proxmox_node_nothing_changes():

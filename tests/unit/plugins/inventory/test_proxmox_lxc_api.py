@@ -52,8 +52,10 @@ def plugin_with(**options):
 
 
 def api_options(api, **extra):
-    return dict({"source": "api", "api_url": api["url"], "api_token_id": api["token_id"], "api_token_secret": api["secret"],
-                 "ca_path": api["cafile"], "port": 2222}, **extra)
+    options = {"source": "api", "api_url": api["url"], "api_token_id": api["token_id"], "api_token_secret": api["secret"],
+               "ca_path": api["cafile"], "port": 2222}
+    options.update(extra)
+    return options
 
 
 def snapshot(plugin):
@@ -106,7 +108,7 @@ def test_a_refused_token_is_said_to_be_the_token(api):
 
 
 def test_tls_is_verified_by_default(api):
-    plugin = plugin_with(**dict(api_options(api), ca_path=None))
+    plugin = plugin_with(**{**api_options(api), "ca_path": None})
     with pytest.raises(AnsibleError, match=r"GET /cluster/status: cannot reach .*CERTIFICATE_VERIFY_FAILED.*ca_path"):
         plugin._discover_api()
 
@@ -115,4 +117,4 @@ def test_bad_token_id_and_missing_options_are_said(api):
     with pytest.raises(AnsibleError, match=r"api_token_id must read <user>@<realm>!<tokenid>"):
         plugin_with(**api_options(api, api_token_id="hygiene"))._discover_api()
     with pytest.raises(AnsibleError, match=r"source: api needs api_url"):
-        plugin_with(**dict(api_options(api), api_url=None))._discover_api()
+        plugin_with(**{**api_options(api), "api_url": None})._discover_api()

@@ -268,5 +268,6 @@ def test_a_container_named_like_one_of_another_lxc_path_is_found_by_its_monitor(
         finally:
             views[100].close()
     views, missing = _view.open_views([100], proc=str(proc))
-    assert views == {} and missing == {100: "2 containers named 100 run on this node from different LXC paths (cgroup "
-                                             "keys .100, .100-1): give the container's lxc_path to tell which is meant"}
+    assert views == {}
+    assert missing == {100: "2 containers named 100 run on this node from different LXC paths (cgroup keys .100, .100-1): "
+                            "give the container's lxc_path to tell which is meant"}
