@@ -145,14 +145,16 @@ def ensure_tools(venv, packages):
 
 def ansible_env(home, collections=(), extra=None):
     """ansible's environment for a benchmark run: a HOME of its own (paramiko reads host keys
-    from ~/.ssh/known_hosts only), the repository's collections first, then `collections`."""
+    from ~/.ssh/known_hosts only), `collections` first (the peers' community.proxmox, patched to
+    find the simulated nodes' pct, before the unpatched copy the set-up installs beside this
+    collection), then the repository's collections."""
     env = dict(os.environ)
     # A controller keeps the bytecode of ansible-core and of the collections it runs; without it
     # every forked worker compiles each plugin it loads again, a cost no user's controller pays.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update({
         "HOME": home,
-        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join([OWN_COLLECTIONS] + list(collections)),
+        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(list(collections) + [OWN_COLLECTIONS]),
         "ANSIBLE_LOCAL_TEMP": os.path.join(home, "tmp"),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_NOCOLOR": "1",

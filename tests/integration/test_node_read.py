@@ -148,7 +148,10 @@ def host_vars_node(fleet, name):
 
 
 def steady(value):
-    """``value`` without what differs between two readings a moment apart (VOLATILE)."""
+    """``value`` without what differs between two readings a moment apart (VOLATILE, and a
+    process's scheduler state: running or sleeping at the instant it was read)."""
+    if isinstance(value, dict) and "pid" in value and value.get("state") in tuple("RSD"):
+        value = dict((k, v) for k, v in value.items() if k != "state")
     if isinstance(value, dict):
         return dict((k, steady(v) if k != "log" else steady(dict((n, x) for n, x in v.items() if n not in GROWING)))
                     for k, v in value.items() if k not in VOLATILE)
