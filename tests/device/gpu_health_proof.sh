@@ -50,7 +50,7 @@ import json, os, shutil, subprocess, sys, time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.environ["COLLECTIONS"])
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _health  # noqa: E402
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _health  # noqa: E402 - after sys.path names the checkout
 
 OUT = os.environ["OUT"]
 SMI = shutil.which("nvidia-smi")

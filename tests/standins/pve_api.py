@@ -229,7 +229,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - BaseHTTPRequestHandler's name
         self._handle("GET")
 
-    def do_PUT(self):  # noqa: N802
+    def do_PUT(self):  # noqa: N802 - BaseHTTPRequestHandler's name
         self._handle("PUT")
 
     def form(self):

@@ -499,12 +499,12 @@ def prepare():
     the readers would otherwise load lazily - loaded now, from the node."""
     if _HOOKED:
         return
-    import csv  # noqa: F401
+    import csv  # noqa: F401 - loaded before the audit hook refuses imports in a container thread
     import ctypes
-    import ctypes.util  # noqa: F401
-    import fnmatch  # noqa: F401
-    import hashlib  # noqa: F401
-    import json  # noqa: F401
+    import ctypes.util  # noqa: F401 - loaded before the audit hook refuses imports in a container thread
+    import fnmatch  # noqa: F401 - loaded before the audit hook refuses imports in a container thread
+    import hashlib  # noqa: F401 - loaded before the audit hook refuses imports in a container thread
+    import json  # noqa: F401 - loaded before the audit hook refuses imports in a container thread
     import time
 
     from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tree
