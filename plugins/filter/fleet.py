@@ -39,17 +39,13 @@ def _resolve(groups, pattern):
         raise AnsibleFilterError("fleet_read_plan: cannot resolve %r: %s" % (pattern, exc)) from None
 
 
-def fleet_read_plan(pattern, hostvars, groups, limit=None, read_by="auto", node_read_from=8):
+def fleet_read_plan(pattern, hostvars, groups, limit=None, read_by="auto"):
     """How a run reads the containers of a host pattern: by container (one host per container) or
     by node (the nodes are the play's hosts, one node_readiness run each). ``by``, the
     ``containers`` read, ``by_node`` (node: [containers]), and the hosts of each path's play:
     ``container_hosts`` (the containers, or none) and ``node_hosts`` (their nodes, or none)."""
     if read_by not in READ_BY:
         raise AnsibleFilterError("fleet_read_plan: gpufleet_read_by must be one of %s, got %r" % (", ".join(READ_BY), read_by))
-    try:
-        threshold = int(node_read_from)
-    except (TypeError, ValueError):
-        raise AnsibleFilterError("fleet_read_plan: gpufleet_node_read_from must be a number, got %r" % (node_read_from,)) from None
     containers = _resolve(groups, pattern)
     allowed = None
     if limit and not str(limit).startswith("@"):
@@ -70,10 +66,9 @@ def fleet_read_plan(pattern, hostvars, groups, limit=None, read_by="auto", node_
                                  "run's hosts (pve_node, reached through %s): %s" % (PCT, ", ".join(without)))
     # A limit from a file (@retry) may leave the nodes out: auto then reads by container.
     from_file = bool(limit) and str(limit).startswith("@")
-    # By node from node_read_from containers a node on average: a node read costs one module run on
-    # the node, which pays off only over enough containers (docs/benchmarks.md, "At scale").
-    many = bool(by_node) and len(containers) >= threshold * len(by_node)
-    node = read_by == "node" or (read_by == "auto" and not without and not from_file and many)
+    # Either way each container is read from its node (the verify role's read); by node, the
+    # nodes are the play's hosts and no task runs per container.
+    node = read_by == "node" or (read_by == "auto" and bool(by_node) and not without and not from_file)
     return {"by": "node" if node else "container", "containers": containers, "by_node": by_node if node else {},
             "container_hosts": [] if node else containers, "node_hosts": list(by_node) if node else []}
 

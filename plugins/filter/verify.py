@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The verify role's filters: the record and verdict of a readiness reading, and its node entry
 point's plan and readings (docs: verify_record.yml, verify_verdict.yml, verify_node_job.yml,
-verify_node_readings.yml).
+verify_node_reading.yml).
 
 Python rather than Jinja in the role: every task of the role runs once per container host, and
 ansible-core compiles each template again in each forked worker, so a large expression costs
@@ -18,9 +18,11 @@ import re
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _record
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, bad_option
 
 # The connection that means "a container behind its Proxmox VE node".
 PCT_CONNECTIONS = ("gpufleet.hygiene.pct",)
@@ -71,6 +73,16 @@ def verify_verdict(record, fail=False, show=False):
     return dict(flags, ready=ready, lines=lines, problems=problems, line="%s - %s" % (record.get("host"), line))
 
 
+def check_options(args, host):
+    """Refuse, on the controller and naming the option, what the read would refuse on the node:
+    a bad value fails its own host at the read, not every container its node reads."""
+    outcome = ArgumentSpecValidator(ARGUMENT_SPEC).validate(dict(args))
+    problem = "; ".join(outcome.error_messages) or bad_option(outcome.validated_parameters)
+    if problem:
+        raise AnsibleFilterError("bad readiness options for %s (the verify role's verify_* variables, or the gpufleet_* they "
+                                 "default to): %s" % (host, problem))
+
+
 def verify_node_job(args, host, node=None, vmid=None, connection="", node_user="root", node_host="", node_port=22,
                     interpreter="", discovered="", node_python="/usr/bin/python3", container_python="/usr/bin/python3",
                     method=None, pct_path=None, lxc_path=None):
@@ -79,6 +91,7 @@ def verify_node_job(args, host, node=None, vmid=None, connection="", node_user="
     reader runs, the record's label and the host's entry of node_readiness's containers."""
     if not isinstance(args, Mapping):
         raise AnsibleFilterError("verify_node_job: expects the readiness options (a dict), got %s" % type(args).__name__)
+    check_options(args, host)
     via_pct = connection in PCT_CONNECTIONS
     key = "|".join(str(part) for part in (node_user, node_host, node_port)) if via_pct else "self|%s" % host
     entry = {"host": host, "args": dict(args)}
@@ -93,31 +106,22 @@ def verify_node_job(args, host, node=None, vmid=None, connection="", node_user="
             "label": {"host": host, "node": node, "vmid": vmid}, "entry": entry}
 
 
-def verify_node_readings(play_hosts):
-    """{host: reading} for every host of the node entry point (the hostvars of the play's hosts,
-    with verify__node_job and, for each node's reader, verify__node_read). A host its reader
-    brought back no reading of gets the reader's failure, naming the node and the reader (the
-    last reader of that node when several batches had one)."""
-    readings, readers, jobs = {}, {}, {}
-    for hv in play_hosts:
-        job = hv.get("verify__node_job")
-        if not job:
-            continue
-        name = hv.get("inventory_hostname")
-        jobs[name] = job
-        read = hv.get("verify__node_read")
-        if isinstance(read, Mapping) and not read.get("skipped"):
-            readers[job["group"]] = (name, read)
-            readings.update(read.get("containers") or {})
-    out = {}
-    for name, job in jobs.items():
-        if name in readings:
-            out[name] = readings[name]
-            continue
-        reader, read = readers.get(job["group"], ("", {}))
-        out[name] = {"failed": True, "msg": "reading through node %s failed%s: %s" % (
-            job["node"].split("|")[1], " (by %s)" % reader if reader else "", read.get("msg") or "no result")}
-    return out
+def verify_node_reading(reader, host):
+    """``host``'s reading as its reader (the first of its node's hosts reading now, whose
+    variables ``reader`` are) brought it back from the node (verify__node_read), or the reader's
+    failure naming the node and the reader."""
+    if not isinstance(reader, Mapping):
+        raise AnsibleFilterError("verify_node_reading: expects the reader's variables (hostvars[reader]), got %s" % type(reader).__name__)
+    read = reader.get("verify__node_read")
+    read = read if isinstance(read, Mapping) else {}
+    readings = read.get("containers")
+    if isinstance(readings, Mapping) and host in readings:
+        return readings[host]
+    job = reader.get("verify__node_job") or {}
+    name = reader.get("inventory_hostname") or ""
+    node = str(job.get("node") or "").split("|")
+    return {"failed": True, "msg": "reading through node %s failed%s: %s" % (
+        node[1] if len(node) > 1 else node[0], " (by %s)" % name if name and name != host else "", read.get("msg") or "no result")}
 
 
 # The verify role's defaults (defaults/main.yml) for a host read by its node: the readiness option,
@@ -156,12 +160,17 @@ GIVEN_WHEN_SET = (
 ROLE_DEFAULTS = ALWAYS_GIVEN + GIVEN_WHEN_SET
 
 
-def _convert(value, kind):
-    if kind == "bool":  # the bool filter's reading
-        return boolean(value, strict=False)
-    if kind == "positive":
-        return float(value)
-    return kind(value) if kind else value
+def _convert(value, kind, role_var):
+    """The value as the read takes it; a value that is not one fails, naming the variable."""
+    try:
+        if kind == "bool":
+            return boolean(value, strict=True)
+        if kind == "positive":
+            return float(value)
+        return kind(value) if kind else value
+    except (TypeError, ValueError):
+        raise AnsibleFilterError("%s: %r is not a valid %s" % (role_var, value, {"bool": "boolean (true or false)", "positive": "number",
+                                                                              int: "whole number", float: "number"}.get(kind, "value"))) from None
 
 
 def _role_value(hv, overrides, role_var, inventory_var, default):
@@ -188,9 +197,9 @@ def verify_container_args(hv, cache_vars, overrides=None):
         for option, role_var, inventory_var, default, kind in rows:
             value = _role_value(hv, overrides, role_var, inventory_var, default)
             if kind == "positive" and value not in (None, ""):
-                value = _convert(value, kind) if _convert(value, kind) > 0 else None
+                value = _convert(value, kind, role_var) if _convert(value, kind, role_var) > 0 else None
             if always or value:
-                args[option] = _convert(value, kind)
+                args[option] = _convert(value, kind, role_var)
     if "cache_environment" in args:
         args["cache_environment"] = {k: v for k, v in args["cache_environment"].items() if k in cache_vars}
     return args
@@ -229,5 +238,5 @@ def verify_node_records(read, entries, node):
 class FilterModule(object):
     def filters(self):
         return {"verify_record": verify_record, "verify_verdict": verify_verdict,
-                "verify_node_job": verify_node_job, "verify_node_readings": verify_node_readings,
+                "verify_node_job": verify_node_job, "verify_node_reading": verify_node_reading,
                 "verify_node_entries": verify_node_entries, "verify_node_records": verify_node_records}

@@ -12,12 +12,13 @@ short_description: On a Proxmox VE node, read the readiness of several of its co
 version_added: 0.1.0
 author: gpufleet.hygiene maintainers (@gpufleet)
 description:
-  - Runs on a Proxmox VE node. For each container listed in O(containers) it runs, inside the
-    container, exactly the reads and verdicts of M(gpufleet.hygiene.readiness) with that
-    container's options, and returns each container's result under its inventory name.
-  - Every container is entered with C(pct exec <vmid> --) (or C(lxc-attach -n <vmid> --)) as the
-    P(gpufleet.hygiene.pct#connection) connection would, and its own Python runs the reads there, so they see
-    the container's files, processes, users and GPUs as the readiness module would; the code and
+  - Runs on a Proxmox VE node. For each container listed in O(containers) it makes exactly the reads and
+    verdicts of M(gpufleet.hygiene.readiness) with that container's options, and returns each container's
+    result under its inventory name.
+  - By default (O(read_from=node)) every container is read in this module's own process on the node, nothing
+    of the container run, and the node's C(nvidia-smi) runs once for all of them. With O(read_from=container)
+    each container is entered with C(pct exec <vmid> --) (or C(lxc-attach -n <vmid> --)) as the
+    P(gpufleet.hygiene.pct#connection) connection would, and its own Python runs the reads there; the code and
     options travel over stdin and nothing is written in the container.
   - Over the P(gpufleet.hygiene.pct#connection) connection, where the task's host is a container, the module's
     action runs it on that container's node (the connection's O(gpufleet.hygiene.pct#connection:run_on=node)
@@ -26,8 +27,8 @@ description:
     connection it runs on the host itself.
   - One module run per node instead of one per container, the containers read concurrently - what
     makes the preflight, remediate and hygiene playbooks fast on large fleets. The verify role's
-    C(node) entry point calls it.
-  - A container that cannot be read (stopped, no Python, bad options) gets C(failed=true) and
+    C(read) and C(nodes) entry points call it: it is how every Proxmox VE container is read.
+  - A container that cannot be read (stopped, bad options, no Python with O(read_from=container)) gets C(failed=true) and
     C(msg) in its own result; the others are still read. The module itself fails only on bad
     top-level options.
   - Reads only; changes nothing.
@@ -125,10 +126,12 @@ options:
         asked (C(gpu_health)), is the node's, once, each container given its own GPUs. The evidence cache is not
         used (nothing is written in a container). O(containers[].python), O(containers[].method),
         O(containers[].pct_path) and O(containers[].lxc_path) are not used.
-      - V(container) - each container reads itself in its own Python, entered with C(pct exec) or C(lxc-attach).
+      - V(container) - each container reads itself in its own Python, entered with C(pct exec) or C(lxc-attach);
+        for a node that cannot read its containers itself. This trusts the container's Python and its
+        C(/etc/ld.so.preload).
     type: str
     choices: [node, container]
-    default: container
+    default: node
     version_added: 0.3.0
   nvidia_smi:
     description: Path of C(nvidia-smi) on the node for O(gpu_read=node); found on C(PATH) when left out.
@@ -226,7 +229,7 @@ def main():
             nvidia_smi=dict(type="path"),
             command_timeout=dict(type="float", default=15),
             xid_since=dict(type="str"),
-            read_from=dict(type="str", choices=list(READ_FROM), default="container"),
+            read_from=dict(type="str", choices=list(READ_FROM), default="node"),
         ),
         supports_check_mode=True,
     )

@@ -66,36 +66,7 @@ def bring_up(scenario, tmp_path_factory):
             info["hostvars"] = json.loads(f.read().split("\n", 1)[1])
         info["state"] = state
         info["scenario_name"] = scenario
-        if scenario == "incident":
-            for node in info["nodes"]:
-                node_standin(state, node)
         yield info
-
-
-def node_standin(state, node):
-    """The incident fleet's nodes have no nvidia-smi of their own (their containers each have a
-    stand-in): give each one the node stand-in the gpubox nodes have (tests/standins/nvidia_smi.py
-    with the node's containers listed: their claims under host PIDs), so that the GPUs are read on
-    the node, as on a Proxmox VE node. It is named to node_readiness (nvidia_smi)."""
-    d = os.path.join(state, "nodes", node["name"])
-    gpus = sorted(set(g for ct in node["containers"] for g in ct["gpus"]))
-    nidx = int(node["name"][3:])
-    config = {"gpus": [{"name": "NVIDIA H200", "memory_total_mib": 143771, "minor": g,
-                        "uuid": "GPU-5d3c1f7e-%04x-4c6e-9f0e-%012d" % (nidx, g), "bus_id": "00000000:%02X:00.0" % (0x18 + g)}
-                       for g in range(max(gpus) + 1)] if gpus else [],
-              "release_delay": 0.5,
-              "containers": [{"vmid": ct["vmid"], "root": os.path.join(d, "lxc", str(ct["vmid"]), "rootfs"),
-                              "state": os.path.join(d, "lxc", str(ct["vmid"]), "rootfs", "opt", "gpufleet", "gpu")}
-                             for ct in node["containers"] if ct["gpus"]]}
-    os.makedirs(os.path.join(d, "node-gpu", "claims"))
-    with open(os.path.join(d, "node-gpu", "config.json"), "w") as f:
-        json.dump(config, f)
-    wrapper = os.path.join(d, "node-nvidia-smi")
-    with open(wrapper, "w") as f:
-        f.write("#!/bin/sh\nGPU_STANDIN_STATE=%s exec /usr/bin/python3 -I -S %s \"$@\"\n"
-                % (os.path.join(d, "node-gpu"), os.path.join(REPO, "tests", "standins", "nvidia_smi.py")))
-    os.chmod(wrapper, 0o755)
-    node["nvidia_smi"] = wrapper
 
 
 def host_vars(fleet, name):
@@ -140,7 +111,8 @@ def node_read(fleet, node, read_from, containers, args_of=None, **extra):
 
 
 def nvidia_smi_of(fleet, node):
-    return node.get("nvidia_smi") or host_vars_node(fleet, node["name"]).get("gpufleet_nvidia_smi")
+    """The node's nvidia-smi (the simulated fleet's node stand-in)."""
+    return host_vars_node(fleet, node["name"]).get("gpufleet_nvidia_smi")
 
 
 def host_vars_node(fleet, name):

@@ -1,10 +1,10 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The verify role's node entry point (one node_readiness run per node, each container read inside
-itself) over the session's simulated fleet: the same verify_result as one readiness call per
-container, one module run per node, and a stopped container reported by name; and what preflight
-(one readiness call per container) does with a stopped container."""
+"""The verify role's read (one node_readiness run per node, each container read from its node) over
+the session's simulated fleet: the same verify_result as each container read inside itself, one
+module run per node, a stopped container reported by name, a node that cannot be reached; and
+how preflight and hygiene choose the play's hosts (the containers, or their nodes)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 INVENTORY = os.path.join(REPO, "inventory", "sim", "fleet.yml")
 FLEET = os.path.join(REPO, "tests", "sim", "fleet")
 COMPARE = os.path.join(REPO, "tests", "integration", "targets", "node_readiness", "compare.yml")
-# preflight.yml as it is, but reading through the verify role's node entry point.
+# preflight.yml with the containers as the play's hosts and the verdict on each (the role's main entry point).
 NODE_PREFLIGHT = os.path.join(REPO, "tests", "integration", "targets", "node_readiness", "preflight_node.yml")
 
 
@@ -35,32 +35,29 @@ def test_node_read_gives_the_same_verify_result_as_per_container(fleet, ansible_
     assert res.returncode == 0, res.stdout
     both = json.loads(out.read_text())
     assert sorted(both) == sorted(running)
-    for host, (per_container, per_node) in both.items():
-        # The main entry point registers the read's result as the record: Ansible's own keys come with it.
-        assert per_container is not None and per_container.pop("changed") is False, host
-        assert per_container.pop("failed") is False and per_container.pop("failed_when_result") is False, host
-        assert per_node == per_container, host
+    for host, (inside, per_node) in both.items():
+        assert per_node == inside, host
         assert [c["name"] for c in per_node["checks"]][0] == "gpu_idle"
-    # One node_readiness run per node that has running containers, by its first container.
+    # One node_readiness run per node that has running containers, by its first container, each time.
     nodes_with_running = {node["name"] for node in fleet["nodes"] if any(ct["running"] for ct in node["containers"])}
-    section = res.stdout.split("TASK [gpufleet.hygiene.verify : Read every container of this node at once, on the node]", 1)[1]
-    section = section.split("TASK [", 1)[0]
-    ran = [line for line in section.splitlines() if line.startswith("ok: [")]
-    assert len(ran) == len(nodes_with_running), section
+    for play in ("PLAY [Read inside each container]", "PLAY [Read from the node]"):
+        section = res.stdout.split(play, 1)[1].split(CONTAINER_TASK, 1)[1].split("TASK [", 1)[0]
+        ran = [line for line in section.splitlines() if line.startswith("ok: [")]
+        assert len(ran) == len(nodes_with_running), section
 
 
-def test_a_stopped_container_is_unreachable_in_preflight_with_how_to_start_it(fleet, ansible_cli):
-    """preflight reads each container over its own connection: a stopped one is unreachable (as for
-    any task), with pct's reason and what to do; its node's other containers are read."""
+def test_a_stopped_container_is_not_ready_in_preflight_with_how_to_start_it(fleet, ansible_cli):
+    """preflight reads each container from its node: a stopped one is not ready, by name, with
+    pct's reason and what to do; its node's other containers are read, and nothing is unreachable."""
     [stopped] = containers(fleet, False)
     res = ansible_cli("ansible-playbook", "-i", INVENTORY, os.path.join(REPO, "playbooks", "preflight.yml"))
-    assert res.returncode == 4, res.stdout  # a host unreachable
-    assert ("container %d on node root@" % stopped["vmid"]) in res.stdout
-    assert ("is not running (stopped); start it (pct start %d) and run again, or leave it out of the run (--limit)"
-            % stopped["vmid"]) in res.stdout.replace("\n        ", " ")
+    assert res.returncode == 2, res.stdout
+    assert ("%s is not ready: [%s] container %d is not running (stopped); start it (pct start %d) and run again, or leave it out "
+            "of the run (--limit)" % (stopped["name"], failed_checks(stopped), stopped["vmid"], stopped["vmid"])
+            ) in res.stdout.replace("\n        ", " ")
     recap = res.stdout.split("PLAY RECAP", 1)[1]
     line = next(x for x in recap.splitlines() if x.startswith(stopped["name"] + " "))
-    assert "unreachable=1" in line, line
+    assert "failed=1" in line and "unreachable=0" in line, line
     for ct in containers(fleet, True):
         line = next(x for x in recap.splitlines() if x.startswith(ct["name"] + " "))
         assert "unreachable=0" in line and "changed=0" in line, line
@@ -71,9 +68,10 @@ def failed_checks(ct):
     return "gpu_idle, job_live, job_libraries, venv_clean, caches_fresh" if ct["gpus"] else "gpu_idle, venv_clean, caches_fresh"
 
 
-def test_the_node_entry_point_fails_a_stopped_container_by_name(fleet, ansible_cli, tmp_path):
-    """With tasks_from: node the container is read from its node: stopped, it fails by name with
-    pct's reason in its checks (not unreachable), and the node's other containers are read."""
+def test_the_main_entry_point_fails_a_stopped_container_by_name(fleet, ansible_cli, tmp_path):
+    """With the containers as the play's hosts, the container is read from its node too: stopped,
+    it fails by name with pct's reason in its checks (not unreachable), and the node's other
+    containers are read."""
     [stopped] = containers(fleet, False)
     node = next(n for n in fleet["nodes"] if any(c["name"] == stopped["name"] for c in n["containers"]))
     names = [c["name"] for c in node["containers"]]
@@ -87,7 +85,7 @@ def test_the_node_entry_point_fails_a_stopped_container_by_name(fleet, ansible_c
         assert "unreachable=0" in line and "changed=0" in line, line
 
 
-def test_through_the_node_entry_point_a_node_that_cannot_be_reached_fails_each_of_its_containers_by_name(fleet, ansible_cli):
+def test_a_node_that_cannot_be_reached_fails_each_of_its_containers_by_name(fleet, ansible_cli):
     node = next(n for n in fleet["nodes"] if len([c for c in n["containers"] if c["running"]]) >= 2)
     names = [c["name"] for c in node["containers"]]
     subprocess.run([FLEET, "sshd", node["name"], "stop"], cwd=REPO, check=True, timeout=60)
@@ -96,30 +94,32 @@ def test_through_the_node_entry_point_a_node_that_cannot_be_reached_fails_each_o
     finally:
         subprocess.run([FLEET, "sshd", node["name"], "start"], cwd=REPO, check=True, timeout=60)
     recap = {line.split()[0]: line for line in res.stdout.split("PLAY RECAP", 1)[1].splitlines() if line.strip()}
-    unreachable = [h for h in names if "unreachable=1" in recap[h]]
-    assert len(unreachable) == 1, res.stdout[-3000:]  # the container that read for its node
-    [reader] = unreachable
+    out = res.stdout.replace("\n        ", " ")
+    section = out.split(CONTAINER_TASK, 1)[1].split("TASK [", 1)[0]
+    [reader] = [h for h in names if "fatal: [%s]: UNREACHABLE!" % h in section]  # the container that read for its node
     for host in names:
-        if host != reader:
-            assert "failed=1" in recap[host], recap[host]
-            ct = next(c for c in node["containers"] if c["name"] == host)
-            assert ("%s is not ready: [%s] reading through node %s failed (by %s): " % (host, failed_checks(ct), node["address"], reader)
-                    in res.stdout.replace("\n        ", " ")), res.stdout[-3000:]
+        # Each container fails by name, the reader too: none is left without a record.
+        assert "failed=1" in recap[host], recap[host]
+        ct = next(c for c in node["containers"] if c["name"] == host)
+        by = "" if host == reader else " (by %s)" % reader
+        assert "%s is not ready: [%s] reading through node %s failed%s: " % (host, failed_checks(ct), node["address"], by) in out, out[-3000:]
 
 
 def test_preflight_fails_a_bad_value_by_the_option_that_took_it(fleet, ansible_cli):
     """preflight leaves out ansible-core's validation task of the verify role (a task per host):
-    the read validates every value it is given, per host, and a bad one fails the host there -
-    whatever the read's failed_when: false - saying which option and why."""
+    the read's first task validates every value, per host, as readiness's options, and a bad one
+    fails that host there (not every container its node reads), saying which option and why."""
     ct = containers(fleet, True)[0]
     res = ansible_cli("ansible-playbook", "-i", INVENTORY, os.path.join(REPO, "playbooks", "preflight.yml"),
                       "--limit", ct["name"] + ",localhost", "-e", '{"gpufleet_require_gpu": "perhaps"}')
     assert res.returncode == 2, res.stdout[-3000:]
     out = res.stdout.replace("\n        ", " ").replace("''", "'")
-    read = out.split("TASK [gpufleet.hygiene.verify : Read the job's processes", 1)[1].split("TASK [", 1)[0]
+    read = out.split("TASK [gpufleet.hygiene.verify : Name this host's reader and its readiness options", 1)[1].split("TASK [", 1)[0]
     assert "fatal: [%s]: FAILED!" % ct["name"] in read, read
-    assert ("gpufleet.hygiene.readiness: argument 'require_gpu' is of type str and we were unable to convert to bool:"
-            " The value 'perhaps' is not a valid boolean") in read, read
+    assert ("bad readiness options for %s (the verify role's verify_* variables, or the gpufleet_* they default to): "
+            "argument 'require_gpu' is of type str and we were unable to convert to bool: The value 'perhaps' is not a valid boolean"
+            % ct["name"]) in read, read
+    assert "Read the job's processes" not in out  # nothing was read
     assert "Fail when not ready" not in out  # the host stopped at the read
     line = next(x for x in out.split("PLAY RECAP", 1)[1].splitlines() if x.startswith(ct["name"] + " "))
     assert "failed=1" in line and "unreachable=0" in line, line
@@ -186,16 +186,19 @@ def test_hygiene_read_by_node_reports_each_container_as_reading_by_container(fle
     assert reports["node"]["summary"] == reports["container"]["summary"]
 
 
-def test_auto_reads_by_node_from_the_threshold_and_by_container_below_it_or_for_one_container(fleet, ansible_cli):
+def test_auto_reads_by_node_at_any_size_and_by_container_only_without_the_nodes(fleet, ansible_cli):
     running, limit = running_and_nodes(fleet)
-    nodes = len({n["name"] for n in fleet["nodes"] if any(c["running"] for c in n["containers"])})
-    # Containers a node on average: at it by node, one above it by container.
-    per_node = len(running) // nodes
-    for threshold, how in ((per_node, "node"), (per_node + 1, "container")):
-        res = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", limit, "-e", "gpufleet_node_read_from=%d" % threshold)
-        assert read_by(res.stdout) == how, threshold
-        assert len(verdicts(res.stdout)[0]) == len(running) + 1
-    # --limit to one container (with localhost, without its node): by container, whatever the threshold.
-    one = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", running[0] + ",localhost", "-e", "gpufleet_node_read_from=1")
-    assert read_by(one.stdout) == "container"
+    res = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", limit)
+    assert read_by(res.stdout) == "node"
+    assert len(verdicts(res.stdout)[0]) == len(running) + 1
+    # One container with its node: by node, that node reading that container alone.
+    node = next(n for n in fleet["nodes"] if any(c["name"] == running[0] for c in n["containers"]))
+    one = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", "%s,%s,localhost" % (running[0], node["name"]))
+    assert read_by(one.stdout) == "node"
     assert [line.split(" - ", 1)[0] for line in verdicts(one.stdout)[0][:-1]] == [running[0]]
+    # --limit to one container (with localhost, without its node): the container is the play's
+    # host, and it is still read from its node (node_readiness, read_from=node).
+    alone = ansible_cli("ansible-playbook", "-i", INVENTORY, PREFLIGHT, "--limit", running[0] + ",localhost", "-v")
+    assert read_by(alone.stdout) == "container"
+    assert [line.split(" - ", 1)[0] for line in verdicts(alone.stdout)[0][:-1]] == [running[0]]
+    assert "\n        from: node\n" in alone.stdout.split(CONTAINER_TASK, 1)[1].split("TASK [", 1)[0]

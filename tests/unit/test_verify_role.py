@@ -1,9 +1,9 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The verify role asks readiness (read.yml) and node_readiness (node.yml, through
-verify__readiness_args) for the same options, from the same variables, and records the same
-host, node and VMID."""
+"""The verify role's read gives node_readiness (read.yml, through verify__readiness_args) every
+readiness option its variables set, records the host, node and VMID, and every variable of its
+entry points reaches something that validates it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import os
 import re
 
 import yaml
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC
 
 ROLE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "roles", "verify"))
 
@@ -20,28 +22,36 @@ def load(*parts):
         return yaml.safe_load(f)
 
 
-def test_readiness_and_node_readiness_get_the_same_options_from_the_same_variables():
-    read = next(t for t in load("tasks", "read.yml") if "gpufleet.hygiene.readiness" in t)["gpufleet.hygiene.readiness"]
+NODE_VARS = {"verify_node_python", "verify_container_python", "verify_node_parallel", "verify_node_timeout"}
+
+
+def readiness_vars():
+    """{readiness option: the role variable} of verify__readiness_args."""
     node_args = load("vars", "main.yml")["verify__readiness_args"]
     # {'option': verify_var | filter ...} and combine({'option': verify_var ...} if ...)
-    in_node = {m.group(1): m.group(2) for m in re.finditer(r"'(\w+)': (verify_\w+)", node_args)}
-    in_read = {k: re.search(r"\{\{ (verify_\w+)", v).group(1) for k, v in read.items() if k != "record"}
-    assert in_read == in_node
-    assert len(in_read) == 24
+    return {m.group(1): m.group(2) for m in re.finditer(r"'(\w+)': (verify_\w+)", node_args)}
 
 
-def test_the_read_records_the_host_node_and_vmid_that_the_node_entry_point_records():
-    read_task = next(t for t in load("tasks", "read.yml") if "gpufleet.hygiene.readiness" in t)
-    assert read_task["register"] == "verify_result"
-    whose = read_task["gpufleet.hygiene.readiness"]["record"]
-    # The inventory's names: the node is pve_node, the container's id ansible_pct_vmid.
-    assert whose == {"host": "{{ inventory_hostname }}", "node": "{{ pve_node | default(none) }}",
-                     "vmid": "{{ ansible_pct_vmid | default(none) }}"}
-    job = next(t for t in load("tasks", "node.yml") if "verify__node_job" in t.get("ansible.builtin.set_fact", {}))
+def test_the_read_gives_every_readiness_option_of_the_roles_variables():
+    # Every readiness option but two the read sets itself: the evidence cache (the node read writes
+    # nothing in a container) and the read's own time bound (container_timeout, verify_node_timeout).
+    assert set(readiness_vars()) == set(ARGUMENT_SPEC) - {"evidence_cache", "read_timeout"}
+    read = next(t for t in load("tasks", "read.yml") if "gpufleet.hygiene.node_readiness" in t)
+    assert read["register"] == "verify__node_read"
+    assert read["gpufleet.hygiene.node_readiness"]["containers"] == (
+        "{{ verify__peers | map('extract', hostvars, ['verify__node_job', 'entry']) | list }}")
+    # Read from the node by default: nothing of a container runs.
+    assert read["gpufleet.hygiene.node_readiness"]["read_from"] == "{{ gpufleet_node_read | default('node') }}"
+
+
+def test_the_read_records_the_host_node_and_vmid():
+    job = next(t for t in load("tasks", "read.yml") if "verify__node_job" in t.get("ansible.builtin.set_fact", {}))
     job = " ".join(job["ansible.builtin.set_fact"]["verify__node_job"].split())
-    # The node entry point's filter takes the same three, in that order, as its label.
-    label = ", ".join(whose[k].strip("{} ") for k in ("host", "node", "vmid"))
-    assert "gpufleet.hygiene.verify_node_job( %s," % label in job, job
+    # The inventory's names: the node is pve_node, the container's id ansible_pct_vmid.
+    assert "gpufleet.hygiene.verify_node_job( inventory_hostname, pve_node | default(none), ansible_pct_vmid | default(none)," in job, job
+    record = next(t for t in load("tasks", "read.yml") if "verify_result" in t.get("ansible.builtin.set_fact", {}))
+    assert "verify_record(inventory_hostname, verify__node_job.label.node, verify__node_job.label.vmid" in " ".join(
+        record["ansible.builtin.set_fact"]["verify_result"].split())
 
 
 def playbook_reads_without_validation():
@@ -61,8 +71,7 @@ def test_without_ansible_cores_validation_the_read_still_validates_every_variabl
     # The playbooks leave out ansible-core's validation task of the verify role (one task per host):
     # every variable of its main entry point must then reach the read, which validates it as a
     # readiness option, or be one of the two the role only uses itself, verify_fail and verify_show.
-    read = next(t for t in load("tasks", "read.yml") if "gpufleet.hygiene.readiness" in t)["gpufleet.hygiene.readiness"]
-    in_read = {re.search(r"\{\{ (verify_\w+)", v).group(1) for k, v in read.items() if k != "record"}
+    in_read = set(readiness_vars().values()) | NODE_VARS
     specs = load("meta", "argument_specs.yml")["argument_specs"]
     spec = set(specs["main"]["options"])
     assert spec == in_read | {"verify_fail", "verify_show"}

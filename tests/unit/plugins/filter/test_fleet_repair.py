@@ -104,25 +104,25 @@ def test_node_job_of_a_plain_host_is_its_own_node():
     assert _verify.verify_node_job(ARGS, "gpu-box")["python"] == "auto_silent"
 
 
-def test_node_readings_give_each_host_its_reading_or_its_readers_failure():
+def test_a_host_gets_its_reading_from_its_reader_or_the_readers_failure():
     def job(host, vmid, addr):
         return _verify.verify_node_job(ARGS, host, "n", vmid, connection="gpufleet.hygiene.pct", node_host=addr)
     reading = dict(BRIEF, warnings=[])
-    hosts = [
-        HostVars(inventory_hostname="a1", verify__node_job=job("a1", 1, "10.0.0.1"), verify__node_read={"containers": {"a1": reading, "a2": reading}}),
-        HostVars(inventory_hostname="a2", verify__node_job=job("a2", 2, "10.0.0.1"), verify__node_read={"skipped": True}),
-        HostVars(inventory_hostname="b1", verify__node_job=job("b1", 3, "10.0.0.2"), verify__node_read={"unreachable": True, "msg": "ssh: no route"}),
-        HostVars(inventory_hostname="b2", verify__node_job=job("b2", 4, "10.0.0.2"), verify__node_read={"skipped": True}),
-        HostVars(inventory_hostname="localhost"),
-    ]
-    out = _verify.verify_node_readings(hosts)
-    assert out["a1"] == reading and out["a2"] == reading and set(out) == {"a1", "a2", "b1", "b2"}
-    assert out["b2"] == {"failed": True, "msg": "reading through node 10.0.0.2 failed (by b1): ssh: no route"}
+    a1 = HostVars(inventory_hostname="a1", verify__node_job=job("a1", 1, "10.0.0.1"), verify__node_read={"containers": {"a1": reading, "a2": reading}})
+    assert _verify.verify_node_reading(a1, "a1") == reading and _verify.verify_node_reading(a1, "a2") == reading
+    b1 = HostVars(inventory_hostname="b1", verify__node_job=job("b1", 3, "10.0.0.2"), verify__node_read={"unreachable": True, "msg": "ssh: no route"})
+    assert _verify.verify_node_reading(b1, "b2") == {"failed": True, "msg": "reading through node 10.0.0.2 failed (by b1): ssh: no route"}
+    assert _verify.verify_node_reading(b1, "b1")["msg"] == "reading through node 10.0.0.2 failed: ssh: no route"
+    # A container the reader brought no reading of (it read before this host joined) fails by name.
+    assert _verify.verify_node_reading(a1, "a3")["msg"] == "reading through node 10.0.0.1 failed (by a1): no result"
     # Recorded as every check these options would have made, failed with that message.
-    rec = _verify.verify_record(out["b2"], "b2", "n", 4, ARGS)
-    assert [c["summary"] for c in rec["checks"]] == [out["b2"]["msg"]] * 3
-    lonely = _verify.verify_node_readings([HostVars(inventory_hostname="c1", verify__node_job=job("c1", 5, "10.0.0.3"))])
-    assert lonely["c1"]["msg"] == "reading through node 10.0.0.3 failed: no result"
+    out = _verify.verify_node_reading(b1, "b2")
+    rec = _verify.verify_record(out, "b2", "n", 4, ARGS)
+    assert [c["summary"] for c in rec["checks"]] == [out["msg"]] * 3
+    lonely = HostVars(inventory_hostname="c1", verify__node_job=job("c1", 5, "10.0.0.3"))
+    assert _verify.verify_node_reading(lonely, "c1")["msg"] == "reading through node 10.0.0.3 failed: no result"
+    with pytest.raises(AnsibleFilterError, match="expects the reader's variables"):
+        _verify.verify_node_reading("c1", "c1")
 
 
 @pytest.mark.parametrize("record, allow, repair, left", [

@@ -15,11 +15,13 @@ import re
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 ROLE = os.path.join(REPO, "roles", "verify")
+ARGUMENT_SPEC = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness").ARGUMENT_SPEC
 _verify = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.verify")
 _fleet = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.fleet")
 PCT = "gpufleet.hygiene.pct"
@@ -67,7 +69,32 @@ JOB = {"patterns": [r"^\S*python3? /opt/gpufleet/train_dflash\.py"], "users": ["
 ])
 def test_a_container_read_by_its_node_is_asked_what_the_role_asks_on_the_container(host_vars, play_vars):
     cache_vars = role_file("vars", "main.yml")["verify__cache_vars"]
-    assert _verify.verify_container_args(host_vars, cache_vars, play_vars) == role_args(host_vars, play_vars)
+    # The role gives the values as they are and the read validates them (verify_node_job): compared
+    # as the read takes them.
+    assert as_read(_verify.verify_container_args(host_vars, cache_vars, play_vars)) == as_read(role_args(host_vars, play_vars))
+
+
+def as_read(args):
+    outcome = ArgumentSpecValidator(ARGUMENT_SPEC).validate(dict(args))
+    assert not outcome.error_messages
+    return outcome.validated_parameters
+
+
+@pytest.mark.parametrize("host_vars, msg", [
+    ({"gpufleet_require_gpu": "perhaps"}, "verify_require_gpu: 'perhaps' is not a valid boolean"),
+    ({"gpufleet_stall_after": "soon"}, "verify_stall_after: 'soon' is not a valid whole number"),
+])
+def test_a_bad_value_of_a_container_read_by_its_node_names_the_variable(host_vars, msg):
+    with pytest.raises(AnsibleFilterError, match=msg):
+        _verify.verify_container_args(host_vars, ["HOME"])
+
+
+def test_the_read_refuses_a_bad_value_on_the_controller_naming_host_and_option():
+    args = as_read({})
+    with pytest.raises(AnsibleFilterError, match="bad readiness options for ct1 .*argument 'require_gpu' is of type str .*'perhaps'"):
+        _verify.verify_node_job(dict(args, require_gpu="perhaps"), "ct1")
+    with pytest.raises(AnsibleFilterError, match="bad readiness options for ct1 .*stall_after"):
+        _verify.verify_node_job(dict(args, stall_after=-1), "ct1")
 
 
 def test_every_readiness_option_of_the_role_has_its_default_here():
@@ -99,50 +126,49 @@ def fleet(n_nodes=2, per_node=3, **extra):
     return hostvars, groups
 
 
-def test_auto_reads_by_node_from_the_threshold_on():
-    """The threshold counts containers a node, on average: 2 nodes of 3 read by node at 3, not at 4."""
+def test_auto_reads_by_node_whenever_every_container_has_its_node_among_the_hosts():
+    """No threshold: the node read is the one read of a container, so auto reads by node at any
+    size, one container a node included."""
     hostvars, groups = fleet()
-    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto", 3)
+    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto")
     assert plan["by"] == "node" and plan["container_hosts"] == [] and plan["node_hosts"] == ["pve1", "pve2"]
     assert plan["by_node"] == {"pve1": ["ct10", "ct11", "ct12"], "pve2": ["ct20", "ct21", "ct22"]}
-    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto", 4)
-    assert plan["by"] == "container" and plan["container_hosts"] == groups["pve_containers"] and plan["node_hosts"] == []
-    # One node of six: by node at 6, not at 7.
-    hostvars, groups = fleet(n_nodes=1, per_node=6)
-    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto", 6)["by"] == "node"
-    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto", 7)["by"] == "container"
-    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "container", 1)["by"] == "container"
+    hostvars, groups = fleet(n_nodes=1, per_node=1)
+    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto")["by_node"] == {"pve1": ["ct10"]}
+    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "container")
+    assert plan["by"] == "container" and plan["container_hosts"] == ["ct10"] and plan["node_hosts"] == []
 
 
 def test_a_limit_counts_only_its_containers_and_must_name_their_nodes():
     hostvars, groups = fleet()
-    # One container: by container, whatever the threshold.
-    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct10,localhost", "auto", 1)
+    # One container with its node in the limit: by node, the node reads that container alone.
+    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct10,pve1,localhost", "auto")
+    assert plan["by"] == "node" and plan["by_node"] == {"pve1": ["ct10"]} and plan["node_hosts"] == ["pve1"]
+    # Without its node the node cannot be the play's host: one host per container (each still
+    # read from its node, through the pct connection).
+    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct10,localhost", "auto")
     assert plan["by"] == "container" and plan["container_hosts"] == ["ct10"]
-    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct1*,pve1", "auto", 3)
+    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct1*,pve1", "auto")
     assert plan["by"] == "node" and plan["by_node"] == {"pve1": ["ct10", "ct11", "ct12"]}
-    # The limit leaves the node out: the node cannot be the play's host.
-    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct1*", "auto", 3)["by"] == "container"
+    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct1*", "auto")["by"] == "container"
     with pytest.raises(AnsibleFilterError, match="gpufleet_read_by=node, but these containers have no node among this run's hosts .*: ct10"):
-        _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct10", "node", 1)
+        _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct10", "node")
     # A limit from a file is applied by ansible-core itself, reading by container.
-    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, "@retry", "auto", 1)["by"] == "container"
+    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, "@retry", "auto")["by"] == "container"
 
 
 def test_a_container_without_a_node_keeps_auto_by_container():
     hostvars, groups = fleet()
     hostvars["ct21"]["ansible_connection"] = "ssh"
-    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto", 1)["by"] == "container"
+    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto")["by"] == "container"
     hostvars["ct21"]["ansible_connection"], hostvars["ct21"]["pve_node"] = PCT, "pve9"
-    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto", 1)["by"] == "container"
+    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto")["by"] == "container"
 
 
-@pytest.mark.parametrize("read_by, threshold, msg", [("nodes", 16, "gpufleet_read_by must be one of auto, node, container"),
-                                                     ("auto", "many", "gpufleet_node_read_from must be a number")])
-def test_bad_choices_say_which_variable(read_by, threshold, msg):
+def test_a_bad_choice_says_which_variable():
     hostvars, groups = fleet()
-    with pytest.raises(AnsibleFilterError, match=msg):
-        _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, read_by, threshold)
+    with pytest.raises(AnsibleFilterError, match="gpufleet_read_by must be one of auto, node, container"):
+        _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "nodes")
 
 
 CHECK = {"name": "gpu_idle", "severity": "fail", "ok": True, "error": False, "summary": "1 GPU(s) idle"}
