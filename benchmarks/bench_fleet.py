@@ -25,10 +25,14 @@ warm-up and not counted):
      (at most sshd's default MaxSessions per master);
   P  pyinfra 3 doing A's work: the nodes its hosts, one server.shell per container;
   T  the transport floor: one ssh handshake per node, `lxc-attach -- true` per container;
-  B  playbooks/preflight.yml (every check: job processes, GPUs and their holders, CUDA
-     contamination with evidence, compile caches), the pct connection with --method;
-  BN B with the node read: by node, every container read in the node's process through its
-     root handle, nothing run in it (gpufleet_read_by=node, gpufleet_node_read=node);
+  B  playbooks/preflight.yml as shipped (every check: job processes, GPUs and their holders,
+     CUDA contamination with evidence, compile caches, the libraries the job maps): the nodes
+     the play's hosts, every container read from its node in the node's own process, nothing
+     run in it, the node's nvidia-smi once;
+  BI B with each container read inside itself, its own Python started by the node
+     (gpufleet_node_read=container: the read before the node read);
+  BL B without the job_libraries check (gpufleet_job_libraries=false): what reading the
+     job's /proc/<pid>/maps costs;
   C  a straightforward playbook of two ansible.builtin.shell tasks doing A's work over
      community.proxmox's proxmox_pct_remote (from the `ansible` 12 wheel, as
      bench_connection.py takes it);
@@ -116,16 +120,17 @@ NAMES = {
     "A": "A seeds' one-liners (ssh + pct exec per container, parallel)",
     "A2": "A2 one-liners over one ssh master per node (lxc-attach, parallel)",
     "P": "P pyinfra 3 (one-liners per container, over ssh to the nodes)",
-    "B": "B preflight.yml (pct connection; reads by node from 8 containers a node)",
+    "B": "B preflight.yml (every container read from its node)",
     "BC": "BC preflight.yml read by container (gpufleet_read_by=container)",
-    "BN": "BN preflight.yml, the node read (gpufleet_read_by=node, gpufleet_node_read=node)",
+    "BI": "BI preflight.yml, each container read inside itself (gpufleet_node_read=container)",
+    "BL": "BL preflight.yml without the job_libraries check (gpufleet_job_libraries=false)",
     "BH": "BH preflight.yml with GPU health (gpufleet_gpu_health=true)",
     "C": "C shell tasks over proxmox_pct_remote",
     "D": "D preflight.yml under Mitogen (lxc via node)",
     "B0": "B0 preflight.yml before",
     "T": "transport floor (ssh per node + lxc-attach true per container)",
 }
-CONFIGS = ("A", "A2", "B", "BC", "BH", "BN", "C", "D", "P")
+CONFIGS = ("A", "A2", "B", "BC", "BH", "BI", "BL", "C", "D", "P")
 # ssh's words when sshd refuses a connection (MaxStartups) or a session (MaxSessions) before the command ran.
 REFUSED = re.compile(r"kex_exchange_identification|Connection (closed|reset) by|session open refused|open failed|"
                      r"mux_client_request_session")
@@ -431,8 +436,11 @@ class Bench(object):
     def run_bc(self, size):
         return self.run_b(size, extra_vars=("gpufleet_read_by=container",))
 
-    def run_bn(self, size):
-        return self.run_b(size, extra_vars=("gpufleet_read_by=node", "gpufleet_node_read=node"))
+    def run_bi(self, size):
+        return self.run_b(size, extra_vars=("gpufleet_node_read=container",))
+
+    def run_bl(self, size):
+        return self.run_b(size, extra_vars=("gpufleet_job_libraries=false",))
 
     def run_bh(self, size):
         return self.run_b(size, extra_vars=("gpufleet_gpu_health=true",))
@@ -460,7 +468,7 @@ class Bench(object):
 
     def run(self, config, size):
         return {"A": self.run_a, "A2": self.run_a2, "B": self.run_b, "BC": self.run_bc, "BH": self.run_bh,
-                "BN": self.run_bn, "C": self.run_c, "D": self.run_d, "P": self.run_p,
+                "BI": self.run_bi, "BL": self.run_bl, "C": self.run_c, "D": self.run_d, "P": self.run_p,
                 "T": self.run_t, "B0": self.run_b0}[config](size)
 
     # ------------------------------------------------------------------ setup of B0 and D
@@ -751,7 +759,7 @@ def render(doc):
              "the wall time of the whole run" % (meta["machine"], meta["ansible_core"], meta["commit"],
                                                  ", ".join("%s %s" % kv for kv in sorted(meta["peers"].items())),
                                                  meta["method"], meta.get("max_sessions"), meta["rounds"]), ""]
-    versus = [c for c in ("A", "A2", "P", "BC", "BH", "BN", "C", "D") if c in configs] if "B" in configs else []
+    versus = [c for c in ("A", "A2", "P", "BC", "BH", "BI", "BL", "C", "D") if c in configs] if "B" in configs else []
     lines += ["* %s" % NAMES[c] for c in cols + ["T"]] + ["* work floor: one read's CPU x containers / cores", ""]
     head = ["size (nodes x containers)"] + cols + ["T floor", "work floor"] + ["B/%s" % c for c in versus]
     lines += ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]

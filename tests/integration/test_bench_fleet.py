@@ -42,7 +42,7 @@ def test_bench_fleet_small(tmp_path):
         hosts = {"1x1": {"train-100"}, "2x2": {"train-100", "train-101", "train-200", "train-201"}}[size]
         assert {c: set(v) for c, v in doc["verdicts"][size].items()} == {c: hosts for c in every}
     # The contaminated container: found by the preflight and by the one-liners' grep alike.
-    assert all(doc["verdicts"]["2x2"][c]["train-100"] for c in ("A", "A2", "B", "D"))
+    assert all(doc["verdicts"]["2x2"][c]["train-100"] for c in ("A", "A2", "B", "BI", "BL", "D"))
     assert set(doc["slopes"]) == set(every)
     assert all(set(v) == {"1x1->2x2"} for v in doc["slopes"].values())
     assert len(doc["read_cpu"]) == 2 and all(r["failed_reads"] == [] for r in doc["read_cpu"])
@@ -51,7 +51,7 @@ def test_bench_fleet_small(tmp_path):
     assert table in res.stdout
     header = next(line for line in table.splitlines() if line.startswith("| size (nodes x containers)"))
     assert [c.strip() for c in header.strip("|").split("|")][1:] == list(bench_fleet.CONFIGS) + [
-        "T floor", "work floor", "B/A", "B/A2", "B/P", "B/BC", "B/BH", "B/BN", "B/C", "B/D"]
+        "T floor", "work floor", "B/A", "B/A2", "B/P", "B/BC", "B/BH", "B/BI", "B/BL", "B/C", "B/D"]
     rows = [line for line in table.splitlines() if line.startswith(("| 1x1 (1) |", "| 2x2 (4) |"))]
     assert len(rows) == 2 and all("" not in [c.strip() for c in row.split("|")[1:-1]] for row in rows)
     rerendered = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "bench_fleet.py"), "--table", str(results)],
