@@ -247,6 +247,16 @@ def file_identity(st):
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
+def path_identity(path):
+    """file_identity() of ``path`` itself (a link is not followed), or None when it does not
+    exist or cannot be looked at."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return file_identity(st)
+
+
 class Anchor(object):
     """A site directory opened from / without following a link (fs/_tree.walk) and held open:
     its real path, ``chain`` (the device and inode of every directory from / down to it, as
