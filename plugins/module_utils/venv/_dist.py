@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import 
     read_optional,
     read_text,
 )
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._lockfile import LockError, parse_lock
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._lockfile import BaselineError, parse_lock
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._names import canonical_name
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import privileged_run, run_as
 
@@ -790,7 +790,7 @@ def parse_requirements(data, what):
     see venv/_lockfile.py. A malformed one raises a DistError naming the file and the line."""
     try:
         return parse_lock(data, what)
-    except LockError as exc:
+    except BaselineError as exc:
         raise DistError(exc.msg) from exc
 
 
