@@ -79,6 +79,12 @@ def test_out_of_range_has_one_wording(args, problem):
     assert exc.value.msg == want
 
 
+def test_at_most_is_the_upper_bound():
+    assert out_of_range("min_fraction", 1.5, more_than=0, at_most=1) == "min_fraction must be at most 1 (got 1.5)"
+    assert out_of_range("min_fraction", math.nan, at_most=1) == "min_fraction must be at most 1 (got nan)"
+    assert out_of_range("min_fraction", 1, more_than=0, at_most=1) is None
+
+
 @pytest.mark.parametrize("value, bounds", [(0.1, {"more_than": 0}), (0, {"least": 0}), (1, {"least": 1}), (5, {})])
 def test_in_range_is_no_problem(value, bounds):
     assert out_of_range("x", value, **bounds) is None
