@@ -109,7 +109,7 @@ sanity:
 	  -p $(SANITY_BUILD) $(ARTIFACT_DIR)/gpufleet-hygiene-*.tar.gz
 	bash scripts/ansible-test-bootstrap.sh
 	cd $(SANITY_ROOT) && $(CURDIR)/$(VENV)/bin/ansible-test sanity --python 3.11 --color no
-	git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C $(CHECKOUT_ROOT)
+	git ls-files -z --cached --others --exclude-standard | tar --null --ignore-failed-read -T - -cf - | tar -xf - -C $(CHECKOUT_ROOT)
 	cd $(CHECKOUT_ROOT) && $(CURDIR)/$(VENV)/bin/ansible-test sanity --python 3.11 --color no \
 	  $$($(CURDIR)/$(PY) $(CURDIR)/scripts/sanity_targets.py galaxy.yml)
 
