@@ -20,6 +20,8 @@ PYTEST_WORKERS ?= 2
 
 # The Galaxy artifact `ansible-galaxy collection build` makes, as sanity installs it.
 ARTIFACT_DIR := $(SANITY_BUILD)/dist
+# A copy of the checkout's files, for sanity on what the artifact leaves out.
+CHECKOUT_ROOT := $(SANITY_BUILD)/checkout/ansible_collections/gpufleet/hygiene
 
 .PHONY: setup run test unit integration molecule browser monitoring packaging docs sanity lint clean mutation
 
@@ -93,15 +95,23 @@ docs:
 	$(PY) scripts/docsite.py build/docs
 
 # ansible-test runs on the collection as users install it: the artifact built from this
-# checkout, installed under ansible_collections/<ns>/<name> in the build folder.
+# checkout, installed under ansible_collections/<ns>/<name> in the build folder. Then, with the
+# same tests and rules, on what the artifact leaves out (galaxy.yml's build_ignore: benchmarks/,
+# scripts/, the Makefile...), in a copy of the checkout's files (those git tracks, and new ones
+# it does not ignore) under ansible_collections/<ns>/<name> of its own: together, the whole checkout.
+# The venv's bin/ first on PATH: ansible-test's shellcheck test runs the shellcheck installed there.
+sanity: export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 sanity:
 	rm -rf $(SANITY_BUILD)
-	mkdir -p $(ARTIFACT_DIR)
+	mkdir -p $(ARTIFACT_DIR) $(CHECKOUT_ROOT)
 	$(VENV)/bin/ansible-galaxy collection build --output-path $(ARTIFACT_DIR)
 	ANSIBLE_COLLECTIONS_PATH=$(SANITY_BUILD) $(VENV)/bin/ansible-galaxy collection install --offline \
 	  -p $(SANITY_BUILD) $(ARTIFACT_DIR)/gpufleet-hygiene-*.tar.gz
 	bash scripts/ansible-test-bootstrap.sh
 	cd $(SANITY_ROOT) && $(CURDIR)/$(VENV)/bin/ansible-test sanity --python 3.11 --color no
+	git ls-files -z --cached --others --exclude-standard | tar --null --ignore-failed-read -T - -cf - | tar -xf - -C $(CHECKOUT_ROOT)
+	cd $(CHECKOUT_ROOT) && $(CURDIR)/$(VENV)/bin/ansible-test sanity --python 3.11 --color no \
+	  $$($(CURDIR)/$(PY) $(CURDIR)/scripts/sanity_targets.py galaxy.yml)
 
 # Mutation testing (cosmic-ray) of the safety-critical module_utils against their unit tests, in a
 # copy of the checkout; not part of `make test` (hours on two cores). MUTATION="liveness xid"
@@ -110,7 +120,7 @@ mutation: setup
 	bash scripts/mutation.sh $(MUTATION)
 
 lint:
-	$(VENV)/bin/ruff check plugins tests benchmarks
+	$(VENV)/bin/ruff check plugins tests benchmarks scripts
 	$(VENV)/bin/ansible-lint --profile production
 	$(VENV)/bin/antsibull-changelog lint
 	$(VENV)/bin/python scripts/role_readme.py --check

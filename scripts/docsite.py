@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -38,9 +37,13 @@ ANSIBLE_DOCS = "https://docs.ansible.com/projects/ansible/devel/"
 ANSIBLE_LABELS = [
     ("common_return_values", "std:label", "reference_appendices/common_return_values.html"),
     ("ansible_configuration_settings", "std:label", "reference_appendices/config.html"),
-] + [("%s_plugins" % kind, "std:label", "plugins/%s.html" % kind) for kind in ("action", "callback", "connection", "inventory", "filter")
-] + [("ansible_collections.ansible.builtin.%s" % page, "std:label", "collections/ansible/builtin/%s.html" % page)
-     for page in ("inventory_hostnames_lookup", "stat_module", "wait_for_module")]
+] + [
+    ("%s_plugins" % kind, "std:label", "plugins/%s.html" % kind)
+    for kind in ("action", "callback", "connection", "inventory", "filter")
+] + [
+    ("ansible_collections.ansible.builtin.%s" % page, "std:label", "collections/ansible/builtin/%s.html" % page)
+    for page in ("inventory_hostnames_lookup", "stat_module", "wait_for_module")
+]
 
 
 DOCS = os.path.join(ROOT, "docs")

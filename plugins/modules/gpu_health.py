@@ -136,6 +136,7 @@ check:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import out_of_range
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import check_record, read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._xid import parse_since
 
@@ -153,8 +154,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if p["command_timeout"] <= 0:
-        module.fail_json(msg="command_timeout must be more than 0 (got %s)" % p["command_timeout"])
+    problem = out_of_range("command_timeout", p["command_timeout"], more_than=0)
+    if problem:
+        module.fail_json(msg=problem)
     try:
         since = parse_since(p["since"])
     except ValueError:

@@ -314,7 +314,7 @@ protected:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail, out_of_range
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, scope_options
 
@@ -340,11 +340,13 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    for key in ("timeout", "poll_interval", "grace_period", "command_timeout"):
-        if p[key] < 0:
-            module.fail_json(msg="%s must not be negative (got %s)" % (key, p[key]))
-    if p["command_timeout"] == 0:
-        module.fail_json(msg="command_timeout must be more than 0")
+    for key in ("timeout", "poll_interval", "grace_period"):
+        problem = out_of_range(key, p[key], least=0)
+        if problem:
+            module.fail_json(msg=problem)
+    problem = out_of_range("command_timeout", p["command_timeout"], more_than=0)
+    if problem:
+        module.fail_json(msg=problem)
     if p["scope"] and p["scope"]["vmids"] and p["vantage"] == "container":
         module.fail_json(msg="scope.vmids needs vantage=node: a container does not see other containers")
     nvidia_smi = p["nvidia_smi"] or module.get_bin_path("nvidia-smi")

@@ -106,9 +106,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, check_range, fail
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import Follower, stat_log
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import Follower, check_since, stat_log
 
 
 def position(log):
@@ -130,10 +130,9 @@ def wait(log, regex, since=None, timeout=300, max_line=65536, sleep=time.sleep, 
         pattern = re.compile(regex)
     except re.error as exc:
         raise GpufleetError("regex %r is not a valid regular expression: %s" % (regex, exc)) from None
-    if timeout < 0 or max_line < 1:
-        raise GpufleetError("timeout must be at least 0 and max_line at least 1")
-    if since is not None and (int(since.get("offset") or 0) < 0 or (since.get("inode") or 0) < 0):
-        raise GpufleetError("since.offset and since.inode must be at least 0")
+    check_range("timeout", timeout, least=0)
+    check_range("max_line", max_line, least=1)
+    check_since(since)
     follower = Follower(log, since, max_line=max_line)
     start = clock()
     while True:

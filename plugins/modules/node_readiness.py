@@ -206,6 +206,7 @@ read:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import out_of_range
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._xid import parse_since
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import GPU_READS, READ_FROM, fold_node_health, gpu_reading, read_node
 
@@ -234,16 +235,15 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if p["max_parallel"] < 0:
-        module.fail_json(msg="max_parallel must be 0 (as many as the node has CPUs) or more (got %s)" % p["max_parallel"])
-    if p["container_timeout"] <= 0:
-        module.fail_json(msg="container_timeout must be more than 0 (got %s)" % p["container_timeout"])
+    problem = (out_of_range("max_parallel", p["max_parallel"], least=0)
+               or out_of_range("container_timeout", p["container_timeout"], more_than=0)
+               or out_of_range("command_timeout", p["command_timeout"], more_than=0))
+    if problem:
+        module.fail_json(msg=problem)
     hosts = [c["host"] for c in p["containers"]]
     twice = sorted(set(h for h in hosts if hosts.count(h) > 1))
     if twice:
         module.fail_json(msg="containers: each host may be listed once; listed more than once: %s" % ", ".join(twice))
-    if p["command_timeout"] <= 0:
-        module.fail_json(msg="command_timeout must be more than 0 (got %s)" % p["command_timeout"])
     try:
         xid_since = parse_since(p["xid_since"])
     except ValueError:

@@ -47,11 +47,11 @@ WATCH_PID=""
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$LOG" >&2; }
 
 stop_pid() {  # stop_pid PID: TERM, up to 5 s, then KILL; only the PID this script started
-    local pid="$1" i
+    local pid="$1"
     [ -n "$pid" ] || return 0
     kill -0 "$pid" 2>/dev/null || return 0
     kill -TERM "$pid" 2>/dev/null
-    for i in $(seq 1 50); do
+    for _ in $(seq 1 50); do
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
     done

@@ -89,7 +89,7 @@ stop_jobs
 say "2. a real CUDA 12 wheel in the venv, its libcudart.so.12 loaded by the job: must be flagged"
 uv pip install -q --python "$W/venv/bin/python" --no-index --no-deps "$CONTAMINANT_WHEEL" 2>&1 | tail -2 | tee -a "$LOG"
 cudart12=$(echo "$W"/venv/lib/python3*/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12)
-ls -l "$cudart12" | tee -a "$LOG"
+stat -c '%n: %s bytes' "$cudart12" | tee -a "$LOG"
 : > "$W/train.log"
 TORCHINDUCTOR_CACHE_DIR=$W/inductor TRITON_CACHE_DIR=$W/triton setsid "$W/venv/bin/python" tests/device/train_loop.py --forever \
   --dlopen "$cudart12" >> "$W/train.log" 2>&1 < /dev/null &

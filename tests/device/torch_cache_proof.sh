@@ -51,6 +51,7 @@ MODULE_TIMEOUT=${MODULE_TIMEOUT:-300}
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/torch-cache-proof.XXXXXX") || exit 2
 HOLD_PID=
+# shellcheck disable=SC2329  # run by the EXIT trap below
 cleanup() {
   if [ -n "$HOLD_PID" ]; then kill "$HOLD_PID" 2>/dev/null; wait "$HOLD_PID" 2>/dev/null; fi
   rm -rf "$WORK"

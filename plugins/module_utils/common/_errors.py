@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The one error every layer raises and every module catches once, at its edge.
+"""The one error every layer raises and every module catches once, at its edge, and the one
+wording of a number option out of its range.
 
 Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
 """
@@ -19,6 +20,27 @@ class GpufleetError(Exception):
         super().__init__(msg)
         self.msg = msg
         self.partial = dict(partial or {})
+
+
+def out_of_range(name, value, least=None, more_than=None, at_most=None):
+    """What is wrong with a number option, in the one wording every module and module_util
+    uses, or None when ``value`` is in range: ``NAME must be at least LEAST (got VALUE)``,
+    ``NAME must be more than MORE_THAN (got VALUE)`` or ``NAME must be at most AT_MOST (got
+    VALUE)``. NaN is in no range."""
+    if least is not None and not value >= least:
+        return "%s must be at least %s (got %s)" % (name, least, value)
+    if more_than is not None and not value > more_than:
+        return "%s must be more than %s (got %s)" % (name, more_than, value)
+    if at_most is not None and not value <= at_most:
+        return "%s must be at most %s (got %s)" % (name, at_most, value)
+    return None
+
+
+def check_range(name, value, least=None, more_than=None, at_most=None):
+    """out_of_range(), raised as a GpufleetError."""
+    problem = out_of_range(name, value, least, more_than, at_most)
+    if problem:
+        raise GpufleetError(problem)
 
 
 def fail(module, exc, warnings=()):

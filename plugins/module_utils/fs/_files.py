@@ -21,6 +21,8 @@ import os
 import stat
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+
 # The most bytes read of each kind of file. Real files are far below: a cap only stops a hostile
 # or broken one (a link to /dev/zero is refused before, a huge regular file is cut here).
 CAPS = {
@@ -53,8 +55,8 @@ _KINDS_OF_FILE = (
 )
 
 
-class Skipped(Exception):
-    """A file that is not read: ``problem`` says which and why."""
+class Skipped(GpufleetError):
+    """A file that is not read: ``problem`` (and ``msg``) says which and why."""
 
     def __init__(self, problem):
         super().__init__(problem)

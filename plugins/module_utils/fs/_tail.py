@@ -23,10 +23,19 @@ import os
 import posixpath
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import check_range
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import READ_SECONDS, Skipped, open_stat
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tree import UnsafePath, lookup
 
 _CHUNK = 1 << 20
+
+
+def check_since(since):
+    """A ``since`` of the launch (``{offset, inode}``, None for none) that names no place in a
+    file: a GpufleetError in the wording of common/_errors.out_of_range."""
+    if since is not None:
+        check_range("since.offset", int(since.get("offset") or 0), least=0)
+        check_range("since.inode", since.get("inode") or 0, least=0)
 
 
 def open_log(path):

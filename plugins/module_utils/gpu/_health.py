@@ -23,6 +23,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import (
     CSV_FORMAT,
     GpuError,
@@ -170,9 +171,11 @@ def mismatch_finding(kernel=None, libraries=None):
 # --------------------------------------------------------------------------- NVML through ctypes
 
 
-class NvmlError(Exception):
+class NvmlError(GpufleetError):
+    """An NVML call that stops the read (a failed init, a lost GPU): ``rc`` is NVML's code."""
+
     def __init__(self, rc, call):
-        super(NvmlError, self).__init__("%s: %s (NVML error %s)" % (call, NVML_ERRORS.get(rc, "error"), rc))
+        super().__init__("%s: %s (NVML error %s)" % (call, NVML_ERRORS.get(rc, "error"), rc))
         self.rc = rc
 
 
@@ -700,10 +703,12 @@ def read_health(source="auto", nvidia_smi=None, timeout=15, pin=None, kernel_log
     return result
 
 
-class _Failed(Exception):
+class _Failed(GpufleetError):
+    """No source could be read: ``finding`` says why, for the result; ``source`` is the one tried."""
+
     def __init__(self, msg, found, source):
-        super(_Failed, self).__init__(msg)
-        self.msg, self.finding, self.source = msg, found, source
+        super().__init__(msg)
+        self.finding, self.source = found, source
 
 
 def _read(source, nvidia_smi, timeout, lib, cdll):

@@ -22,9 +22,9 @@ import re
 import statistics
 import time
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, check_range
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import read_window
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import check_since, read_window
 
 # A number starts only where no digit or dot precedes it, with one place for blanks on either
 # side of the unit: linear on any line (the obvious pattern backtracks on long runs of digits).
@@ -73,12 +73,13 @@ class Gate:
             self.regex = re.compile(pattern)
         except re.error as exc:
             raise GpufleetError("pattern %r is not a valid regular expression: %s" % (pattern, exc)) from exc
-        if samples < 1 or skip < 0 or wait < 0:
-            raise GpufleetError("samples must be at least 1, skip and wait at least 0")
-        if since is not None and (int(since.get("offset") or 0) < 0 or (since.get("inode") or 0) < 0):
-            raise GpufleetError("since.offset and since.inode must be at least 0")
-        if baseline is not None and (baseline <= 0 or not 0 < min_fraction <= 1):
-            raise GpufleetError("baseline must be positive and min_fraction in (0, 1]")
+        check_range("samples", samples, least=1)
+        check_range("skip", skip, least=0)
+        check_range("wait", wait, least=0)
+        check_since(since)
+        if baseline is not None:
+            check_range("baseline", baseline, more_than=0)
+            check_range("min_fraction", min_fraction, more_than=0, at_most=1)
         self.log, self.samples, self.skip, self.wait, self.max_bytes = log, samples, skip, wait, max_bytes
         self.baseline, self.min_fraction, self.since = baseline, min_fraction, since
         self.read_from = None

@@ -19,7 +19,7 @@ import threading
 import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import CACHE_NAMES, TorchCache
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, out_of_range
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import check_record, read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._libraries import VenvIndex, mapped_libraries, wrong
@@ -68,15 +68,10 @@ READS = ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch
 
 def bad_option(p):
     """What is wrong with validated options, or None."""
-    if p["command_timeout"] <= 0:
-        return "command_timeout must be more than 0 (got %s)" % p["command_timeout"]
-    if (p.get("job_baseline_tokens_per_s") or 0) < 0:
-        return "job_baseline_tokens_per_s must be 0 (none) or more (got %s)" % p["job_baseline_tokens_per_s"]
-    if p["stall_after"] < 1:
-        return "stall_after must be at least 1 second (got %s)" % p["stall_after"]
-    if p.get("read_timeout", 1) <= 0:
-        return "read_timeout must be more than 0 (got %s)" % p["read_timeout"]
-    return None
+    return (out_of_range("command_timeout", p["command_timeout"], more_than=0)
+            or out_of_range("job_baseline_tokens_per_s", p.get("job_baseline_tokens_per_s") or 0, least=0)
+            or out_of_range("stall_after", p["stall_after"], least=1)
+            or out_of_range("read_timeout", p.get("read_timeout", 1), more_than=0))
 
 
 def skipped(reason):

@@ -7,8 +7,9 @@
 
 The target's Python is started with a one-line launcher (launcher_argv(), LAUNCHER) and reads,
 from stdin (payload()), a small bootstrap program (BOOTSTRAP), this package's module_utils that
-the reads need, the options and, when the target's Python is the sender's version, the bytecode
-already compiled (so that no target compiles them again). The bootstrap imports them from memory
+the reads need (TRAVELS, a list kept by hand and checked by a unit test), the options and, when
+the target's Python is the sender's version, the bytecode already compiled (so that no target
+compiles them again). The bootstrap imports them from memory
 (nothing is written on the target), calls _readiness.read() exactly as the readiness module does,
 and prints the result as one JSON line (parse_output(), outcome()).
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
 PACKAGE = "ansible_collections.gpufleet.hygiene.plugins.module_utils"
@@ -86,23 +86,47 @@ def _boot():
 _boot()
 """
 
-_IMPORT = re.compile(r"^\s*from ansible_collections\.gpufleet\.hygiene\.plugins\.module_utils\.((?:[a-z]\w*\.)*_\w+) import", re.MULTILINE)
+# The module_utils that travel into a target (below PACKAGE): READER, RECORD and ENTRY, and
+# every module_util any of them imports, at its top or inside a function, named here by hand.
+# tests/unit/plugins/module_utils/test_bootstrap.py reads their imports (Python's ast) and fails
+# on a module missing here or one here that no listed file imports.
+TRAVELS = (
+    "cache._torch_cache",
+    "common._errors",
+    "fs._files",
+    "fs._tail",
+    "fs._tree",
+    "gpu._health",
+    "gpu._query",
+    "gpu._state",
+    "gpu._xid",
+    "job._libraries",
+    "job._liveness",
+    "job._throughput",
+    "proc._ordinary",
+    "proc._proc",
+    "proxmox._view",
+    "readiness._readiness",
+    "readiness._record",
+    "transport._bootstrap",
+    "venv._contamination",
+    "venv._cuda",
+    "venv._dist",
+    "venv._elf",
+    "venv._evcache",
+    "venv._lockfile",
+    "venv._names",
+    "venv._pkgtool",
+)
 
 
 # ----------------------------------------------------------------------------- on the sender
 
 
-def module_sources(get_source, roots=(READER, RECORD, ENTRY)):
-    """{module name: source} of roots and every module_util they import, found by reading
-    their import lines (get_source(name) returns a module's source)."""
-    sources, todo = {}, list(roots)
-    while todo:
-        name = todo.pop()
-        if name in sources:
-            continue
-        sources[name] = get_source(name)
-        todo.extend(PACKAGE + "." + short for short in _IMPORT.findall(sources[name]))
-    return sources
+def module_sources(get_source, names=TRAVELS):
+    """{module name: source} of the modules that travel (``names``, below PACKAGE);
+    get_source(name) returns a module's source."""
+    return dict((PACKAGE + "." + name, get_source(PACKAGE + "." + name)) for name in names)
 
 
 def loaded_source(name):

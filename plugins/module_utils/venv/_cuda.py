@@ -24,7 +24,7 @@ import re
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import read_optional
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import canonical_name, file_digest
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import canonical_name, file_digest, file_identity, path_identity
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._elf import dt_needed
 
 # Name families, kept as data: (regular expression on the canonical name, what it is).
@@ -377,9 +377,6 @@ def _kept_shared(dists, cache, keys):
 def _kept_classify(dist, key, scan_binaries, cache):
     """classify(), taken from the evidence cache when the package and every shared object
     read for it are unchanged, else derived and kept."""
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import file_identity
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._evcache import identity
-
     kept = cache.package(dist, key, scan_binaries)
     if kept is not None:
         layer, majors, problems = kept
@@ -390,7 +387,7 @@ def _kept_classify(dist, key, scan_binaries, cache):
     def before_read(path):
         # The identity before the read (a file that cannot be opened is keyed on that), then
         # that of the file actually read (fstat), so that what is kept is keyed on what was read.
-        entry = [path, identity(path)]
+        entry = [path, path_identity(path)]
         read.append(entry)
         return lambda st: entry.__setitem__(1, file_identity(st))
 

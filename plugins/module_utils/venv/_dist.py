@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import 
     read_optional,
     read_text,
 )
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._lockfile import LockError, parse_lock
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._lockfile import BaselineError, parse_lock
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._names import canonical_name
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool import privileged_run, run_as
 
@@ -245,6 +245,16 @@ def file_digest(path, algo="sha256"):
 def file_identity(st):
     """``[dev, ino, size, mtime_ns, ctime_ns]`` of a stat result."""
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def path_identity(path):
+    """file_identity() of ``path`` itself (a link is not followed), or None when it does not
+    exist or cannot be looked at."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return file_identity(st)
 
 
 class Anchor(object):
@@ -780,7 +790,7 @@ def parse_requirements(data, what):
     see venv/_lockfile.py. A malformed one raises a DistError naming the file and the line."""
     try:
         return parse_lock(data, what)
-    except LockError as exc:
+    except BaselineError as exc:
         raise DistError(exc.msg) from exc
 
 

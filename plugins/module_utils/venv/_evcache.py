@@ -36,6 +36,8 @@ import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tree
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped, open_stat, read_fd
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist, _elf
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import path_identity
 
 DEFAULT_DIR = "/var/cache/gpufleet-hygiene/evidence"
 FORMAT = 2
@@ -69,8 +71,6 @@ def code_version():
     if not _CODE:
         import hashlib
 
-        from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist, _elf
-
         h = hashlib.sha256(("%d %s" % (FORMAT, sys.version_info[:2])).encode())
         for obj in (_cuda.NAME_FAMILIES, sorted(_cuda.VERSION_IS_CUDA), _cuda.CUDA_SONAMES, _cuda.LAYERS,
                     _cuda.classify, _cuda.file_cuda, _cuda.name_cuda, _cuda.label_cuda, _cuda.is_cpu_label,
@@ -81,16 +81,6 @@ def code_version():
             _fold(h, obj)
         _CODE.append(h.hexdigest()[:32])
     return _CODE[0]
-
-
-def identity(path):
-    """``[dev, ino, size, mtime_ns, ctime_ns]`` of ``path`` itself (a link is not followed), or
-    None when it does not exist or cannot be looked at."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def _racy(idents, now_ns):
@@ -242,7 +232,7 @@ class EvidenceCache(object):
         entry = self.packages.get(dist.info_dir)
         try:
             if (not isinstance(entry, dict) or entry.get("key") != key or entry.get("binaries") != bool(scan_binaries)
-                    or any(identity(p) != i for p, i in entry["read"])):
+                    or any(path_identity(p) != i for p, i in entry["read"])):
                 self.misses += 1
                 return None
             layer, majors, problems = entry["layer"], entry["majors"], entry["problems"]

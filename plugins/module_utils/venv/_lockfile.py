@@ -7,7 +7,7 @@
 ``uv export``, ``uv pip compile``, with hashes, editables, markers and direct URLs).
 
 Both parse into ``{canonical name: {"name", "version" (a pin, or None), "spec"}}``. A line that
-is neither is a LockError naming the file and the line.
+is neither is a BaselineError naming the file and the line.
 
 Python 3.9 targets have no tomllib, and tomllib (3.11) would make one lock valid on one target
 and not on another: the TOML read here is a small scanner of the subset a lock needs (tables,
@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._names impor
 MAX_BYTES = 16 << 20  # torch's own lock is some kilobytes; a larger file is no lock
 
 
-class LockError(GpufleetError):
+class BaselineError(GpufleetError):
     """A baseline that cannot be read as a lock: the message names the file and the line."""
 
 
@@ -46,12 +46,12 @@ def is_pylock(what, text):
 def parse_lock(data, what):
     """The packages a baseline pins, from a pylock.toml or a requirements file (bytes)."""
     if len(data) > MAX_BYTES:
-        raise LockError("%s is %d bytes, more than a lock holds (%d): not read" % (what, len(data), MAX_BYTES))
+        raise BaselineError("%s is %d bytes, more than a lock holds (%d): not read" % (what, len(data), MAX_BYTES))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
-        raise LockError("%s line %d is not valid UTF-8 (%s)" % (what, line, exc.reason)) from None
+        raise BaselineError("%s line %d is not valid UTF-8 (%s)" % (what, line, exc.reason)) from None
     text = text.removeprefix("\ufeff")
     return parse_pylock(text, what) if is_pylock(what, text) else parse_requirements(text, what)
 
@@ -135,27 +135,27 @@ def parse_requirements(text, what):
         line = " ".join(w for w in line.split() if not w.startswith("--hash")).strip()
         name, rest = _split_name(line)
         if name is None:
-            raise LockError("%s line %d is not a requirement: %r" % (what, lineno, logical.strip()[:80]))
+            raise BaselineError("%s line %d is not a requirement: %r" % (what, lineno, logical.strip()[:80]))
         rest = rest.strip()
         if rest.startswith("["):
             close = rest.find("]")
             if close < 0:
-                raise LockError("%s line %d has an unclosed [extras]: %r" % (what, lineno, logical.strip()[:80]))
+                raise BaselineError("%s line %d has an unclosed [extras]: %r" % (what, lineno, logical.strip()[:80]))
             rest = rest[close + 1:].strip()
         version = None
         if rest.startswith("@"):
             url = rest[1:].strip()
             if not url or " " in url:
-                raise LockError("%s line %d has no URL after '@': %r" % (what, lineno, logical.strip()[:80]))
+                raise BaselineError("%s line %d has no URL after '@': %r" % (what, lineno, logical.strip()[:80]))
             version = _wheel_version(url, name)
         elif rest.startswith("==="):
             version = rest[3:].strip()
         elif rest.startswith("==") and "," not in rest and "*" not in rest:
             version = rest[2:].strip()
         elif rest and not rest.startswith(("==", ">=", "<=", "!=", "~=", "<", ">", "(")):
-            raise LockError("%s line %d is not a requirement: %r" % (what, lineno, logical.strip()[:80]))
+            raise BaselineError("%s line %d is not a requirement: %r" % (what, lineno, logical.strip()[:80]))
         if version is not None and (not version or " " in version):
-            raise LockError("%s line %d has a malformed version: %r" % (what, lineno, logical.strip()[:80]))
+            raise BaselineError("%s line %d has a malformed version: %r" % (what, lineno, logical.strip()[:80]))
         wanted[canonical_name(name)] = {"name": name, "version": version, "spec": rest}
     return wanted
 
@@ -177,7 +177,7 @@ class _Scanner(object):
         self.what = what
 
     def fail(self, msg):
-        raise LockError("%s line %d: %s (not a PEP 751 pylock.toml)" % (self.what, self.line, msg))
+        raise BaselineError("%s line %d: %s (not a PEP 751 pylock.toml)" % (self.what, self.line, msg))
 
     def peek(self, k=1):
         return self.s[self.i:self.i + k]
@@ -366,19 +366,19 @@ def parse_pylock(text, what):
         sc.end_of_line()
         if current is not None and key in (("name",), ("version",)):
             if key[0] in current:
-                raise LockError("%s line %d: %s given twice in one [[packages]] table" % (what, line, key[0]))
+                raise BaselineError("%s line %d: %s given twice in one [[packages]] table" % (what, line, key[0]))
             if not isinstance(value, str):
-                raise LockError("%s line %d: %s must be a string" % (what, line, key[0]))
+                raise BaselineError("%s line %d: %s must be a string" % (what, line, key[0]))
             current[key[0]] = value
     if not packages and saw_uv_lock:
-        raise LockError(
+        raise BaselineError(
             "%s is uv's own uv.lock, which lists every platform's packages: give a lock of this venv instead, "
             "from 'uv export --format pylock.toml' or 'uv export --format requirements-txt'" % what)
     wanted = {}
     for line, table in packages:
         name = table.get("name")
         if not name or _split_name(name)[0] != name:
-            raise LockError("%s line %d: the [[packages]] table has %s" % (
+            raise BaselineError("%s line %d: the [[packages]] table has %s" % (
                 what, line, "no name" if not name else "a name that is no package name: %r" % name[:80]))
         version = table.get("version")
         wanted[canonical_name(name)] = {"name": name, "version": version, "spec": "==%s" % version if version else ""}

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+from importgraph import collection_imports, module_files
+
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.transport import _bootstrap
 
@@ -45,6 +47,30 @@ def test_the_payload_holds_exactly_what_the_reads_import():
     assert {_bootstrap.READER, _bootstrap.RECORD, _bootstrap.ENTRY} <= set(sources)
     # Nothing of Ansible travels or is needed in the container.
     assert not any("from ansible.module_utils" in src or "import ansible." in src for src in sources.values())
+
+
+def needed(names, get_source):
+    """``names`` and every module_util they import, at the top or inside a function, read with ast."""
+    known = module_files()
+    found, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            top, late = collection_imports(get_source(name), known, name)
+            todo.extend(top | late)
+    return found
+
+
+def test_the_list_holds_every_module_a_listed_file_imports_and_no_other():
+    listed = sorted(_bootstrap.PACKAGE + "." + name for name in _bootstrap.TRAVELS)
+    assert len(set(listed)) == len(listed) and set(listed) <= set(module_files())
+    for name in listed:  # each listed file's own imports are listed
+        top, late = collection_imports(_bootstrap.loaded_source(name), module_files(), name)
+        assert top | late <= set(listed), "%s imports %s, not in TRAVELS" % (name, sorted((top | late) - set(listed)))
+    roots = [_bootstrap.READER, _bootstrap.RECORD, _bootstrap.ENTRY]
+    assert sorted(needed(roots, _bootstrap.loaded_source)) == listed  # and nothing travels that no read needs
+    assert sorted(_bootstrap.module_sources(_bootstrap.loaded_source)) == listed
 
 
 def test_bytecode_or_source_the_result_is_the_one_read_gives():

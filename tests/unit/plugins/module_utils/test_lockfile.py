@@ -15,7 +15,7 @@ from cuda_fixtures import UV, install, make_venv
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import check_packages
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError, parse_requirements
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._lockfile import MAX_BYTES, LockError, parse_lock
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._lockfile import MAX_BYTES, BaselineError, parse_lock
 from ansible_collections.gpufleet.hygiene.plugins.modules import pip_inventory
 
 PINNED = {"numpy": "2.2.6", "safetensors": "0.6.2", "triton": "3.4.0"}
@@ -139,7 +139,7 @@ def test_requirements_with_every_kind_of_line(tmp_path):
 def test_a_malformed_requirements_file_names_the_file_and_line(tmp_path, text, line, words):
     path = tmp_path / "requirements.lock"
     path.write_bytes(text.encode("latin-1"))
-    with pytest.raises(LockError) as exc:
+    with pytest.raises(BaselineError) as exc:
         read(str(path))
     assert exc.value.msg.startswith("%s line %d " % (path, line)), exc.value.msg
     assert words in exc.value.msg
@@ -160,7 +160,7 @@ def test_a_malformed_requirements_file_names_the_file_and_line(tmp_path, text, l
 def test_a_malformed_pylock_names_the_file_and_line(tmp_path, text, line, words):
     path = tmp_path / "pylock.toml"
     path.write_text(text)
-    with pytest.raises(LockError) as exc:
+    with pytest.raises(BaselineError) as exc:
         read(str(path))
     assert exc.value.msg.startswith("%s line %d: " % (path, line)), exc.value.msg
     assert words in exc.value.msg
@@ -186,13 +186,13 @@ def test_pylock_subset_read_as_toml_reads_it(tmp_path):
 
 
 def test_uv_lock_is_refused_with_how_to_export_it(locks):
-    with pytest.raises(LockError) as exc:
+    with pytest.raises(BaselineError) as exc:
         read(os.path.join(locks["project"], "uv.lock"))
     assert "uv export --format pylock.toml" in exc.value.msg
 
 
 def test_a_file_too_large_for_a_lock_is_not_read():
-    with pytest.raises(LockError, match="more than a lock holds"):
+    with pytest.raises(BaselineError, match="more than a lock holds"):
         parse_lock(b"#" * (MAX_BYTES + 1), "requirements.txt")
 
 

@@ -37,7 +37,8 @@ def test_the_module_reads_and_judges(run_module, tmp_path):
 
 
 @pytest.mark.parametrize("args, msg", [({"since": "yesterday"}, "since must be an ISO 8601"),
-                                       ({"command_timeout": 0}, "command_timeout must be more than 0")])
+                                       ({"command_timeout": 0}, "command_timeout must be more than 0 (got 0.0)"),
+                                       ({"command_timeout": "nan"}, "command_timeout must be more than 0 (got nan)")])
 def test_the_module_refuses_bad_options(run_module, args, msg):
     res = run_module(gpu_health.main, args)
     assert res["failed"] is True and msg in res["msg"]

@@ -222,7 +222,9 @@ def test_bad_input_fails_cleanly(rig, run_module):
     res = run_module(gpu_state.main, rig.args(state="idle", scope={"vmids": [200]}))
     assert res["failed"] and "vantage=node" in res["msg"]
     res = run_module(gpu_state.main, rig.args(timeout=-1))
-    assert res["failed"] and "timeout must not be negative" in res["msg"]
+    assert res["failed"] and res["msg"] == "timeout must be at least 0 (got -1.0)"
+    res = run_module(gpu_state.main, rig.args(command_timeout=0))
+    assert res["failed"] and res["msg"] == "command_timeout must be more than 0 (got 0.0)"
 
 
 # ----------------------------------------------------------------------------- drain

@@ -118,8 +118,10 @@ def test_throughput_waits_for_a_live_writer(run_module, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     ({"pattern": "("}, "is not a valid regular expression"),
-    ({"samples": 0}, "samples must be at least 1"),
-    ({"baseline": 100, "min_fraction": 1.5}, "min_fraction in (0, 1]"),
+    ({"samples": 0}, "samples must be at least 1 (got 0)"),
+    ({"baseline": 100, "min_fraction": 1.5}, "min_fraction must be at most 1 (got 1.5)"),
+    ({"baseline": 100, "min_fraction": 0}, "min_fraction must be more than 0 (got 0.0)"),
+    ({"baseline": 0}, "baseline must be more than 0 (got 0.0)"),
 ])
 def test_throughput_bad_input(run_module, tmp_path, args, message):
     log = tmp_path / "train.log"
