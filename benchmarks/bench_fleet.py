@@ -379,7 +379,7 @@ class Bench(object):
             sock = os.path.join(self.cm_dir, hosts[0]["pve_node"])
             mux = ("-o", "ControlPath=" + sock)
             master = self.ssh("A2", self.ssh_argv(hosts[0], None, mux + ("-o", "ControlMaster=yes", "-o", "ControlPersist=120",
-                                                                        "-f", "-N")))
+                                                                         "-f", "-N")))
             if master.returncode != 0:
                 raise RuntimeError("A2 %s: master: rc %d: %s" % (hosts[0]["pve_node"], master.returncode, master.stderr))
             try:

@@ -18,11 +18,10 @@ import re
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _record
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, bad_option
 
 # The connection that means "a container behind its Proxmox VE node".
 PCT_CONNECTIONS = ("gpufleet.hygiene.pct",)
@@ -63,6 +62,8 @@ def verify_verdict(record, fail=False, show=False):
         if not c["ok"]:
             reasons.setdefault(c["summary"], []).append(c["name"])
     problems = " | ".join("[%s] %s" % (", ".join(names), summary) for summary, names in reasons.items())
+    if not problems and not record.get("ready") and record.get("error"):
+        problems = "not read: %s" % record["error"]
     ready = bool(record.get("ready"))
     if ready:
         line = "ready: " + "; ".join(c["summary"] for c in checks) if checks else "ready"
@@ -73,16 +74,6 @@ def verify_verdict(record, fail=False, show=False):
     return dict(flags, ready=ready, lines=lines, problems=problems, line="%s - %s" % (record.get("host"), line))
 
 
-def check_options(args, host):
-    """Refuse, on the controller and naming the option, what the read would refuse on the node:
-    a bad value fails its own host at the read, not every container its node reads."""
-    outcome = ArgumentSpecValidator(ARGUMENT_SPEC).validate(dict(args))
-    problem = "; ".join(outcome.error_messages) or bad_option(outcome.validated_parameters)
-    if problem:
-        raise AnsibleFilterError("bad readiness options for %s (the verify role's verify_* variables, or the gpufleet_* they "
-                                 "default to): %s" % (host, problem))
-
-
 def verify_node_job(args, host, node=None, vmid=None, connection="", node_user="root", node_host="", node_port=22,
                     interpreter="", discovered="", node_python="/usr/bin/python3", container_python="/usr/bin/python3",
                     method=None, pct_path=None, lxc_path=None):
@@ -91,13 +82,14 @@ def verify_node_job(args, host, node=None, vmid=None, connection="", node_user="
     reader runs, the record's label and the host's entry of node_readiness's containers."""
     if not isinstance(args, Mapping):
         raise AnsibleFilterError("verify_node_job: expects the readiness options (a dict), got %s" % type(args).__name__)
-    check_options(args, host)
     via_pct = connection in PCT_CONNECTIONS
     key = "|".join(str(part) for part in (node_user, node_host, node_port)) if via_pct else "self|%s" % host
     entry = {"host": host, "args": dict(args)}
     if via_pct:
         if vmid is None or vmid == "":
             raise AnsibleFilterError("verify_node_job: %s is reached through its node but has no ansible_pct_vmid" % host)
+        if _pct.parse_vmid(vmid) is None:
+            raise AnsibleFilterError("gpufleet.hygiene.pct: %s" % _pct.bad_vmid("vmid", vmid, "ansible_pct_vmid of %s" % host))
         # A container's Python is named by path: the node's reader starts it directly, nothing discovers it there.
         entry.update(vmid=vmid, python=interpreter if re.match(r"/[^ ]*$", interpreter or "") else container_python)
         entry.update((name, value) for name, value in (("method", method), ("pct_path", pct_path), ("lxc_path", lxc_path)) if value)
@@ -120,8 +112,11 @@ def verify_node_reading(reader, host):
     job = reader.get("verify__node_job") or {}
     name = reader.get("inventory_hostname") or ""
     node = str(job.get("node") or "").split("|")
-    return {"failed": True, "msg": "reading through node %s failed%s: %s" % (
+    out = {"failed": True, "msg": "reading through node %s failed%s: %s" % (
         node[1] if len(node) > 1 else node[0], " (by %s)" % name if name and name != host else "", read.get("msg") or "no result")}
+    if read.get("unreachable"):
+        out["unreachable"] = True  # recorded as not read: a network outage is not a held GPU
+    return out
 
 
 # The verify role's defaults (defaults/main.yml) for a host read by its node: the readiness option,
@@ -160,8 +155,10 @@ GIVEN_WHEN_SET = (
 ROLE_DEFAULTS = ALWAYS_GIVEN + GIVEN_WHEN_SET
 
 
-def _convert(value, kind, role_var):
-    """The value as the read takes it; a value that is not one fails, naming the variable."""
+def _convert(value, kind):
+    """The value as the read takes it; one it cannot be is given as it is, and the read refuses
+    it for that container alone, naming the option (node_readiness validates each container's
+    options as the readiness module would)."""
     try:
         if kind == "bool":
             return boolean(value, strict=True)
@@ -169,8 +166,7 @@ def _convert(value, kind, role_var):
             return float(value)
         return kind(value) if kind else value
     except (TypeError, ValueError):
-        raise AnsibleFilterError("%s: %r is not a valid %s" % (role_var, value, {"bool": "boolean (true or false)", "positive": "number",
-                                                                              int: "whole number", float: "number"}.get(kind, "value"))) from None
+        return value
 
 
 def _role_value(hv, overrides, role_var, inventory_var, default):
@@ -197,9 +193,10 @@ def verify_container_args(hv, cache_vars, overrides=None):
         for option, role_var, inventory_var, default, kind in rows:
             value = _role_value(hv, overrides, role_var, inventory_var, default)
             if kind == "positive" and value not in (None, ""):
-                value = _convert(value, kind, role_var) if _convert(value, kind, role_var) > 0 else None
+                value = _convert(value, kind)
+                value = value if not isinstance(value, float) or value > 0 else None
             if always or value:
-                args[option] = _convert(value, kind, role_var)
+                args[option] = _convert(value, kind)
     if "cache_environment" in args:
         args["cache_environment"] = {k: v for k, v in args["cache_environment"].items() if k in cache_vars}
     return args
@@ -230,7 +227,8 @@ def verify_node_records(read, entries, node):
     for entry in entries:
         host = entry["host"]
         why = "could not be reached" if read.get("unreachable") else "failed"
-        reading = readings.get(host) or {"failed": True, "msg": "reading through node %s %s: %s" % (node, why, read.get("msg") or "no result")}
+        reading = readings.get(host) or {"failed": True, "unreachable": bool(read.get("unreachable")),
+                                         "msg": "reading through node %s %s: %s" % (node, why, read.get("msg") or "no result")}
         out[host] = verify_record(reading, host, node, entry.get("vmid"), entry["args"])
     return out
 

@@ -253,7 +253,7 @@ def main():
     gpus = gpu_reading(module, gpu_read, p["nvidia_smi"], p["command_timeout"], containers_read_own=p["read_from"] != "node")
     results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], short=p["brief"], gpus=gpus,
                                  read_from=p["read_from"], nvidia_smi=p["nvidia_smi"], command_timeout=p["command_timeout"])
-    if gpus is not None:
+    if gpus is not None and not gpus[0].get("error"):
         summary["xid_events"] = fold_node_health(module, results, p["containers"], p["nvidia_smi"], p["command_timeout"],
                                                  since=xid_since)
     module.exit_json(changed=False, containers=results, read=summary)

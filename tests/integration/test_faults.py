@@ -31,6 +31,7 @@ fleet: $GPUFLEET_FAULTS_STATE (default /var/tmp/gpufleet-sim-faults) and $GPUFLE
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -158,6 +159,33 @@ def gpu_config(fleet, host, **changes):
             config[key] = value
     _write(path + ".tmp", json.dumps(config))
     os.replace(path + ".tmp", path)
+
+
+def node_gpu_config(fleet, host, **changes):
+    """Change the nvidia-smi STAND-IN configuration of the host's node (its fault modes): the
+    node read runs the node's nvidia-smi once for all its containers, never theirs."""
+    path = os.path.join(STATE, "nodes", fleet["cts"][host]["node"], "gpu", "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    _write(path + ".tmp", json.dumps(config))
+    os.replace(path + ".tmp", path)
+
+
+def node_standins():
+    """The node nvidia-smi stand-ins of this fleet still running (a hung one must have been killed)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                cmdline = _read("/proc/%s/cmdline" % entry).replace("\0", " ")
+                if os.path.join(STATE, "standins", "nvidia_smi.py") in cmdline:
+                    found.append(cmdline)
+    return found
 
 
 def start_stale(fleet, host, *extra):
@@ -454,26 +482,35 @@ def _freeze(fleet, host, pid_in_ct):
 
 @pytest.fixture(scope="module")
 def gpu_faults(fleet):
-    """One run with four faults: nvidia-smi hangs in train-100 and exits 15 in train-201 (the
-    nvidia-smi STAND-IN's fault modes; both also have a stale cache to purge), train-101's
-    stale holder is stuck in the kernel (state D), train-200's ignores SIGTERM. Then the
-    faults are removed and a re-run completes the three failed hosts."""
+    """Three runs with four faults. First, the nodes' nvidia-smi fails: it hangs on train-100's
+    node and exits 15 (a GPU fallen off the bus) on train-201's (the nvidia-smi STAND-IN's fault
+    modes); every container of those nodes is read from its node, so each fails before any
+    change. Then, with the GPUs answering again, the repairs' faults: train-101's stale holder
+    is stuck in the kernel (state D), train-200's ignores SIGTERM. Then the holder is thawed
+    and a re-run completes the hosts that failed."""
     ready_fleet(fleet)
     res = {"sigterm_pid": start_stale(fleet, "train-200", "--ignore-sigterm"), "stuck_pid": start_stale(fleet, "train-101")}
     for host in ("train-100", "train-201"):
         stale_cache(fleet, host)
     caches_before = {h: cache_files(fleet, h) for h in ("train-100", "train-201")}
-    gpu_config(fleet, "train-100", fault="hang", hang_seconds=3600)
-    gpu_config(fleet, "train-201", fault="exit:15")
+    node_gpu_config(fleet, "train-100", fault="hang", hang_seconds=3600)
+    node_gpu_config(fleet, "train-201", fault="exit:15")
     frozen = _freeze(fleet, "train-101", res["stuck_pid"])
     try:
         res["stuck_state"] = re.search(r"^State:\s+(\S)", sh(fleet, "train-101", "cat /proc/%d/status" % res["stuck_pid"]),
                                        re.MULTILINE).group(1)
         res["before"] = snapshot(fleet, HOSTS)
-        res["rc"], res["out"] = playbook(fleet, "-v", "playbooks/remediate.yml", "-e", "gpufleet_nvidia_smi_timeout=3", *QUICK)
+        try:
+            res["rc"], res["out"] = playbook(fleet, "-v", "playbooks/remediate.yml", "-e", "gpufleet_nvidia_smi_timeout=3", *QUICK)
+        finally:
+            node_gpu_config(fleet, "train-100", fault=None)
+            node_gpu_config(fleet, "train-201", fault=None)
         res["after"] = snapshot(fleet, HOSTS)
+        res["standins_left"] = node_standins()
         res["caches"] = {h: cache_files(fleet, h) for h in ("train-100", "train-201")}
         res["caches_before"] = caches_before
+        res["rc_kill"], res["out_kill"] = playbook(fleet, "-v", "playbooks/remediate.yml", "-e", "gpufleet_nvidia_smi_timeout=3", *QUICK)
+        res["after_kill"] = snapshot(fleet, HOSTS)
         res["lock_101"] = lock_of(fleet, "train-101")
     finally:
         _write(os.path.join(frozen, "freezer.state"), "THAWED")
@@ -481,8 +518,6 @@ def gpu_faults(fleet):
     while res["stuck_pid"] in processes(fleet, "train-101") and time.monotonic() < deadline:
         time.sleep(0.1)
     os.rmdir(frozen)
-    gpu_config(fleet, "train-100", fault=None)
-    gpu_config(fleet, "train-201", fault=None)
     res["rc2"], res["out2"] = playbook(fleet, "playbooks/remediate.yml", "--limit", "train-100,train-101,train-201", *QUICK)
     res["fixed"] = {h: {"caches": cache_files(fleet, h), "jobs": jobs(fleet, h)} for h in ("train-100", "train-101", "train-201")}
     res["decoy_201"] = snapshot(fleet, ["train-201"])["train-201"]["decoy"]
@@ -490,25 +525,29 @@ def gpu_faults(fleet):
 
 
 def test_nvidia_smi_hangs_or_gpu_lost(gpu_faults):
-    """A hung nvidia-smi and a GPU fallen off the bus: both hosts fail before any change, each
-    saying what happened and what to do (the timeout option; a GPU reset or reboot); the
-    hung call is killed; a re-run after the GPUs answer again completes the repair."""
+    """A hung nvidia-smi and a GPU fallen off the bus, on the node that reads its containers:
+    every container of those nodes fails before any change, each saying what happened and what
+    to do (the timeout option; a GPU reset or reboot); the hung call is killed; a re-run after
+    the GPUs answer again completes the repair."""
     FAULTS.append(("nvidia-smi hang", "nvidia-smi hangs"))
     FAULTS.append(("nvidia-smi 15", "nvidia-smi exits 15, GPU fallen off the bus"))
     res = gpu_faults
     assert res["rc"] != 0
-    assert_recap(res["out"], ok=("train-200",), failed=("train-100", "train-201"))
-    hang = failure(res["out"], "train-100")
-    assert "Stop when the GPUs cannot be read" in hang and "nothing was changed on this host" in hang, hang
-    assert "did not answer within 3.0s (command_timeout) and was killed" in hang, hang
-    assert "gpufleet_nvidia_smi_timeout" in hang and "Xid" in hang, hang
-    lost = failure(res["out"], "train-201")
-    assert "nothing was changed on this host" in lost and "fallen off the bus" in lost, lost
-    assert "GPU is lost" in lost and "reset or a reboot" in lost, lost
-    for host in ("train-100", "train-201"):
+    assert_recap(res["out"], failed=HOSTS)
+    for host in ("train-100", "train-101"):  # the node whose nvidia-smi hung
+        hang = failure(res["out"], host)
+        assert "Stop when the GPUs cannot be read" in hang and "nothing was changed on this host" in hang, hang
+        assert "reading the GPUs on the node: " in hang and "did not answer within 3.0s (command_timeout) and was killed" in hang, hang
+        assert "gpufleet_nvidia_smi_timeout" in hang and "Xid" in hang, hang
+    for host in ("train-200", "train-201"):  # the node with a GPU lost
+        lost = failure(res["out"], host)
+        assert "nothing was changed on this host" in lost and "fallen off the bus" in lost, lost
+        assert "GPU is lost" in lost and "reset or a reboot" in lost, lost
+    for host in HOSTS:
         assert res["after"][host] == res["before"][host], host  # no process, package or file changed
+    for host in ("train-100", "train-201"):
         assert "fxgraph/ab/fx-entry" in res["caches"][host] and res["caches"][host] == res["caches_before"][host]
-    assert not [c for c in res["after"]["train-100"]["processes"].values() if "nvidia_smi.py" in c]  # the hung call was killed
+    assert res["standins_left"] == []  # the hung call was killed
     assert res["rc2"] == 0, res["out2"][-3000:]
     for host in ("train-100", "train-201"):
         assert res["fixed"][host]["caches"] == [] and res["fixed"][host]["jobs"]
@@ -520,17 +559,17 @@ def test_holder_ignores_sigterm(gpu_faults):
     grace period, says so, and the repair completes in the same run."""
     FAULTS.append(("sigterm", "a holder ignores SIGTERM"))
     res = gpu_faults
-    out, pid = res["out"], res["sigterm_pid"]
+    out, pid = res["out_kill"], res["sigterm_pid"]
     block = out[out.index("TASK [gpufleet.hygiene.kill : Stop the processes matching the job's patterns]"):]
     block = block[:block.index("\nTASK [")]
     m = re.search(r"changed: \[train-200\] => .*?(?=^\S|\Z)", block, re.MULTILINE | re.DOTALL)
     assert m, block
     assert re.search(r"outcome: killed\s+pid: %d\s+signals:\s+- SIGTERM\s+- SIGKILL" % pid, m.group(0)), m.group(0)
-    assert pid not in res["after"]["train-200"]["processes"]
-    relaunched = {p: c for p, c in res["after"]["train-200"]["processes"].items() if JOB_RE.search(c)}
+    assert pid not in res["after_kill"]["train-200"]["processes"]
+    relaunched = {p: c for p, c in res["after_kill"]["train-200"]["processes"].items() if JOB_RE.search(c)}
     assert relaunched and not [c for c in relaunched.values() if "--tag stale" in c]
     for key in ("packages", "decoy"):
-        assert res["after"]["train-200"][key] == res["before"]["train-200"][key]
+        assert res["after_kill"]["train-200"][key] == res["before"]["train-200"][key]
 
 
 def test_holder_that_cannot_be_killed(gpu_faults):
@@ -541,13 +580,13 @@ def test_holder_that_cannot_be_killed(gpu_faults):
     res = gpu_faults
     pid = res["stuck_pid"]
     assert res["stuck_state"] == "D"
-    msg = failure(res["out"], "train-101")
+    msg = failure(res["out_kill"], "train-101")
     assert "Stop the processes matching the job's patterns" in msg, msg
     assert "still running after SIGTERM, 2.0s of grace and SIGKILL: pid %d" % pid in msg, msg
     assert "state D (uninterruptible sleep, in " in msg, msg
     assert "cannot be killed" in msg and "reset the GPU or reboot the node, then run again" in msg, msg
     assert "nothing outside the scope was signalled" in msg, msg
-    assert res["after"]["train-101"] == res["before"]["train-101"]  # the stuck one still there, nothing else touched
+    assert res["after_kill"]["train-101"] == res["before"]["train-101"]  # the stuck one still there, nothing else touched
     assert res["lock_101"] is None
     assert_recap(res["out2"], ok=("train-101",))
     assert res["fixed"]["train-101"]["jobs"]

@@ -316,10 +316,13 @@ def test_gpu_healthy_check_in_the_container_that_holds_all_eight(box):
 
 
 def node_read(box, node, gpu_read, vmids, **extra):
+    """node_readiness with each container read inside itself (read_from=container), its GPUs read
+    once on the node (gpu_read=node) or by its own nvidia-smi (gpu_read=container). The node read
+    (read_from=node) is compared with the read inside each container in test_node_read.py."""
     args = dict({"nvidia_smi": "/opt/gpufleet/bin/nvidia-smi", "caches": False}, **extra)
     containers = [{"host": "train-%d" % v if v != 100 else "train-box", "vmid": v, "args": args} for v in vmids]
     res = module(box, node, "gpufleet.hygiene.node_readiness",
-                 json.dumps({"containers": containers, "gpu_read": gpu_read, "brief": True,
+                 json.dumps({"containers": containers, "gpu_read": gpu_read, "brief": True, "read_from": "container",
                              "nvidia_smi": "%s/bin/nvidia-smi" % STATE}))
     assert res["read"]["failed"] == 0, res
     return res

@@ -290,9 +290,14 @@ CASES = [
     ("vmid-newline", "verify", {"ansible_pct_vmid": "100\ntouch %s" % S}, "vmid must be an integer"),
     ("vmid-backquote", "verify", {"ansible_pct_vmid": "`touch %s`" % S}, "vmid must be an integer"),
     ("vmid-dotdot", "verify", {"ansible_pct_vmid": "../100"}, "vmid must be an integer"),
-    ("lxc-path-semicolon", "verify", {"ansible_pct_method": "lxc-attach", "ansible_pct_lxc_path": "%s; touch %s" % (LXCPATH, S)},
+    # The read is the node's, which starts no program: a hostile lxc path or pct path is never run
+    # (nothing is touched, no sentinel); the repairs, which enter the container, refuse them (kill).
+    ("lxc-path-semicolon", "verify", {"ansible_pct_method": "lxc-attach", "ansible_pct_lxc_path": "%s; touch %s" % (LXCPATH, S),
+                                      "verify_fail": False}, None),
+    ("pct-path-subshell", "verify", {"ansible_pct_path": "pct$(touch %s)" % S, "verify_fail": False}, None),
+    ("lxc-path-semicolon-kill", "kill", {"ansible_pct_method": "lxc-attach", "ansible_pct_lxc_path": "%s; touch %s" % (LXCPATH, S)},
      "lxc-attach"),
-    ("pct-path-subshell", "verify", {"ansible_pct_path": "pct$(touch %s)" % S}, "not found on node"),
+    ("pct-path-subshell-kill", "kill", {"ansible_pct_path": "pct$(touch %s)" % S}, "not found on node"),
     ("node-user-option", "verify", {"ansible_pct_node_user": "root -oProxyCommand=touch\\ %s" % S}, "node_user must be a user name"),
     ("node-user-dash", "verify", {"ansible_pct_node_user": "-oProxyCommand=touch %s" % S}, "node_user must be a user name"),
     # kill: the tmux session and the process patterns.

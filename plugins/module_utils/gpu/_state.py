@@ -112,6 +112,10 @@ class GpuState(object):
             scan.append(scan_device_holders(self.device_patterns, self.proc, exclude={os.getpid()} | own))
             return any(device_minor(dev) is not None for devs in scan[0][0].values() for dev in devs)
 
+        # The node's reading failed (node_readiness): this container's GPUs cannot be read either.
+        if self.reading and self.reading.get("error"):
+            error, self.reading = self.reading["error"], None
+            raise GpuError(error["msg"], kind=error.get("kind") or "failed", rc=error.get("rc"))
         # A container that sees none of the node's GPUs asks its own nvidia-smi: it says why.
         given, self.reading = (self.reading and container_view(self.reading, self.proc)), None
         if given and given[0]:

@@ -119,23 +119,33 @@ def node_gpus(nvidia_smi, timeout, proc="/proc"):
 def gpu_reading(module, gpu_read, nvidia_smi, timeout, containers_read_own=True):
     """The node's GPU reading for its containers (node_gpus), or None when they read their own:
     gpu_read=container, or auto on a node without nvidia-smi; a node reading that fails is a
-    warning, and the containers read their own."""
+    warning, and the containers read their own. For the node read (containers_read_own false),
+    whose containers never run their own nvidia-smi, a node without it or whose reading failed
+    gives the failure itself (node_failure): each container that has GPUs fails its gpu_idle
+    check with that message, as its own nvidia-smi failing would."""
     if gpu_read == "container":
         return None
     path = nvidia_smi or module.get_bin_path("nvidia-smi")
     if not path:
         if not containers_read_own:
-            module.warn("nvidia-smi was not found on this node: its containers are read without GPUs (read_from=node runs "
-                        "nothing in a container); install the driver's tools on the node, or name them with nvidia_smi")
-        elif gpu_read == "node":
+            return node_failure(GpuError("nvidia-smi was not found on this node: install the NVIDIA driver's tools on the "
+                                         "node, or name them with nvidia_smi (the node read runs nothing in a container)",
+                                         kind="missing"))
+        if gpu_read == "node":
             module.warn("gpu_read=node: nvidia-smi was not found on this node; each container reads its own GPUs")
         return None
     try:
         return node_gpus(path, timeout)
     except GpuError as exc:
-        module.warn("reading the GPUs on this node failed, %s: %s"
-                    % ("each container reads its own" if containers_read_own else "its containers are read without GPUs", exc))
+        if not containers_read_own:
+            return node_failure(exc)
+        module.warn("reading the GPUs on this node failed, each container reads its own: %s" % exc)
         return None
+
+
+def node_failure(exc):
+    """The node's GPU reading that failed, as node_gpus' result: ({"error": ...}, {})."""
+    return {"error": {"msg": "reading the GPUs on the node: %s" % exc.msg, "kind": exc.kind, "rc": exc.rc}}, {}
 
 
 def fold_node_health(module, results, containers, nvidia_smi, timeout, since=_xid.DEFAULT_SINCE_SECONDS):
@@ -261,7 +271,8 @@ def container_health(raw, gpus, pin):
 
 
 def not_running(vmid, why):
-    return {"changed": False, "failed": True, "rc": None,
+    """A container that is not running: not read (its record has no check, only why)."""
+    return {"changed": False, "failed": True, "rc": None, "not_read": True,
             "msg": _pct.message(_pct.NOT_RUNNING, vmid=vmid) + " (%s)" % why}
 
 
@@ -269,6 +280,8 @@ def read_in_view(view, options, check_mode, gpus, health):
     """One container's readiness result, read through its view (in a thread whose root is the
     container's); a read that fails is this container's failed result."""
     given = None if gpus is None else dict(gpus[0], apps=gpus[1].get(view.vmid, []))
+    if given is not None and given.get("error"):
+        health = None  # nothing to assess: its gpu_idle check fails with the node's reason
     if given is None:
         # The node has no GPU reading: its containers have none either (their nvidia-smi is never run).
         given = {"gpus": [], "apps": [], "backend": None, "seconds": 0.0}

@@ -53,6 +53,7 @@ import re
 import sys
 import threading
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import read_text
 
 CLONE_FS = 0x00000200
@@ -76,12 +77,8 @@ _REFUSED = frozenset(("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn
                       "os.forkpty", "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "import", "os.startfile"))
 
 
-class ViewError(Exception):
+class ViewError(GpufleetError):
     """A container that cannot be read from the node: ``msg`` says why and what to do."""
-
-    def __init__(self, msg):
-        super().__init__(msg)
-        self.msg = msg
 
 
 # --------------------------------------------------------------------------- id maps

@@ -69,7 +69,10 @@ def brief(result, p):
     _readiness.read() or a failure {failed, msg}; p are the options the reading was asked with."""
     if result.get("failed"):
         msg = result.get("msg") or "readiness failed"
-        return dict(nothing_read(failed_checks(p, msg)), failed=True, msg=msg, warnings=result.get("warnings", []))
+        out = dict(nothing_read(failed_checks(p, msg)), failed=True, msg=msg, warnings=result.get("warnings", []))
+        if result.get("not_read"):
+            out["not_read"] = True  # a container not running: recorded as not read (of_reading)
+        return out
     return {"ready": result["ready"], "running_job": result["running_job"], "checks": result["checks"],
             "gpus": result["gpu_state"].get("gpus", []), "contaminants": result["cuda_contamination"].get("contaminants", []),
             "caches": result["torch_cache"].get("caches", []), "warnings": result.get("warnings", [])}
@@ -102,7 +105,11 @@ def unread(host, node=None, vmid=None, error=None):
 
 def of_reading(reading, host, node=None, vmid=None, args=None):
     """The record of what one host's read gave: a brief reading, else a call that failed before
-    reading, whose every check these options would have made fails with its message."""
+    reading, whose every check these options would have made fails with its message; a host
+    that could not be reached (``unreachable``) or a container not running (``not_read``) is
+    recorded as not read (unread)."""
+    if reading.get("unreachable") or reading.get("not_read"):
+        return unread(host, node, vmid, error=reading.get("msg"))
     short = reading if is_brief(reading) else brief_of_failure({"msg": reading.get("msg")}, args)
     return record(short, host, node, vmid)
 

@@ -108,21 +108,29 @@ def test_a_host_gets_its_reading_from_its_reader_or_the_readers_failure():
     def job(host, vmid, addr):
         return _verify.verify_node_job(ARGS, host, "n", vmid, connection="gpufleet.hygiene.pct", node_host=addr)
     reading = dict(BRIEF, warnings=[])
-    a1 = HostVars(inventory_hostname="a1", verify__node_job=job("a1", 1, "10.0.0.1"), verify__node_read={"containers": {"a1": reading, "a2": reading}})
+    a1 = HostVars(inventory_hostname="a1", verify__node_job=job("a1", 101, "10.0.0.1"), verify__node_read={"containers": {"a1": reading, "a2": reading}})
     assert _verify.verify_node_reading(a1, "a1") == reading and _verify.verify_node_reading(a1, "a2") == reading
-    b1 = HostVars(inventory_hostname="b1", verify__node_job=job("b1", 3, "10.0.0.2"), verify__node_read={"unreachable": True, "msg": "ssh: no route"})
-    assert _verify.verify_node_reading(b1, "b2") == {"failed": True, "msg": "reading through node 10.0.0.2 failed (by b1): ssh: no route"}
+    b1 = HostVars(inventory_hostname="b1", verify__node_job=job("b1", 103, "10.0.0.2"), verify__node_read={"unreachable": True, "msg": "ssh: no route"})
+    assert _verify.verify_node_reading(b1, "b2") == {"failed": True, "unreachable": True,
+                                                      "msg": "reading through node 10.0.0.2 failed (by b1): ssh: no route"}
     assert _verify.verify_node_reading(b1, "b1")["msg"] == "reading through node 10.0.0.2 failed: ssh: no route"
     # A container the reader brought no reading of (it read before this host joined) fails by name.
     assert _verify.verify_node_reading(a1, "a3")["msg"] == "reading through node 10.0.0.1 failed (by a1): no result"
-    # Recorded as every check these options would have made, failed with that message.
+    # A node that could not be reached: recorded as not read, with that message.
     out = _verify.verify_node_reading(b1, "b2")
-    rec = _verify.verify_record(out, "b2", "n", 4, ARGS)
-    assert [c["summary"] for c in rec["checks"]] == [out["msg"]] * 3
-    lonely = HostVars(inventory_hostname="c1", verify__node_job=job("c1", 5, "10.0.0.3"))
+    rec = _verify.verify_record(out, "b2", "n", 104, ARGS)
+    assert rec["checks"] == [] and rec["error"] == out["msg"] and rec["ready"] is False
+    # A read that failed otherwise: every check these options would have made fails with its message.
+    failed = HostVars(inventory_hostname="b1", verify__node_job=job("b1", 103, "10.0.0.2"), verify__node_read={"failed": True, "msg": "MODULE FAILURE"})
+    rec = _verify.verify_record(_verify.verify_node_reading(failed, "b2"), "b2", "n", 104, ARGS)
+    assert [c["summary"] for c in rec["checks"]] == ["reading through node 10.0.0.2 failed (by b1): MODULE FAILURE"] * 3
+    lonely = HostVars(inventory_hostname="c1", verify__node_job=job("c1", 105, "10.0.0.3"))
     assert _verify.verify_node_reading(lonely, "c1")["msg"] == "reading through node 10.0.0.3 failed: no result"
     with pytest.raises(AnsibleFilterError, match="expects the reader's variables"):
         _verify.verify_node_reading("c1", "c1")
+    # A container's vmid that is no vmid is refused before any read, naming the variable.
+    with pytest.raises(AnsibleFilterError, match=r"vmid must be an integer from 100 to 999999999 \(ansible_pct_vmid of c1\), got '1; id'"):
+        job("c1", "1; id", "10.0.0.3")
 
 
 @pytest.mark.parametrize("record, allow, repair, left", [

@@ -22,6 +22,7 @@ from ansible.template import Templar, trust_as_template
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 ROLE = os.path.join(REPO, "roles", "verify")
 ARGUMENT_SPEC = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness").ARGUMENT_SPEC
+_node = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node")
 _verify = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.verify")
 _fleet = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.fleet")
 PCT = "gpufleet.hygiene.pct"
@@ -80,21 +81,16 @@ def as_read(args):
     return outcome.validated_parameters
 
 
-@pytest.mark.parametrize("host_vars, msg", [
-    ({"gpufleet_require_gpu": "perhaps"}, "verify_require_gpu: 'perhaps' is not a valid boolean"),
-    ({"gpufleet_stall_after": "soon"}, "verify_stall_after: 'soon' is not a valid whole number"),
+@pytest.mark.parametrize("host_vars, option, msg", [
+    ({"gpufleet_require_gpu": "perhaps"}, "require_gpu", "argument 'require_gpu' is of type str and we were unable to convert to bool"),
+    ({"gpufleet_stall_after": "soon"}, "stall_after", "argument 'stall_after' is of type str and we were unable to convert to int"),
 ])
-def test_a_bad_value_of_a_container_read_by_its_node_names_the_variable(host_vars, msg):
-    with pytest.raises(AnsibleFilterError, match=msg):
-        _verify.verify_container_args(host_vars, ["HOME"])
-
-
-def test_the_read_refuses_a_bad_value_on_the_controller_naming_host_and_option():
-    args = as_read({})
-    with pytest.raises(AnsibleFilterError, match="bad readiness options for ct1 .*argument 'require_gpu' is of type str .*'perhaps'"):
-        _verify.verify_node_job(dict(args, require_gpu="perhaps"), "ct1")
-    with pytest.raises(AnsibleFilterError, match="bad readiness options for ct1 .*stall_after"):
-        _verify.verify_node_job(dict(args, stall_after=-1), "ct1")
+def test_a_bad_value_reaches_the_read_as_it_is_and_is_refused_for_its_container_alone(host_vars, option, msg):
+    """Not read as false or 0: given as it is, the node refuses it for that container, naming the option."""
+    args = _verify.verify_container_args(host_vars, ["HOME"])
+    assert args[option] == list(host_vars.values())[0]
+    options, problem = _node.container_args({"host": "ct1", "args": args})
+    assert options is None and problem.startswith("bad readiness options for ct1: ") and msg in problem, problem
 
 
 def test_every_readiness_option_of_the_role_has_its_default_here():
@@ -204,9 +200,11 @@ def test_a_node_that_failed_or_could_not_be_reached_fails_each_container_by_name
     entries = node_entries(hostvars, ["ct10"])
     failed = _verify.verify_node_records({"failed": True, "msg": "MODULE FAILURE"}, entries, "pve1")["ct10"]
     assert failed["checks"][0]["summary"] == "reading through node pve1 failed: MODULE FAILURE"
+    # A node that could not be reached: its containers not read (no check: an outage is not a held GPU).
     gone = _verify.verify_node_records({"unreachable": True, "msg": "ssh: connect refused"}, entries, "pve1")["ct10"]
-    assert [c["name"] for c in gone["checks"]] == ["gpu_idle"] and gone["ready"] is False
-    assert _verify.verify_verdict(gone, True)["problems"] == "[gpu_idle] reading through node pve1 could not be reached: ssh: connect refused"
+    assert gone["checks"] == [] and gone["ready"] is False
+    assert gone["error"] == "reading through node pve1 could not be reached: ssh: connect refused"
+    assert _verify.verify_verdict(gone, True)["problems"] == "not read: reading through node pve1 could not be reached: ssh: connect refused"
 
 
 def test_a_node_as_the_host_enters_each_container_as_the_pct_connection_is_configured(monkeypatch):

@@ -86,7 +86,9 @@ def test_a_container_that_could_not_be_reached_is_one_line_saying_why():
     unreachable = _record.record(_record.nothing_read(), "train-104", "pve1", 104,
                                  error="container 104 on node root@10.0.0.1:22 is not running (stopped)")
     verdict = verify_verdict(unreachable)
-    assert verdict["problems"] == "" and verdict["ready"] is False
+    assert verdict["ready"] is False
+    # What the verdict task says when it fails the host: why it was not read.
+    assert verdict["problems"] == "not read: container 104 on node root@10.0.0.1:22 is not running (stopped)"
     assert verdict["line"] == "train-104 - NOT READY, not read: container 104 on node root@10.0.0.1:22 is not running (stopped)"
 
 

@@ -209,7 +209,7 @@ def test_node_readiness_reads_each_container_as_readiness_does(run_module, rig, 
     job = rig["trainers"].start(gpu=1, mib=40960)
     args = args_of(rig, allow_running_job=True)
     alone = run_module(readiness.main, args)
-    res = run_module(node_readiness.main, {"containers": [
+    res = run_module(node_readiness.main, {"read_from": "container", "containers": [
         {"host": "ct-101", "vmid": 101, "pct_path": pct, "python": sys.executable, "args": args},
         {"host": "self", "args": args},  # no vmid: read here, in the module's own process
     ]})
@@ -230,7 +230,7 @@ def test_node_readiness_reads_each_container_as_readiness_does(run_module, rig, 
 
 def test_node_readiness_a_container_that_cannot_be_read_fails_alone(run_module, rig, pct):
     args = args_of(rig, venv=None)
-    res = run_module(node_readiness.main, {"container_timeout": 2, "containers": [
+    res = run_module(node_readiness.main, {"read_from": "container", "container_timeout": 2, "containers": [
         {"host": "good", "vmid": 101, "pct_path": pct, "python": sys.executable, "args": args},
         {"host": "stopped", "vmid": 105, "pct_path": pct, "python": sys.executable, "args": args},
         {"host": "hung", "vmid": 106, "pct_path": pct, "python": sys.executable, "args": args},
