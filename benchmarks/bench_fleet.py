@@ -610,7 +610,9 @@ def main():
     avail = mem_available_mib()
     t_up = time.perf_counter()
     try:
-        fleet.up(max_nodes, max_cts, ["--scenario", "incident", "--gpus", "4", "--jobs", str(args.up_jobs)])
+        # A GPU of its own for each container of a node, as a training fleet gives them: a GPU
+        # shared by containers shows one's memory in the others' readings (the node's nvidia-smi).
+        fleet.up(max_nodes, max_cts, ["--scenario", "incident", "--gpus", str(max_cts), "--jobs", str(args.up_jobs)])
         meta["fleet_up_s"] = round(time.perf_counter() - t_up, 1)
         meta["fleet_mem_mib"] = avail - mem_available_mib()
         st = os.statvfs(args.state)
