@@ -36,7 +36,7 @@ scope|proc/_proc.py|tests/unit/plugins/module_utils/test_scope_safety.py tests/u
 ordinary|proc/_ordinary.py|tests/unit/plugins/module_utils/test_scope_safety.py
 throughput|job/_throughput.py|tests/unit/plugins/module_utils/test_throughput_launch.py tests/unit/plugins/module_utils/test_throughput_since.py tests/unit/plugins/modules/test_host_lock_throughput.py tests/unit/plugins/filter/test_log_search.py
 liveness|job/_liveness.py|tests/unit/plugins/module_utils/test_liveness.py tests/unit/plugins/module_utils/test_liveness_thresholds.py tests/unit/plugins/module_utils/test_liveness_paths.py
-xid|gpu/_xid.py|tests/unit/plugins/module_utils/test_gpu_health.py
+xid|gpu/_xid.py|tests/unit/plugins/module_utils/test_xid.py tests/unit/plugins/module_utils/test_gpu_health.py
 "
 
 [ -x "$CR" ] || { echo "cosmic-ray not found at $CR: run make setup (requirements/dev.txt pins it)" >&2; exit 2; }
@@ -53,6 +53,10 @@ ln -s "$ROOT/.venv" "$TREE/.venv"
 mkdir -p "$TREE/.ansible/collections/ansible_collections/gpufleet"
 ln -s ../../../.. "$TREE/.ansible/collections/ansible_collections/gpufleet/hygiene"
 
+sqlite3_count() {
+    "$BIN/python" -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM mutation_specs").fetchone()[0])' "$1"
+}
+
 status=0
 for name in $rows; do
     line=$(printf '%s\n' "$TABLE" | grep "^$name|")
@@ -60,20 +64,31 @@ for name in $rows; do
     tests="$(echo "$line" | cut -d'|' -f3)"
     out="$BUILD/$name"
     rm -rf "$out" && mkdir -p "$out"
-    cat >"$out/config.toml" <<TOML
+    write_config() {
+        cat >"$out/config.toml" <<TOML
 [cosmic-ray]
 module-path = "$module"
-timeout = 300.0
+timeout = $1
 excluded-modules = []
 test-command = "$BIN/pytest -p no:cacheprovider -p no:randomly -x -q $tests"
 
 [cosmic-ray.distributor]
 name = "local"
 TOML
+    }
     echo "== $name: $module against $tests"
-    (cd "$TREE" && "$CR" init "$out/config.toml" "$out/session.sqlite" \
-        && "$CR" baseline "$out/config.toml" \
-        && "$CR" exec "$out/config.toml" "$out/session.sqlite")
+    started=$(date +%s)
+    write_config 600.0
+    (cd "$TREE" && "$CR" init "$out/config.toml" "$out/session.sqlite" && "$CR" baseline "$out/config.toml")
+    # A mutant that makes a test wait forever (a read without O_NONBLOCK, a loop that no longer
+    # ends) is killed by the timeout: ten times the unmutated run, at least 30 s, not a fixed
+    # 300 s that a module with a few such mutants would spend most of its run waiting on.
+    baseline=$(( $(date +%s) - started ))
+    timeout=$(( baseline * 10 > 30 ? baseline * 10 : 30 ))
+    write_config "$timeout.0"
+    echo "$(sqlite3_count "$out/session.sqlite") mutants; baseline ${baseline} s, timeout ${timeout} s"
+    (cd "$TREE" && "$CR" exec "$out/config.toml" "$out/session.sqlite")
+    echo "run time: $(( $(date +%s) - started )) s"
     "$CR_REPORT" --show-pending "$out/session.sqlite" >"$out/report.txt"
     # One line per survivor: module, line, operator, occurrence.
     "$TREE/.venv/bin/python" - "$out/session.sqlite" "$module" >"$out/survivors.txt" <<'PY'
