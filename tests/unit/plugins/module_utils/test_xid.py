@@ -13,8 +13,12 @@ The line formats are the driver's own (open-gpu-kernel-modules' format strings):
 from __future__ import annotations
 
 import datetime
+import errno
+import fcntl
 import os
 import stat
+import subprocess
+import time
 
 import pytest
 
@@ -220,3 +224,129 @@ def test_the_node_path_reads_only_the_last_24_hours_by_default(monkeypatch):
 
 def _no_nvml(name):
     raise OSError("no %s here" % name)
+
+
+# ------------------------------------------------------------------------------- PCI addresses
+
+
+@pytest.mark.parametrize("bus_id, key", [
+    pytest.param("0000:3b:00", (0, 0x3B, 0), id="the-driver-s-form"),
+    pytest.param("00000000:3B:00.0", (0, 0x3B, 0), id="nvidia-smi-s-form-long-domain-function-upper-case"),
+    pytest.param("0001:ff:1f", (1, 0xFF, 0x1F), id="hexadecimal-digits-above-nine"),
+    pytest.param("3b:00", (0, 0x3B, 0), id="no-domain-is-domain-0"),
+    pytest.param("3b", None, id="a-bus-alone-is-no-address"),
+    pytest.param("1:0000:3b:00", None, id="four-parts-are-no-address"),
+    pytest.param("0000:zz:00", None, id="not-hexadecimal"),
+    pytest.param("", None, id="empty"),
+])
+def test_a_pci_address_is_keyed_by_domain_bus_and_device(bus_id, key):
+    assert _xid.pci_key(bus_id) == key
+
+
+def test_an_xid_of_a_longer_address_lands_on_no_gpu_of_its_last_three_parts():
+    """An address of four parts is no GPU's: its event stays on the host, not on the GPU whose
+    domain, bus and device its last three parts are."""
+    _driver, gpus = _health.parse_xml(H200_XML)
+    event = dict(_xid.parse_line("NVRM: Xid (PCI:0000:00:06): 79, pid=1, name=a, GPU has fallen off the bus."),
+                 pci="0001:0000:00:06")
+    host = _health.assess(gpus, "580.159.04", None, [event], None, True)
+    assert gpus[0]["xid"] == [] and [f["code"] for f in host] == ["xid_79"]
+
+
+# ------------------------------------------------------------------------------- /dev/kmsg records
+
+
+def test_an_event_within_the_second_after_since_counts():
+    """``since`` is compared to the record's microseconds: a record 0.5 s into a second is after a
+    bound 0.3 s into it (and before one 0.7 s into it)."""
+    boot = datetime.datetime(2026, 12, 1, 14, 0, tzinfo=datetime.timezone.utc)
+    record = "4,1,%d,-;%s\n" % (3600500000, FORGED_79)  # 15:00:00.5
+    hour = boot + datetime.timedelta(hours=1)
+    assert [e["xid"] for e in _xid.parse_kmsg([record], boot.timestamp(), hour + datetime.timedelta(milliseconds=300))] == [79]
+    assert _xid.parse_kmsg([record], boot.timestamp(), hour + datetime.timedelta(milliseconds=700)) == []
+
+
+def test_a_record_of_two_fields_has_no_time_and_is_read_without_a_bound():
+    [event] = _xid.parse_kmsg(["4,1;" + FORGED_79], BOOT)
+    assert (event["xid"], event["time"]) == (79, None)
+
+
+class _Reads:
+    """os.read of one descriptor replaced by a script of results (bytes, or an errno to raise);
+    every other descriptor read for real. Records the descriptor's flags at the first read."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.fd = None
+        self.flags = None
+        self.real = os.read
+
+    def __call__(self, fd, size):
+        if self.fd is None:
+            self.fd = fd
+            self.flags = (fcntl.fcntl(fd, fcntl.F_GETFL), fcntl.fcntl(fd, fcntl.F_GETFD))
+        if fd != self.fd:
+            return self.real(fd, size)
+        step = self.script.pop(0)
+        if isinstance(step, int):
+            raise OSError(step, os.strerror(step))
+        return step
+
+
+def _read_kmsg_with(monkeypatch, tmp_path, script):
+    path = tmp_path / "kmsg"
+    path.write_text("")
+    reads = _Reads(script)
+    monkeypatch.setattr(os, "read", reads)
+    return _xid.read_kmsg(str(path), device=None), reads
+
+
+def test_the_kernel_log_is_read_without_waiting_and_not_passed_to_children(monkeypatch, tmp_path):
+    """/dev/kmsg is opened non-blocking (the read ends at the buffer's end instead of waiting for the
+    next record) and close-on-exec (no program run later inherits the kernel's log)."""
+    records, reads = _read_kmsg_with(monkeypatch, tmp_path, [b"4,1,1,-;a\n", errno.EAGAIN])
+    status, fd_flags = reads.flags
+    assert records == ["4,1,1,-;a\n"]
+    assert status & os.O_NONBLOCK and fd_flags & fcntl.FD_CLOEXEC
+
+
+def test_a_record_overwritten_while_read_is_skipped_and_the_read_goes_on(monkeypatch, tmp_path):
+    records, _reads = _read_kmsg_with(monkeypatch, tmp_path, [errno.EPIPE, b"4,2,1,-;b\n", errno.EAGAIN])
+    assert records == ["4,2,1,-;b\n"]
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.EINVAL, errno.EBADF])
+def test_any_other_read_error_of_the_kernel_log_is_raised(monkeypatch, tmp_path, code):
+    """Neither the end of the buffer (EAGAIN) nor an overwritten record (EPIPE): the read fails with
+    it, so the caller tries dmesg and says why (nothing is read past an error)."""
+    with pytest.raises(OSError) as exc:
+        _read_kmsg_with(monkeypatch, tmp_path, [code, b"4,3,1,-;c\n", errno.EAGAIN])
+    assert exc.value.errno == code
+
+
+def test_boot_time_is_now_less_the_uptime(tmp_path):
+    """/proc/uptime's first number is the uptime, its second the idle time of all CPUs."""
+    (tmp_path / "uptime").write_text("100.25 5000.00\n")
+    before = time.time()
+    boot = _xid.boot_time(str(tmp_path))
+    assert before - 100.25 - 1 < boot < time.time() - 100.25 + 1
+
+
+def test_dmesg_that_cannot_run_is_named_with_the_kmsg_error(tmp_path):
+    def missing(dmesg, timeout):
+        raise subprocess.TimeoutExpired([dmesg], timeout)
+
+    events, problem = _xid.read_xid_events(dmesg="/bin/dmesg", kmsg=str(tmp_path / "kmsg"), run=missing)
+    assert events == []
+    assert problem.startswith("%s: No such file or directory; dmesg: " % (tmp_path / "kmsg")) and "timed out after 15" in problem
+
+
+@pytest.mark.parametrize("value, when", [
+    pytest.param("2026-12-01T17:00:00+01:00", NOW, id="an-offset-is-kept"),
+    pytest.param("2026-12-01T10:00:00-06:00", NOW, id="a-negative-offset-is-kept"),
+    pytest.param("2026-12-01T16:00:00", NOW, id="no-offset-is-utc"),
+    pytest.param("2026-12-01T16:00:00z", NOW, id="lower-case-z-is-utc"),
+])
+def test_since_as_a_time_of_day_keeps_its_offset(value, when):
+    since = _xid.parse_since(value, now=NOW)
+    assert since == when and since.utcoffset() is not None
