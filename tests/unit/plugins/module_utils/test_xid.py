@@ -276,7 +276,7 @@ class _Reads:
     every other descriptor read for real. Records the descriptor's flags at the first read."""
 
     def __init__(self, script):
-        self.script = list(script)
+        self.script = iter(script)
         self.fd = None
         self.flags = None
         self.real = os.read
@@ -287,7 +287,7 @@ class _Reads:
             self.flags = (fcntl.fcntl(fd, fcntl.F_GETFL), fcntl.fcntl(fd, fcntl.F_GETFD))
         if fd != self.fd:
             return self.real(fd, size)
-        step = self.script.pop(0)
+        step = next(self.script)
         if isinstance(step, int):
             raise OSError(step, os.strerror(step))
         return step
@@ -350,3 +350,52 @@ def test_dmesg_that_cannot_run_is_named_with_the_kmsg_error(tmp_path):
 def test_since_as_a_time_of_day_keeps_its_offset(value, when):
     since = _xid.parse_since(value, now=NOW)
     assert since == when and since.utcoffset() is not None
+
+
+def test_since_given_in_seconds_is_counted_back_from_the_clock():
+    before = datetime.datetime.now(datetime.timezone.utc)
+    since = _xid.parse_since("60")
+    assert before - datetime.timedelta(seconds=61) < since <= datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=60)
+
+
+def test_since_unset_without_a_default_reads_the_whole_buffer():
+    assert _xid.parse_since(None, now=NOW, default=None) is None
+    assert _xid.parse_since("", now=NOW, default=None) is None
+
+
+def test_an_event_exactly_at_since_counts_in_kmsg_and_dmesg():
+    """``since`` is inclusive ("at or after"), in both readers."""
+    at = datetime.datetime(2026, 12, 1, 15, 59, tzinfo=datetime.timezone.utc)
+    assert [e["xid"] for e in _xid.parse_dmesg("%s %s\n" % (DMESG_STAMP, FORGED_79), at)] == [79]
+    assert [e["xid"] for e in _xid.parse_kmsg([kmsg(FORGED_79, ago=60)], BOOT, at)] == [79]
+
+
+def test_the_read_of_the_kernel_log_stops_at_its_limit(monkeypatch, tmp_path):
+    """At most ``limit`` records (200,000 by default) are read, however many the buffer holds."""
+    record = b"4,1,1,-;a\n"
+    records, _reads = _read_kmsg_with(monkeypatch, tmp_path, [record] * 200001 + [errno.EAGAIN])
+    assert len(records) == 200000
+    path = tmp_path / "kmsg"
+    monkeypatch.setattr(os, "read", _Reads([record] * 5 + [errno.EAGAIN]))
+    assert len(_xid.read_kmsg(str(path), limit=3, device=None)) == 3
+
+
+def test_another_character_device_in_the_place_of_dev_kmsg_is_refused():
+    """/dev/null is a character device (1:3), not the kernel's log (1:11)."""
+    with pytest.raises(OSError) as exc:
+        _xid.read_kmsg("/dev/null")
+    assert exc.value.errno == errno.EPERM and "not the kernel's log device" in str(exc.value)
+
+
+@pytest.mark.parametrize("rc", [1, -9])
+def test_dmesg_that_failed_or_was_killed_gives_no_events_and_its_error(tmp_path, rc):
+    """A dmesg killed by a signal (rc -9) failed as one that exited 1 did: its output is not read;
+    its error is given, on one line, cut at 200 characters."""
+    err = "dmesg: read kernel buffer failed:\n" + "x" * 300
+
+    def run(dmesg, timeout):
+        return rc, "%s %s\n" % (DMESG_STAMP, FORGED_79), err
+
+    events, problem = _xid.read_xid_events(dmesg="/bin/dmesg", kmsg=str(tmp_path / "kmsg"), run=run)
+    assert events == []
+    assert problem.endswith("; dmesg (rc=%d): %s" % (rc, " ".join(err.split())[:200]))
