@@ -399,3 +399,18 @@ def test_dmesg_that_failed_or_was_killed_gives_no_events_and_its_error(tmp_path,
     events, problem = _xid.read_xid_events(dmesg="/bin/dmesg", kmsg=str(tmp_path / "kmsg"), run=run)
     assert events == []
     assert problem.endswith("; dmesg (rc=%d): %s" % (rc, " ".join(err.split())[:200]))
+
+
+def test_the_device_checked_for_is_this_kernel_s_dev_kmsg():
+    """The character device the read insists on is the one /dev/kmsg is on this machine (1:11)."""
+    st = os.stat("/dev/kmsg")
+    assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == _xid.KMSG_DEVICE
+
+
+@pytest.mark.parametrize("record", [
+    pytest.param(" SUBSYSTEM=pci", id="a-continuation-line"),
+    pytest.param("x,1,1,-;" + FORGED_79, id="priority-not-a-number"),
+    pytest.param("", id="empty"),
+])
+def test_what_is_no_kmsg_record_is_passed_over(record):
+    assert [e["xid"] for e in _xid.parse_kmsg([record, kmsg(FORGED_79)], BOOT)] == [79]
