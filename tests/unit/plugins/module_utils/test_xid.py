@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import errno
 import fcntl
+import json
 import os
 import stat
 import subprocess
@@ -271,6 +272,23 @@ def test_a_record_of_two_fields_has_no_time_and_is_read_without_a_bound():
     assert (event["xid"], event["time"]) == (79, None)
 
 
+def test_a_record_of_three_fields_has_its_time():
+    """prio,seq,usec without the flags field: the time is the third field's."""
+    [event] = _xid.parse_kmsg(["4,1,%d;%s" % (int((NOW.timestamp() - 60 - BOOT) * 1e6), FORGED_79)], BOOT)
+    assert event["time"] == (NOW - datetime.timedelta(seconds=60)).isoformat()
+
+
+@pytest.mark.parametrize("usec, when", [
+    pytest.param(259199900000, "2026-12-01T15:59:59+00:00", id="nine-tenths-into-a-second"),
+    pytest.param(259199100000, "2026-12-01T15:59:59+00:00", id="one-tenth-into-a-second"),
+])
+def test_a_record_s_time_is_boot_plus_its_microseconds_to_the_second(usec, when):
+    """Three days after boot a divisor off by one part in a million moves the time by 0.26 s: the
+    record's second is boot + usec / 1,000,000, cut to the second."""
+    [event] = _xid.parse_kmsg(["4,1,%d,-;%s" % (usec, FORGED_79)], BOOT)
+    assert event["time"] == when
+
+
 class _Reads:
     """os.read of one descriptor replaced by a script of results (bytes, or an errno to raise);
     every other descriptor read for real. Records the descriptor's flags at the first read."""
@@ -380,11 +398,33 @@ def test_the_read_of_the_kernel_log_stops_at_its_limit(monkeypatch, tmp_path):
     assert len(_xid.read_kmsg(str(path), limit=3, device=None)) == 3
 
 
-def test_another_character_device_in_the_place_of_dev_kmsg_is_refused():
-    """/dev/null is a character device (1:3), not the kernel's log (1:11)."""
+@pytest.mark.parametrize("path", [
+    pytest.param("/dev/null", id="dev-null-1-3-below-1-11"),
+    pytest.param("/dev/ptmx", id="dev-ptmx-5-2-above-1-11"),
+])
+def test_another_character_device_in_the_place_of_dev_kmsg_is_refused(path):
     with pytest.raises(OSError) as exc:
-        _xid.read_kmsg("/dev/null")
+        _xid.read_kmsg(path)
     assert exc.value.errno == errno.EPERM and "not the kernel's log device" in str(exc.value)
+
+
+def test_the_character_device_asked_for_is_read():
+    """The device check accepts the device of the number it is given (here /dev/null's, read to its end)."""
+    st = os.stat("/dev/null")
+    assert _xid.read_kmsg("/dev/null", device=(os.major(st.st_rdev), os.minor(st.st_rdev))) == []
+
+
+def test_dmesg_that_succeeded_gives_its_events():
+    def run(dmesg, timeout):
+        return 0, "%s %s\n" % (DMESG_STAMP, FORGED_79), ""
+
+    events, problem = _xid.read_xid_events(dmesg="/bin/dmesg", kmsg="/nonexistent/kmsg", run=run)
+    assert problem is None and [e["xid"] for e in events] == [79]
+
+
+def test_since_boot_from_module_arguments_reads_the_whole_buffer():
+    """"boot" as it arrives from a module's JSON arguments (another string object than the literal)."""
+    assert _xid.parse_since(json.loads('"boot"'), now=NOW) is None
 
 
 @pytest.mark.parametrize("rc", [1, -9])
