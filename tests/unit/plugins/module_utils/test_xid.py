@@ -454,3 +454,13 @@ def test_the_device_checked_for_is_this_kernel_s_dev_kmsg():
 ])
 def test_what_is_no_kmsg_record_is_passed_over(record):
     assert [e["xid"] for e in _xid.parse_kmsg([record, kmsg(FORGED_79)], BOOT)] == [79]
+
+
+def test_a_failing_dmesg_s_own_error_reaches_the_message(tmp_path):
+    """A real dmesg run (a stand-in script) that exits 1: its exit status and its stderr are in the
+    problem, not Python's account of a failed command."""
+    dmesg = tmp_path / "dmesg"
+    dmesg.write_text("#!/bin/sh\necho 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n")
+    os.chmod(dmesg, stat.S_IRWXU)
+    events, problem = _xid.read_xid_events(dmesg=str(dmesg), kmsg=str(tmp_path / "kmsg"))
+    assert events == [] and problem.endswith("; dmesg (rc=1): dmesg: read kernel buffer failed: Operation not permitted")
