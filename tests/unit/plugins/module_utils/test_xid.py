@@ -328,12 +328,38 @@ def test_the_kernel_log_is_read_without_waiting_and_not_passed_to_children(monke
     assert status & os.O_NONBLOCK and fd_flags & fcntl.FD_CLOEXEC
 
 
+def test_a_record_of_the_kernel_s_largest_size_is_read_whole(monkeypatch, tmp_path):
+    """The kernel formats a /dev/kmsg record into at most 8192 bytes (CONSOLE_EXT_LOG_MAX) and fails
+    a read whose buffer is smaller than the record with EINVAL: every read asks for 8192 bytes."""
+    record = b"4,1,1,-;" + b"x" * (8192 - 9) + b"\n"
+    script = iter([record])
+    real = os.read
+    path = tmp_path / "kmsg"
+    path.write_text("")
+    fds = []
+
+    def kernel_read(fd, size):
+        if not fds:
+            fds.append(fd)
+        if fd != fds[0]:
+            return real(fd, size)
+        step = next(script, None)
+        if step is None:
+            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        if len(step) > size:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return step
+
+    monkeypatch.setattr(os, "read", kernel_read)
+    assert len(record) == 8192 and _xid.read_kmsg(str(path), device=None) == [record.decode()]
+
+
 def test_a_record_overwritten_while_read_is_skipped_and_the_read_goes_on(monkeypatch, tmp_path):
     records, _reads = _read_kmsg_with(monkeypatch, tmp_path, [errno.EPIPE, b"4,2,1,-;b\n", errno.EAGAIN])
     assert records == ["4,2,1,-;b\n"]
 
 
-@pytest.mark.parametrize("code", [errno.EIO, errno.EINVAL, errno.EBADF])
+@pytest.mark.parametrize("code", [errno.EIO, errno.EINVAL, errno.EBADF, errno.EOVERFLOW])
 def test_any_other_read_error_of_the_kernel_log_is_raised(monkeypatch, tmp_path, code):
     """Neither the end of the buffer (EAGAIN) nor an overwritten record (EPIPE): the read fails with
     it, so the caller tries dmesg and says why (nothing is read past an error)."""
