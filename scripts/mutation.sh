@@ -53,8 +53,38 @@ ln -s "$ROOT/.venv" "$TREE/.venv"
 mkdir -p "$TREE/.ansible/collections/ansible_collections/gpufleet"
 ln -s ../../../.. "$TREE/.ansible/collections/ansible_collections/gpufleet/hygiene"
 
-sqlite3_count() {
-    "$BIN/python" -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM mutation_specs").fetchone()[0])' "$1"
+sqlite3_count() {  # session [pending]: its mutants, or those not run yet
+    "$BIN/python" - "$@" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+where = " WHERE job_id NOT IN (SELECT job_id FROM work_results)" if sys.argv[2:] == ["pending"] else ""
+print(db.execute("SELECT count(*) FROM mutation_specs" + where).fetchone()[0])
+PY
+}
+
+report() {  # name module out: the report, the survivors, and whether each is explained
+    local name=$1 module=$2 out=$3
+    "$CR_REPORT" --show-pending "$out/session.sqlite" >"$out/report.txt"
+    # One line per survivor: module, line, operator, occurrence.
+    "$TREE/.venv/bin/python" - "$out/session.sqlite" "$module" >"$out/survivors.txt" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+rows = db.execute(
+    "SELECT m.module_path, m.start_pos_row, m.operator_name, m.occurrence FROM mutation_specs m "
+    "JOIN work_results r ON r.job_id = m.job_id WHERE r.test_outcome = 'SURVIVED' ORDER BY m.start_pos_row").fetchall()
+for path, row, op, occ in rows:
+    print("%s:%s %s #%s" % (path, row, op, occ))
+PY
+    tail -3 "$out/report.txt"
+    while read -r survivor; do
+        [ -n "$survivor" ] || continue
+        if grep -qF "\`$survivor\`" docs/reliability.md; then
+            echo "survived, explained in docs/reliability.md: $survivor"
+        else
+            echo "SURVIVED: $survivor"
+            status=1
+        fi
+    done <"$out/survivors.txt"
 }
 
 status=0
@@ -63,7 +93,22 @@ for name in $rows; do
     module="plugins/module_utils/$(echo "$line" | cut -d'|' -f2)"
     tests="$(echo "$line" | cut -d'|' -f3)"
     out="$BUILD/$name"
+    # What the session's mutants were made from: a resumed run must see the same module and tests.
+    fingerprint=$(cd "$ROOT" && sha256sum "$module" $tests | sha256sum | cut -d' ' -f1)
+    if [ "${MUTATION_RESUME:-}" = 1 ] && [ -f "$out/session.sqlite" ]; then
+        if [ "$(cat "$out/fingerprint" 2>/dev/null)" != "$fingerprint" ]; then
+            echo "$name: $module or its tests changed since the stopped run began: run it again without MUTATION_RESUME" >&2
+            exit 2
+        fi
+        echo "== $name: resuming, $(sqlite3_count "$out/session.sqlite" pending) of $(sqlite3_count "$out/session.sqlite") mutants left"
+        started=$(date +%s)
+        (cd "$TREE" && "$CR" exec "$out/config.toml" "$out/session.sqlite")
+        echo "run time (this sitting): $(( $(date +%s) - started )) s"
+        report "$name" "$module" "$out"
+        continue
+    fi
     rm -rf "$out" && mkdir -p "$out"
+    echo "$fingerprint" >"$out/fingerprint"
     write_config() {
         cat >"$out/config.toml" <<TOML
 [cosmic-ray]
@@ -89,26 +134,6 @@ TOML
     echo "$(sqlite3_count "$out/session.sqlite") mutants; baseline ${baseline} s, timeout ${timeout} s"
     (cd "$TREE" && "$CR" exec "$out/config.toml" "$out/session.sqlite")
     echo "run time: $(( $(date +%s) - started )) s"
-    "$CR_REPORT" --show-pending "$out/session.sqlite" >"$out/report.txt"
-    # One line per survivor: module, line, operator, occurrence.
-    "$TREE/.venv/bin/python" - "$out/session.sqlite" "$module" >"$out/survivors.txt" <<'PY'
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-rows = db.execute(
-    "SELECT m.module_path, m.start_pos_row, m.operator_name, m.occurrence FROM mutation_specs m "
-    "JOIN work_results r ON r.job_id = m.job_id WHERE r.test_outcome = 'SURVIVED' ORDER BY m.start_pos_row").fetchall()
-for path, row, op, occ in rows:
-    print("%s:%s %s #%s" % (path, row, op, occ))
-PY
-    tail -3 "$out/report.txt"
-    while read -r survivor; do
-        [ -n "$survivor" ] || continue
-        if grep -qF "\`$survivor\`" docs/reliability.md; then
-            echo "survived, explained in docs/reliability.md: $survivor"
-        else
-            echo "SURVIVED: $survivor"
-            status=1
-        fi
-    done <"$out/survivors.txt"
+    report "$name" "$module" "$out"
 done
 exit $status
