@@ -35,7 +35,7 @@ record|venv/_dist.py|tests/unit/plugins/module_utils/test_dist_paths.py tests/un
 scope|proc/_proc.py|tests/unit/plugins/module_utils/test_scope_safety.py tests/unit/plugins/module_utils/test_gpuproc.py tests/unit/plugins/modules/test_processes.py
 ordinary|proc/_ordinary.py|tests/unit/plugins/module_utils/test_scope_safety.py
 throughput|job/_throughput.py|tests/unit/plugins/module_utils/test_throughput_launch.py tests/unit/plugins/module_utils/test_throughput_since.py tests/unit/plugins/modules/test_host_lock_throughput.py tests/unit/plugins/filter/test_log_search.py
-liveness|job/_liveness.py|tests/unit/plugins/module_utils/test_liveness.py tests/unit/plugins/module_utils/test_liveness_thresholds.py tests/unit/plugins/module_utils/test_liveness_paths.py
+liveness|job/_liveness.py|tests/unit/plugins/module_utils/test_liveness.py tests/unit/plugins/module_utils/test_liveness_thresholds.py tests/unit/plugins/module_utils/test_liveness_paths.py tests/unit/plugins/module_utils/test_leftovers_owner.py
 xid|gpu/_xid.py|tests/unit/plugins/module_utils/test_xid.py tests/unit/plugins/module_utils/test_gpu_health.py
 "
 
