@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import subprocess
 import time
@@ -18,7 +19,7 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.hygiene.plugins.filter.repair import repair_plan
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness, uids_of
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import check_job
 
 
@@ -120,3 +121,36 @@ def test_a_namespace_init_holding_a_gpu_is_reported_with_the_action(spawn):
         assert "pid %d" % init in check["summary"]
     finally:
         _kill(init)
+
+
+def test_every_user_given_counts_by_uid_or_name_and_an_unknown_name_is_left_out():
+    """A numeric uid does not end the list (the names after it count), and a name that is no user
+    here is passed over (the users after it count too)."""
+    assert uids_of(["65534", "root"]) == {65534, 0}
+    assert uids_of(["no-such-user-gpufleet", "daemon", " 0 "]) == {pwd.getpwnam("daemon").pw_uid, 0}
+    assert uids_of(None) == set()
+
+
+def _fake_proc(root, pid, status):
+    """A /proc of one process ``pid`` whose parent is init (its stat after the parent field is this
+    process's own), with ``status`` as its status file."""
+    with open("/proc/self/stat") as f:
+        after_ppid = f.read().rsplit(")", 1)[1].split(None, 2)[2]
+    (root / str(pid)).mkdir()
+    (root / str(pid) / "stat").write_text("%d (python3) S 1 %s" % (pid, after_ppid))
+    (root / str(pid) / "status").write_text(status)
+
+
+def test_a_holder_without_nspid_is_a_leftover_not_a_namespace_init(tmp_path):
+    """A kernel before 4.1 writes no NSpid line: nobody's orphan holding a GPU is a leftover."""
+    _fake_proc(tmp_path, 4242, "Name:\tpython3\nPPid:\t1\nUid:\t65534\t65534\t65534\t65534\n")
+    live = liveness({"processes": []}, gpus(4242), now=0, users=["nobody"], proc=str(tmp_path))
+    assert [h["pid"] for h in live["leftovers"]] == [4242] and live["namespace_inits"] == []
+
+
+def test_a_holder_gone_before_its_owner_is_read_is_no_leftover(tmp_path):
+    """Its stat read, its status gone (it exited in between): whose it was cannot be told."""
+    _fake_proc(tmp_path, 4243, "")
+    (tmp_path / "4243" / "status").unlink()
+    live = liveness({"processes": []}, gpus(4243), now=0, users=["nobody"], proc=str(tmp_path))
+    assert live["leftovers"] == [] and live["namespace_inits"] == []
