@@ -154,3 +154,31 @@ def test_a_holder_gone_before_its_owner_is_read_is_no_leftover(tmp_path):
     (tmp_path / "4243" / "status").unlink()
     live = liveness({"processes": []}, gpus(4243), now=0, users=["nobody"], proc=str(tmp_path))
     assert live["leftovers"] == [] and live["namespace_inits"] == []
+
+
+def test_a_process_entered_into_a_namespace_and_orphaned_is_a_leftover_not_its_init(spawn):
+    """nobody's process started inside their PID namespace from outside it (nsenter, as pct exec
+    and lxc-attach do), the entering process gone: the kernel gives it to the outer init (its
+    parent is PID 1), yet it is not its namespace's init (its NSpid ends in 2, not 1). It is a
+    leftover like any other, not a namespace init."""
+    unshare = spawn("nobody", "unshare", "-Urpf", "sleep", "300")
+    deadline = time.monotonic() + 5
+    while not _children(unshare) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    [init] = _children(unshare)
+    entered = spawn("nobody", "nsenter", "-t", str(init), "-U", "-p", "--preserve-credentials", "sleep", "301")
+    while not _children(entered) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    [inside] = _children(entered)
+    _kill(entered)
+    while _ppid(inside) != 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        with open("/proc/%d/status" % inside) as f:
+            nspid = next(line for line in f if line.startswith("NSpid:")).split()[1:]
+        assert _ppid(inside) == 1 and len(nspid) == 2 and nspid[-1] != "1"
+        live = liveness({"processes": []}, gpus(inside), now=0, users=["nobody"])
+        assert [h["pid"] for h in live["leftovers"]] == [inside] and live["namespace_inits"] == []
+    finally:
+        _kill(inside)
+        _kill(init)
