@@ -35,8 +35,8 @@ record|venv/_dist.py|tests/unit/plugins/module_utils/test_dist_paths.py tests/un
 scope|proc/_proc.py|tests/unit/plugins/module_utils/test_scope_safety.py tests/unit/plugins/module_utils/test_gpuproc.py tests/unit/plugins/modules/test_processes.py
 ordinary|proc/_ordinary.py|tests/unit/plugins/module_utils/test_scope_safety.py
 throughput|job/_throughput.py|tests/unit/plugins/module_utils/test_throughput_launch.py tests/unit/plugins/module_utils/test_throughput_since.py tests/unit/plugins/modules/test_host_lock_throughput.py tests/unit/plugins/filter/test_log_search.py
-liveness|job/_liveness.py|tests/unit/plugins/module_utils/test_liveness.py tests/unit/plugins/module_utils/test_liveness_thresholds.py tests/unit/plugins/module_utils/test_liveness_paths.py
-xid|gpu/_xid.py|tests/unit/plugins/module_utils/test_gpu_health.py
+liveness|job/_liveness.py|tests/unit/plugins/module_utils/test_liveness.py tests/unit/plugins/module_utils/test_liveness_thresholds.py tests/unit/plugins/module_utils/test_liveness_paths.py tests/unit/plugins/module_utils/test_leftovers_owner.py
+xid|gpu/_xid.py|tests/unit/plugins/module_utils/test_xid.py tests/unit/plugins/module_utils/test_gpu_health.py
 "
 
 [ -x "$CR" ] || { echo "cosmic-ray not found at $CR: run make setup (requirements/dev.txt pins it)" >&2; exit 2; }
@@ -53,27 +53,17 @@ ln -s "$ROOT/.venv" "$TREE/.venv"
 mkdir -p "$TREE/.ansible/collections/ansible_collections/gpufleet"
 ln -s ../../../.. "$TREE/.ansible/collections/ansible_collections/gpufleet/hygiene"
 
-status=0
-for name in $rows; do
-    line=$(printf '%s\n' "$TABLE" | grep "^$name|")
-    module="plugins/module_utils/$(echo "$line" | cut -d'|' -f2)"
-    tests="$(echo "$line" | cut -d'|' -f3)"
-    out="$BUILD/$name"
-    rm -rf "$out" && mkdir -p "$out"
-    cat >"$out/config.toml" <<TOML
-[cosmic-ray]
-module-path = "$module"
-timeout = 300.0
-excluded-modules = []
-test-command = "$BIN/pytest -p no:cacheprovider -p no:randomly -x -q $tests"
+sqlite3_count() {  # session [pending]: its mutants, or those not run yet
+    "$BIN/python" - "$@" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+where = " WHERE job_id NOT IN (SELECT job_id FROM work_results)" if sys.argv[2:] == ["pending"] else ""
+print(db.execute("SELECT count(*) FROM mutation_specs" + where).fetchone()[0])
+PY
+}
 
-[cosmic-ray.distributor]
-name = "local"
-TOML
-    echo "== $name: $module against $tests"
-    (cd "$TREE" && "$CR" init "$out/config.toml" "$out/session.sqlite" \
-        && "$CR" baseline "$out/config.toml" \
-        && "$CR" exec "$out/config.toml" "$out/session.sqlite")
+report() {  # name module out: the report, the survivors, and whether each is explained
+    local name=$1 module=$2 out=$3
     "$CR_REPORT" --show-pending "$out/session.sqlite" >"$out/report.txt"
     # One line per survivor: module, line, operator, occurrence.
     "$TREE/.venv/bin/python" - "$out/session.sqlite" "$module" >"$out/survivors.txt" <<'PY'
@@ -95,5 +85,55 @@ PY
             status=1
         fi
     done <"$out/survivors.txt"
+}
+
+status=0
+for name in $rows; do
+    line=$(printf '%s\n' "$TABLE" | grep "^$name|")
+    module="plugins/module_utils/$(echo "$line" | cut -d'|' -f2)"
+    tests="$(echo "$line" | cut -d'|' -f3)"
+    out="$BUILD/$name"
+    # What the session's mutants were made from: a resumed run must see the same module and tests.
+    fingerprint=$(cd "$ROOT" && sha256sum "$module" $tests | sha256sum | cut -d' ' -f1)
+    if [ "${MUTATION_RESUME:-}" = 1 ] && [ -f "$out/session.sqlite" ]; then
+        if [ "$(cat "$out/fingerprint" 2>/dev/null)" != "$fingerprint" ]; then
+            echo "$name: $module or its tests changed since the stopped run began: run it again without MUTATION_RESUME" >&2
+            exit 2
+        fi
+        echo "== $name: resuming, $(sqlite3_count "$out/session.sqlite" pending) of $(sqlite3_count "$out/session.sqlite") mutants left"
+        started=$(date +%s)
+        (cd "$TREE" && "$CR" exec "$out/config.toml" "$out/session.sqlite")
+        echo "run time (this sitting): $(( $(date +%s) - started )) s"
+        report "$name" "$module" "$out"
+        continue
+    fi
+    rm -rf "$out" && mkdir -p "$out"
+    echo "$fingerprint" >"$out/fingerprint"
+    write_config() {
+        cat >"$out/config.toml" <<TOML
+[cosmic-ray]
+module-path = "$module"
+timeout = $1
+excluded-modules = []
+test-command = "$BIN/pytest -p no:cacheprovider -p no:randomly -x -q $tests"
+
+[cosmic-ray.distributor]
+name = "local"
+TOML
+    }
+    echo "== $name: $module against $tests"
+    started=$(date +%s)
+    write_config 600.0
+    (cd "$TREE" && "$CR" init "$out/config.toml" "$out/session.sqlite" && "$CR" baseline "$out/config.toml")
+    # A mutant that makes a test wait forever (a read without O_NONBLOCK, a loop that no longer
+    # ends) is killed by the timeout: ten times the unmutated run, at least 30 s, not a fixed
+    # 300 s that a module with a few such mutants would spend most of its run waiting on.
+    baseline=$(( $(date +%s) - started ))
+    timeout=$(( baseline * 10 > 30 ? baseline * 10 : 30 ))
+    write_config "$timeout.0"
+    echo "$(sqlite3_count "$out/session.sqlite") mutants; baseline ${baseline} s, timeout ${timeout} s"
+    (cd "$TREE" && "$CR" exec "$out/config.toml" "$out/session.sqlite")
+    echo "run time: $(( $(date +%s) - started )) s"
+    report "$name" "$module" "$out"
 done
 exit $status

@@ -86,14 +86,17 @@ KMSG_DEVICE = (1, 11)  # the kernel's /dev/kmsg: character device 1:11
 
 
 def pci_key(bus_id):
-    """A comparable key of a PCI address: ``0000:00:06``, ``00000000:00:06.0`` -> (0, 0, 6)."""
+    """A comparable key of a PCI address: ``0000:00:06``, ``00000000:00:06.0`` -> (0, 0, 6); ``00:06``
+    (no domain) is domain 0. Anything else (more parts, not hexadecimal) is no address: None."""
     text = (bus_id or "").strip().lower()
     text = text.split(".")[0]
     parts = text.split(":")
     if len(parts) < 3:
         parts = ["0"] + parts
+    if len(parts) != 3:
+        return None
     try:
-        return tuple(int(p, 16) for p in parts[-3:])
+        return tuple(int(p, 16) for p in parts)
     except ValueError:
         return None
 

@@ -70,7 +70,7 @@ def _owner(pid, proc):
     try:
         with open("%s/%d/status" % (proc, pid), "r", encoding="utf-8", errors="replace") as f:
             return parse_status(f.read())
-    except (IOError, OSError, ValueError):
+    except OSError:  # gone (parse_status raises nothing: it reads only digits as numbers)
         return None, []
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import subprocess
 import time
@@ -18,7 +19,7 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.hygiene.plugins.filter.repair import repair_plan
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness, uids_of
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import check_job
 
 
@@ -119,4 +120,65 @@ def test_a_namespace_init_holding_a_gpu_is_reported_with_the_action(spawn):
         assert "init of their own PID namespace" in check["summary"] and "kill -TERM" in check["summary"]
         assert "pid %d" % init in check["summary"]
     finally:
+        _kill(init)
+
+
+def test_every_user_given_counts_by_uid_or_name_and_an_unknown_name_is_left_out():
+    """A numeric uid does not end the list (the names after it count), and a name that is no user
+    here is passed over (the users after it count too)."""
+    assert uids_of(["65534", "root"]) == {65534, 0}
+    assert uids_of(["no-such-user-gpufleet", "daemon", " 0 "]) == {pwd.getpwnam("daemon").pw_uid, 0}
+    assert uids_of(None) == set()
+
+
+def _fake_proc(root, pid, status):
+    """A /proc of one process ``pid`` whose parent is init (its stat after the parent field is this
+    process's own), with ``status`` as its status file."""
+    with open("/proc/self/stat") as f:
+        after_ppid = f.read().rsplit(")", 1)[1].split(None, 2)[2]
+    (root / str(pid)).mkdir()
+    (root / str(pid) / "stat").write_text("%d (python3) S 1 %s" % (pid, after_ppid))
+    (root / str(pid) / "status").write_text(status)
+
+
+def test_a_holder_without_nspid_is_a_leftover_not_a_namespace_init(tmp_path):
+    """A kernel before 4.1 writes no NSpid line: nobody's orphan holding a GPU is a leftover."""
+    _fake_proc(tmp_path, 4242, "Name:\tpython3\nPPid:\t1\nUid:\t65534\t65534\t65534\t65534\n")
+    live = liveness({"processes": []}, gpus(4242), now=0, users=["nobody"], proc=str(tmp_path))
+    assert [h["pid"] for h in live["leftovers"]] == [4242] and live["namespace_inits"] == []
+
+
+def test_a_holder_gone_before_its_owner_is_read_is_no_leftover(tmp_path):
+    """Its stat read, its status gone (it exited in between): whose it was cannot be told."""
+    _fake_proc(tmp_path, 4243, "")
+    (tmp_path / "4243" / "status").unlink()
+    live = liveness({"processes": []}, gpus(4243), now=0, users=["nobody"], proc=str(tmp_path))
+    assert live["leftovers"] == [] and live["namespace_inits"] == []
+
+
+def test_a_process_entered_into_a_namespace_and_orphaned_is_a_leftover_not_its_init(spawn):
+    """nobody's process started inside their PID namespace from outside it (nsenter, as pct exec
+    and lxc-attach do), the entering process gone: the kernel gives it to the outer init (its
+    parent is PID 1), yet it is not its namespace's init (its NSpid ends in 2, not 1). It is a
+    leftover like any other, not a namespace init."""
+    unshare = spawn("nobody", "unshare", "-Urpf", "sleep", "300")
+    deadline = time.monotonic() + 5
+    while not _children(unshare) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    [init] = _children(unshare)
+    entered = spawn("nobody", "nsenter", "-t", str(init), "-U", "-p", "--preserve-credentials", "sleep", "301")
+    while not _children(entered) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    [inside] = _children(entered)
+    _kill(entered)
+    while _ppid(inside) != 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        with open("/proc/%d/status" % inside) as f:
+            nspid = next(line for line in f if line.startswith("NSpid:")).split()[1:]
+        assert _ppid(inside) == 1 and len(nspid) == 2 and nspid[-1] != "1"
+        live = liveness({"processes": []}, gpus(inside), now=0, users=["nobody"])
+        assert [h["pid"] for h in live["leftovers"]] == [inside] and live["namespace_inits"] == []
+    finally:
+        _kill(inside)
         _kill(init)

@@ -13,8 +13,13 @@ The line formats are the driver's own (open-gpu-kernel-modules' format strings):
 from __future__ import annotations
 
 import datetime
+import errno
+import fcntl
+import json
 import os
 import stat
+import subprocess
+import time
 
 import pytest
 
@@ -220,3 +225,268 @@ def test_the_node_path_reads_only_the_last_24_hours_by_default(monkeypatch):
 
 def _no_nvml(name):
     raise OSError("no %s here" % name)
+
+
+# ------------------------------------------------------------------------------- PCI addresses
+
+
+@pytest.mark.parametrize("bus_id, key", [
+    pytest.param("0000:3b:00", (0, 0x3B, 0), id="the-driver-s-form"),
+    pytest.param("00000000:3B:00.0", (0, 0x3B, 0), id="nvidia-smi-s-form-long-domain-function-upper-case"),
+    pytest.param("0001:ff:1f", (1, 0xFF, 0x1F), id="hexadecimal-digits-above-nine"),
+    pytest.param("3b:00", (0, 0x3B, 0), id="no-domain-is-domain-0"),
+    pytest.param("3b", None, id="a-bus-alone-is-no-address"),
+    pytest.param("1:0000:3b:00", None, id="four-parts-are-no-address"),
+    pytest.param("0000:zz:00", None, id="not-hexadecimal"),
+    pytest.param("", None, id="empty"),
+])
+def test_a_pci_address_is_keyed_by_domain_bus_and_device(bus_id, key):
+    assert _xid.pci_key(bus_id) == key
+
+
+def test_an_xid_of_a_longer_address_lands_on_no_gpu_of_its_last_three_parts():
+    """An address of four parts is no GPU's: its event stays on the host, not on the GPU whose
+    domain, bus and device its last three parts are."""
+    _driver, gpus = _health.parse_xml(H200_XML)
+    event = dict(_xid.parse_line("NVRM: Xid (PCI:0000:00:06): 79, pid=1, name=a, GPU has fallen off the bus."),
+                 pci="0001:0000:00:06")
+    host = _health.assess(gpus, "580.159.04", None, [event], None, True)
+    assert gpus[0]["xid"] == [] and [f["code"] for f in host] == ["xid_79"]
+
+
+# ------------------------------------------------------------------------------- /dev/kmsg records
+
+
+def test_an_event_within_the_second_after_since_counts():
+    """``since`` is compared to the record's microseconds: a record 0.5 s into a second is after a
+    bound 0.3 s into it (and before one 0.7 s into it)."""
+    boot = datetime.datetime(2026, 12, 1, 14, 0, tzinfo=datetime.timezone.utc)
+    record = "4,1,%d,-;%s\n" % (3600500000, FORGED_79)  # 15:00:00.5
+    hour = boot + datetime.timedelta(hours=1)
+    assert [e["xid"] for e in _xid.parse_kmsg([record], boot.timestamp(), hour + datetime.timedelta(milliseconds=300))] == [79]
+    assert _xid.parse_kmsg([record], boot.timestamp(), hour + datetime.timedelta(milliseconds=700)) == []
+
+
+def test_a_record_of_two_fields_has_no_time_and_is_read_without_a_bound():
+    [event] = _xid.parse_kmsg(["4,1;" + FORGED_79], BOOT)
+    assert (event["xid"], event["time"]) == (79, None)
+
+
+def test_a_record_of_three_fields_has_its_time():
+    """prio,seq,usec without the flags field: the time is the third field's."""
+    [event] = _xid.parse_kmsg(["4,1,%d;%s" % (int((NOW.timestamp() - 60 - BOOT) * 1e6), FORGED_79)], BOOT)
+    assert event["time"] == (NOW - datetime.timedelta(seconds=60)).isoformat()
+
+
+@pytest.mark.parametrize("usec, when", [
+    pytest.param(259199900000, "2026-12-01T15:59:59+00:00", id="nine-tenths-into-a-second"),
+    pytest.param(259199100000, "2026-12-01T15:59:59+00:00", id="one-tenth-into-a-second"),
+])
+def test_a_record_s_time_is_boot_plus_its_microseconds_to_the_second(usec, when):
+    """Three days after boot a divisor off by one part in a million moves the time by 0.26 s: the
+    record's second is boot + usec / 1,000,000, cut to the second."""
+    [event] = _xid.parse_kmsg(["4,1,%d,-;%s" % (usec, FORGED_79)], BOOT)
+    assert event["time"] == when
+
+
+class _Reads:
+    """os.read of one descriptor replaced by a script of results (bytes, or an errno to raise);
+    every other descriptor read for real. Records the descriptor's flags at the first read."""
+
+    def __init__(self, script):
+        self.script = iter(script)
+        self.fd = None
+        self.flags = None
+        self.real = os.read
+
+    def __call__(self, fd, size):
+        if self.fd is None:
+            self.fd = fd
+            self.flags = (fcntl.fcntl(fd, fcntl.F_GETFL), fcntl.fcntl(fd, fcntl.F_GETFD))
+        if fd != self.fd:
+            return self.real(fd, size)
+        step = next(self.script)
+        if isinstance(step, int):
+            raise OSError(step, os.strerror(step))
+        return step
+
+
+def _read_kmsg_with(monkeypatch, tmp_path, script):
+    path = tmp_path / "kmsg"
+    path.write_text("")
+    reads = _Reads(script)
+    monkeypatch.setattr(os, "read", reads)
+    return _xid.read_kmsg(str(path), device=None), reads
+
+
+def test_the_kernel_log_is_read_without_waiting_and_not_passed_to_children(monkeypatch, tmp_path):
+    """/dev/kmsg is opened non-blocking (the read ends at the buffer's end instead of waiting for the
+    next record) and close-on-exec (no program run later inherits the kernel's log)."""
+    records, reads = _read_kmsg_with(monkeypatch, tmp_path, [b"4,1,1,-;a\n", errno.EAGAIN])
+    status, fd_flags = reads.flags
+    assert records == ["4,1,1,-;a\n"]
+    assert status & os.O_NONBLOCK and fd_flags & fcntl.FD_CLOEXEC
+
+
+def test_a_record_of_the_kernel_s_largest_size_is_read_whole(monkeypatch, tmp_path):
+    """The kernel formats a /dev/kmsg record into at most 8192 bytes (CONSOLE_EXT_LOG_MAX) and fails
+    a read whose buffer is smaller than the record with EINVAL: every read asks for 8192 bytes."""
+    record = b"4,1,1,-;" + b"x" * (8192 - 9) + b"\n"
+    script = iter([record])
+    real = os.read
+    path = tmp_path / "kmsg"
+    path.write_text("")
+    fds = []
+
+    def kernel_read(fd, size):
+        if not fds:
+            fds.append(fd)
+        if fd != fds[0]:
+            return real(fd, size)
+        step = next(script, None)
+        if step is None:
+            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        if len(step) > size:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return step
+
+    monkeypatch.setattr(os, "read", kernel_read)
+    assert len(record) == 8192 and _xid.read_kmsg(str(path), device=None) == [record.decode()]
+
+
+def test_a_record_overwritten_while_read_is_skipped_and_the_read_goes_on(monkeypatch, tmp_path):
+    records, _reads = _read_kmsg_with(monkeypatch, tmp_path, [errno.EPIPE, b"4,2,1,-;b\n", errno.EAGAIN])
+    assert records == ["4,2,1,-;b\n"]
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.EINVAL, errno.EBADF, errno.EOVERFLOW])
+def test_any_other_read_error_of_the_kernel_log_is_raised(monkeypatch, tmp_path, code):
+    """Neither the end of the buffer (EAGAIN) nor an overwritten record (EPIPE): the read fails with
+    it, so the caller tries dmesg and says why (nothing is read past an error)."""
+    with pytest.raises(OSError) as exc:
+        _read_kmsg_with(monkeypatch, tmp_path, [code, b"4,3,1,-;c\n", errno.EAGAIN])
+    assert exc.value.errno == code
+
+
+def test_boot_time_is_now_less_the_uptime(tmp_path):
+    """/proc/uptime's first number is the uptime, its second the idle time of all CPUs."""
+    (tmp_path / "uptime").write_text("100.25 5000.00\n")
+    before = time.time()
+    boot = _xid.boot_time(str(tmp_path))
+    assert before - 100.25 - 1 < boot < time.time() - 100.25 + 1
+
+
+def test_dmesg_that_cannot_run_is_named_with_the_kmsg_error(tmp_path):
+    def missing(dmesg, timeout):
+        raise subprocess.TimeoutExpired([dmesg], timeout)
+
+    events, problem = _xid.read_xid_events(dmesg="/bin/dmesg", kmsg=str(tmp_path / "kmsg"), run=missing)
+    assert events == []
+    assert problem.startswith("%s: No such file or directory; dmesg: " % (tmp_path / "kmsg")) and "timed out after 15" in problem
+
+
+@pytest.mark.parametrize("value, when", [
+    pytest.param("2026-12-01T17:00:00+01:00", NOW, id="an-offset-is-kept"),
+    pytest.param("2026-12-01T10:00:00-06:00", NOW, id="a-negative-offset-is-kept"),
+    pytest.param("2026-12-01T16:00:00", NOW, id="no-offset-is-utc"),
+    pytest.param("2026-12-01T16:00:00z", NOW, id="lower-case-z-is-utc"),
+])
+def test_since_as_a_time_of_day_keeps_its_offset(value, when):
+    since = _xid.parse_since(value, now=NOW)
+    assert since == when and since.utcoffset() is not None
+
+
+def test_since_given_in_seconds_is_counted_back_from_the_clock():
+    before = datetime.datetime.now(datetime.timezone.utc)
+    since = _xid.parse_since("60")
+    assert before - datetime.timedelta(seconds=61) < since <= datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=60)
+
+
+def test_since_unset_without_a_default_reads_the_whole_buffer():
+    assert _xid.parse_since(None, now=NOW, default=None) is None
+    assert _xid.parse_since("", now=NOW, default=None) is None
+
+
+def test_an_event_exactly_at_since_counts_in_kmsg_and_dmesg():
+    """``since`` is inclusive ("at or after"), in both readers."""
+    at = datetime.datetime(2026, 12, 1, 15, 59, tzinfo=datetime.timezone.utc)
+    assert [e["xid"] for e in _xid.parse_dmesg("%s %s\n" % (DMESG_STAMP, FORGED_79), at)] == [79]
+    assert [e["xid"] for e in _xid.parse_kmsg([kmsg(FORGED_79, ago=60)], BOOT, at)] == [79]
+
+
+def test_the_read_of_the_kernel_log_stops_at_its_limit(monkeypatch, tmp_path):
+    """At most ``limit`` records (200,000 by default) are read, however many the buffer holds."""
+    record = b"4,1,1,-;a\n"
+    records, _reads = _read_kmsg_with(monkeypatch, tmp_path, [record] * 200001 + [errno.EAGAIN])
+    assert len(records) == 200000
+    path = tmp_path / "kmsg"
+    monkeypatch.setattr(os, "read", _Reads([record] * 5 + [errno.EAGAIN]))
+    assert len(_xid.read_kmsg(str(path), limit=3, device=None)) == 3
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param("/dev/null", id="dev-null-1-3-below-1-11"),
+    pytest.param("/dev/ptmx", id="dev-ptmx-5-2-above-1-11"),
+])
+def test_another_character_device_in_the_place_of_dev_kmsg_is_refused(path):
+    with pytest.raises(OSError) as exc:
+        _xid.read_kmsg(path)
+    assert exc.value.errno == errno.EPERM and "not the kernel's log device" in str(exc.value)
+
+
+def test_the_character_device_asked_for_is_read():
+    """The device check accepts the device of the number it is given (here /dev/null's, read to its end)."""
+    st = os.stat("/dev/null")
+    assert _xid.read_kmsg("/dev/null", device=(os.major(st.st_rdev), os.minor(st.st_rdev))) == []
+
+
+def test_dmesg_that_succeeded_gives_its_events():
+    def run(dmesg, timeout):
+        return 0, "%s %s\n" % (DMESG_STAMP, FORGED_79), ""
+
+    events, problem = _xid.read_xid_events(dmesg="/bin/dmesg", kmsg="/nonexistent/kmsg", run=run)
+    assert problem is None and [e["xid"] for e in events] == [79]
+
+
+def test_since_boot_from_module_arguments_reads_the_whole_buffer():
+    """"boot" as it arrives from a module's JSON arguments (another string object than the literal)."""
+    assert _xid.parse_since(json.loads('"boot"'), now=NOW) is None
+
+
+@pytest.mark.parametrize("rc", [1, -9])
+def test_dmesg_that_failed_or_was_killed_gives_no_events_and_its_error(tmp_path, rc):
+    """A dmesg killed by a signal (rc -9) failed as one that exited 1 did: its output is not read;
+    its error is given, on one line, cut at 200 characters."""
+    err = "dmesg: read kernel buffer failed:\n" + "x" * 300
+
+    def run(dmesg, timeout):
+        return rc, "%s %s\n" % (DMESG_STAMP, FORGED_79), err
+
+    events, problem = _xid.read_xid_events(dmesg="/bin/dmesg", kmsg=str(tmp_path / "kmsg"), run=run)
+    assert events == []
+    assert problem.endswith("; dmesg (rc=%d): %s" % (rc, " ".join(err.split())[:200]))
+
+
+def test_the_device_checked_for_is_this_kernel_s_dev_kmsg():
+    """The character device the read insists on is the one /dev/kmsg is on this machine (1:11)."""
+    st = os.stat("/dev/kmsg")
+    assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == _xid.KMSG_DEVICE
+
+
+@pytest.mark.parametrize("record", [
+    pytest.param(" SUBSYSTEM=pci", id="a-continuation-line"),
+    pytest.param("x,1,1,-;" + FORGED_79, id="priority-not-a-number"),
+    pytest.param("", id="empty"),
+])
+def test_what_is_no_kmsg_record_is_passed_over(record):
+    assert [e["xid"] for e in _xid.parse_kmsg([record, kmsg(FORGED_79)], BOOT)] == [79]
+
+
+def test_a_failing_dmesg_s_own_error_reaches_the_message(tmp_path):
+    """A real dmesg run (a stand-in script) that exits 1: its exit status and its stderr are in the
+    problem, not Python's account of a failed command."""
+    dmesg = tmp_path / "dmesg"
+    dmesg.write_text("#!/bin/sh\necho 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n")
+    os.chmod(dmesg, stat.S_IRWXU)
+    events, problem = _xid.read_xid_events(dmesg=str(dmesg), kmsg=str(tmp_path / "kmsg"))
+    assert events == [] and problem.endswith("; dmesg (rc=1): dmesg: read kernel buffer failed: Operation not permitted")
