@@ -27,7 +27,7 @@ description:
     connection it runs on the host itself.
   - One module run per node instead of one per container, the containers read concurrently - what
     makes the preflight, remediate and hygiene playbooks fast on large fleets. The verify role's
-    C(read) and C(nodes) entry points call it: it is how every Proxmox VE container is read.
+    C(read) and C(nodes) entry points call it - it is how every Proxmox VE container is read.
   - A container that cannot be read (stopped, bad options, no Python with O(read_from=container)) gets C(failed=true) and
     C(msg) in its own result; the others are still read. The module itself fails only on bad
     top-level options.
