@@ -208,7 +208,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import out_of_range
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._xid import parse_since
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import GPU_READS, READ_FROM, fold_node_health, gpu_reading, read_node
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import (
+    GPU_READS,
+    READ_FROM,
+    fold_node_health,
+    gpu_reading,
+    node_health,
+    read_node,
+)
 
 
 def main():
@@ -251,11 +258,17 @@ def main():
                          "got %r" % p["xid_since"])
     gpu_read = "node" if p["read_from"] == "node" else p["gpu_read"]
     gpus = gpu_reading(module, gpu_read, p["nvidia_smi"], p["command_timeout"], containers_read_own=p["read_from"] != "node")
+    # The node's GPU health, once for the containers that ask for it and for its kernel log's Xid events.
+    health = None
+    if p["read_from"] == "node" and gpus is not None and not gpus[0].get("error") and any(
+            str((c.get("args") or {}).get("gpu_health")).lower() in ("true", "yes", "1", "on") for c in p["containers"]):
+        health = node_health(p["nvidia_smi"] or module.get_bin_path("nvidia-smi"), p["command_timeout"])
     results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], short=p["brief"], gpus=gpus,
-                                 read_from=p["read_from"], nvidia_smi=p["nvidia_smi"], command_timeout=p["command_timeout"])
+                                 read_from=p["read_from"], nvidia_smi=p["nvidia_smi"], command_timeout=p["command_timeout"],
+                                 health=health)
     if gpus is not None and not gpus[0].get("error"):
         summary["xid_events"] = fold_node_health(module, results, p["containers"], p["nvidia_smi"], p["command_timeout"],
-                                                 since=xid_since)
+                                                 since=xid_since, reading=health)
     module.exit_json(changed=False, containers=results, read=summary)
 
 

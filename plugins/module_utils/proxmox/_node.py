@@ -21,6 +21,7 @@ module (ansible.module_utils is there); nothing of it travels into the container
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import time
@@ -148,21 +149,29 @@ def node_failure(exc):
     return {"error": {"msg": "reading the GPUs on the node: %s" % exc.msg, "kind": exc.kind, "rc": exc.rc}}, {}
 
 
-def fold_node_health(module, results, containers, nvidia_smi, timeout, since=_xid.DEFAULT_SINCE_SECONDS):
+def fold_node_health(module, results, containers, nvidia_smi, timeout, since=_xid.DEFAULT_SINCE_SECONDS, reading=None):
     """With the GPUs read on the node: the node's kernel log, read once here as root (a
     container's root seldom may: dmesg_restrict, an unprivileged container), its Xid events folded
     into the gpu_healthy check of each container that asked for gpu_health, matched by GPU UUID
     (_health.fold_node_xid); a check that fails now makes its container not ready. The number of
     Xid events the log holds, or None when it was not read (nobody asked, or it could not be).
     ``since`` (an aware datetime, None for the whole buffer, or a number of seconds before now;
-    by default the last 24 hours) bounds how far back the log is read."""
+    by default the last 24 hours) bounds how far back the log is read. ``reading``: the node's GPU
+    health already read for its containers (node_health), so that nvidia-smi is not asked twice."""
     asked = [e["host"] for e in containers if str((e.get("args") or {}).get("gpu_health")).lower() in ("true", "yes", "1", "on")]
     if not asked:
         return None
     if isinstance(since, (int, float)):
         since = _xid.parse_since(str(since))
-    health = read_health(source="auto", nvidia_smi=nvidia_smi or module.get_bin_path("nvidia-smi"), timeout=timeout,
-                         kernel_log=True, since=since, dmesg=module.get_bin_path("dmesg"))
+    if reading is not None and not isinstance(reading, _Failed):
+        driver, gpus, _source = reading
+        gpus = copy.deepcopy(gpus)  # assess() adds each GPU's Xid events and findings
+        events, problem = _xid.read_xid_events(since=since, dmesg=module.get_bin_path("dmesg"), timeout=timeout)
+        assess(gpus, driver, None, events, problem, True)
+        health = {"gpus": gpus, "kernel_log": {"read": problem is None, "problem": problem, "events": events}}
+    else:
+        health = read_health(source="auto", nvidia_smi=nvidia_smi or module.get_bin_path("nvidia-smi"), timeout=timeout,
+                             kernel_log=True, since=since, dmesg=module.get_bin_path("dmesg"))
     if not health["kernel_log"]["read"]:
         module.warn("the node's kernel log could not be read, Xid events not checked: %s" % health["kernel_log"]["problem"])
         return None
@@ -176,7 +185,7 @@ def fold_node_health(module, results, containers, nvidia_smi, timeout, since=_xi
 
 
 def read_node(module, containers, max_parallel, timeout, short=False, gpus=None, read_from="container", nvidia_smi=None,
-              command_timeout=15):
+              command_timeout=15, health=None):
     """Read every container entry (node_readiness's options), return (results by host, summary):
     each result as the readiness module gives it, plus its warnings as a list (with short: brief()'s
     part of it), each warning also given to module.warn(); the summary counts the containers, the
@@ -209,7 +218,7 @@ def read_node(module, containers, max_parallel, timeout, short=False, gpus=None,
     if jobs:
         results.update(read_containers(jobs, max_parallel or os.cpu_count() or 1, timeout))
     if node_jobs:
-        results.update(read_from_node(module, node_jobs, max_parallel, gpus, nvidia_smi, command_timeout, lxc_paths))
+        results.update(read_from_node(module, node_jobs, max_parallel, gpus, nvidia_smi, command_timeout, lxc_paths, health=health))
     for host, options in local:
         results[host] = read(options, module.run_command, module.get_bin_path, module.check_mode)
     for entry in containers:
@@ -302,13 +311,13 @@ def read_in_view(view, options, check_mode, gpus, health):
     return result
 
 
-def read_from_node(module, jobs, max_parallel, gpus, nvidia_smi, timeout, lxc_paths=None):
+def read_from_node(module, jobs, max_parallel, gpus, nvidia_smi, timeout, lxc_paths=None, health=None):
     """{host: result} of the jobs ``(host, options, vmid)``, every container read in this process
     through its view; one scan of the node's /proc finds them all (``lxc_paths``: {vmid: the
-    container's LXC path}, where one is given)."""
+    container's LXC path}, where one is given). ``health``: the node's GPU health (node_health),
+    read here when a container asks for it and it was not given."""
     views, missing = _view.open_views(set(vmid for _host, _options, vmid in jobs), lxc_paths=lxc_paths)
-    health = None
-    if any(options.get("gpu_health") for _host, options, _vmid in jobs):
+    if health is None and any(options.get("gpu_health") for _host, options, _vmid in jobs):
         health = node_health(nvidia_smi or module.get_bin_path("nvidia-smi"), timeout)
 
     def one(job):

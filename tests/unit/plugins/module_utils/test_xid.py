@@ -19,12 +19,15 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import time
 
 import pytest
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _health, _xid
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node
+
+STANDINS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "standins"))
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "h200")
 with open(os.path.join(FIXTURES, "nvidia-smi-q-x.xml"), encoding="utf-8") as _f:
@@ -490,3 +493,33 @@ def test_a_failing_dmesg_s_own_error_reaches_the_message(tmp_path):
     os.chmod(dmesg, stat.S_IRWXU)
     events, problem = _xid.read_xid_events(dmesg=str(dmesg), kmsg=str(tmp_path / "kmsg"))
     assert events == [] and problem.endswith("; dmesg (rc=1): dmesg: read kernel buffer failed: Operation not permitted")
+
+
+def test_the_node_read_asks_nvidia_smi_once_for_its_health_and_its_kernel_logs_xid(tmp_path, monkeypatch):
+    """node_readiness with the node read: the GPU health read for its containers is the one the
+    kernel log's Xid events are folded with; nvidia-smi is not asked again for them."""
+    state = tmp_path / "gpu"
+    (state / "claims").mkdir(parents=True)
+    gpus = [{"name": "NVIDIA H200", "memory_total_mib": 143771, "minor": g, "uuid": "GPU-5d3c1f7e-0001-4c6e-9f0e-%012d" % g,
+             "bus_id": "00000000:%02X:00.0" % (0x18 + g)} for g in range(2)]
+    (state / "config.json").write_text(json.dumps({"gpus": gpus, "release_delay": 0.5}))
+    calls = tmp_path / "calls"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho x >> %s\nGPU_STANDIN_STATE=%s exec %s -I -S %s \"$@\"\n"
+                   % (calls, state, sys.executable, os.path.join(STANDINS, "nvidia_smi.py")))
+    smi.chmod(0o755)
+    raw = _node.node_health(str(smi), 15)
+    asked = len(calls.read_text().split())  # the health read's own queries
+    assert asked >= 1 and [g["uuid"] for g in raw[1]] == [g["uuid"] for g in gpus]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    boot = (now - datetime.timedelta(days=1)).timestamp()
+    line = "4,1,%d,-;NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=a, GPU has fallen off the bus.\n" % int((now.timestamp() - 60 - boot) * 1e6)
+    monkeypatch.setattr(_xid, "read_xid_events", lambda since=None, **_kw: (_xid.parse_kmsg([line], boot, since), None))
+    check = {"name": "gpu_healthy", "ok": True, "error": None, "findings": [], "summary": "1 GPU(s) healthy",
+             "gpus": [{"index": 0, "uuid": gpus[1]["uuid"], "healthy": True, "findings": [], "xid_events": {}}]}
+    results = {"train-101": {"ready": True, "checks": [check]}}
+    assert _node.fold_node_health(_Module(), results, [{"host": "train-101", "args": {"gpu_health": True}}], str(smi), 15,
+                                  reading=raw) == 1
+    assert len(calls.read_text().split()) == asked  # not asked again
+    assert check["ok"] is False and check["gpus"][0]["xid_events"] == {"79": 1} and results["train-101"]["ready"] is False
+    assert raw[1][1].get("xid") is None  # the reading given is left as it was
