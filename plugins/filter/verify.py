@@ -77,7 +77,7 @@ def verify_verdict(record, fail=False, show=False):
 def verify_node_job(args, host, node=None, vmid=None, connection="", node_user="root", node_host="", node_port=22,
                     interpreter="", discovered="", node_python="/usr/bin/python3", container_python="/usr/bin/python3",
                     method=None, pct_path=None, lxc_path=None):
-    """How the node entry point reads one host: its node (user|address|port, or the host itself
+    """How the verify role's read reads one host: its node (user|address|port, or the host itself
     when it is not reached through pct), the group of that node's hosts, the Python the node's
     reader runs, the record's label and the host's entry of node_readiness's containers."""
     if not isinstance(args, Mapping):
@@ -219,7 +219,7 @@ def verify_node_records(read, entries, node):
     """{container: record} of a node's node_readiness run (read: its registered result) over
     entries (verify_node_entries): each container's reading, or the run's failure (a node that
     could not be reached too), which fails every check the container's options ask for, as the
-    node entry point records it. node is the node's inventory name, each container's pve_node."""
+    verify role's nodes entry point records it. node is the node's inventory name, each container's pve_node."""
     if not isinstance(read, Mapping):
         raise AnsibleFilterError("verify_node_records: expects node_readiness's registered result")
     readings = read.get("containers") or {}

@@ -7,7 +7,7 @@
 
 One builder for every path that records a host (docs/reports.md): the readiness module and its
 action (a reading, a failed call, an unreachable container), node_readiness (brief readings of a
-node's containers), the verify_record and fleet_records filters (the node entry point and the
+node's containers), the verify_record and fleet_records filters (the verify role's read and the
 playbooks' reports). ``brief()`` runs on the target too (the bootstrap ships this file with
 _readiness), so: standard library only, nothing imported from the rest of the collection.
 

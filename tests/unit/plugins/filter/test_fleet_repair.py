@@ -111,8 +111,8 @@ def test_a_host_gets_its_reading_from_its_reader_or_the_readers_failure():
     a1 = HostVars(inventory_hostname="a1", verify__node_job=job("a1", 101, "10.0.0.1"), verify__node_read={"containers": {"a1": reading, "a2": reading}})
     assert _verify.verify_node_reading(a1, "a1") == reading and _verify.verify_node_reading(a1, "a2") == reading
     b1 = HostVars(inventory_hostname="b1", verify__node_job=job("b1", 103, "10.0.0.2"), verify__node_read={"unreachable": True, "msg": "ssh: no route"})
-    assert _verify.verify_node_reading(b1, "b2") == {"failed": True, "unreachable": True,
-                                                      "msg": "reading through node 10.0.0.2 failed (by b1): ssh: no route"}
+    want = {"failed": True, "unreachable": True, "msg": "reading through node 10.0.0.2 failed (by b1): ssh: no route"}
+    assert _verify.verify_node_reading(b1, "b2") == want
     assert _verify.verify_node_reading(b1, "b1")["msg"] == "reading through node 10.0.0.2 failed: ssh: no route"
     # A container the reader brought no reading of (it read before this host joined) fails by name.
     assert _verify.verify_node_reading(a1, "a3")["msg"] == "reading through node 10.0.0.1 failed (by a1): no result"
