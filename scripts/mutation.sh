@@ -94,7 +94,8 @@ for name in $rows; do
     tests="$(echo "$line" | cut -d'|' -f3)"
     out="$BUILD/$name"
     # What the session's mutants were made from: a resumed run must see the same module and tests.
-    fingerprint=$(cd "$ROOT" && sha256sum "$module" $tests | sha256sum | cut -d' ' -f1)
+    read -r -a test_files <<< "$tests"
+    fingerprint=$(cd "$ROOT" && sha256sum "$module" "${test_files[@]}" | sha256sum | cut -d' ' -f1)
     if [ "${MUTATION_RESUME:-}" = 1 ] && [ -f "$out/session.sqlite" ]; then
         if [ "$(cat "$out/fingerprint" 2>/dev/null)" != "$fingerprint" ]; then
             echo "$name: $module or its tests changed since the stopped run began: run it again without MUTATION_RESUME" >&2
