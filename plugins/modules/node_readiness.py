@@ -211,6 +211,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._xid import p
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import (
     GPU_READS,
     READ_FROM,
+    asks_health,
     fold_node_health,
     gpu_reading,
     node_health,
@@ -260,8 +261,7 @@ def main():
     gpus = gpu_reading(module, gpu_read, p["nvidia_smi"], p["command_timeout"], containers_read_own=p["read_from"] != "node")
     # The node's GPU health, once for the containers that ask for it and for its kernel log's Xid events.
     health = None
-    if p["read_from"] == "node" and gpus is not None and not gpus[0].get("error") and any(
-            str((c.get("args") or {}).get("gpu_health")).lower() in ("true", "yes", "1", "on") for c in p["containers"]):
+    if p["read_from"] == "node" and gpus is not None and not gpus[0].get("error") and any(asks_health(c) for c in p["containers"]):
         health = node_health(p["nvidia_smi"] or module.get_bin_path("nvidia-smi"), p["command_timeout"])
     results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], short=p["brief"], gpus=gpus,
                                  read_from=p["read_from"], nvidia_smi=p["nvidia_smi"], command_timeout=p["command_timeout"],

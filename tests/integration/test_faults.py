@@ -147,9 +147,8 @@ def lock_of(fleet, host):
     return json.loads(text) if text.strip() else None
 
 
-def gpu_config(fleet, host, **changes):
-    """Change the container's nvidia-smi STAND-IN configuration (its fault modes)."""
-    path = os.path.join(rootfs(fleet, host), "opt", "gpufleet", "gpu", "config.json")
+def standin_config(path, **changes):
+    """Change an nvidia-smi STAND-IN's configuration file (its fault modes); None removes a key."""
     with open(path) as f:
         config = json.load(f)
     for key, value in changes.items():
@@ -159,21 +158,17 @@ def gpu_config(fleet, host, **changes):
             config[key] = value
     _write(path + ".tmp", json.dumps(config))
     os.replace(path + ".tmp", path)
+
+
+def gpu_config(fleet, host, **changes):
+    """Change the container's nvidia-smi STAND-IN configuration (its fault modes)."""
+    standin_config(os.path.join(rootfs(fleet, host), "opt", "gpufleet", "gpu", "config.json"), **changes)
 
 
 def node_gpu_config(fleet, host, **changes):
     """Change the nvidia-smi STAND-IN configuration of the host's node (its fault modes): the
     node read runs the node's nvidia-smi once for all its containers, never theirs."""
-    path = os.path.join(STATE, "nodes", fleet["cts"][host]["node"], "gpu", "config.json")
-    with open(path) as f:
-        config = json.load(f)
-    for key, value in changes.items():
-        if value is None:
-            config.pop(key, None)
-        else:
-            config[key] = value
-    _write(path + ".tmp", json.dumps(config))
-    os.replace(path + ".tmp", path)
+    standin_config(os.path.join(STATE, "nodes", fleet["cts"][host]["node"], "gpu", "config.json"), **changes)
 
 
 def node_standins():

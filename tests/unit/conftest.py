@@ -19,8 +19,8 @@ from ansible.plugins.loader import init_plugin_loader
 # failed by the order pytest collected them in.
 init_plugin_loader([os.path.join(os.path.dirname(__file__), "..", "..", ".ansible", "collections")])
 
-from cachetree import torch_wheels  # noqa: E402  (after the loader: it may import the collection)
-from cuda_fixtures import build_seed_wheels  # noqa: E402  (after the loader, as above)
+from cachetree import torch_wheels  # noqa: E402 - after the collection loader: it may import the collection
+from cuda_fixtures import build_seed_wheels  # noqa: E402 - after the collection loader: it may import the collection
 
 
 @pytest.fixture

@@ -149,6 +149,11 @@ def node_failure(exc):
     return {"error": {"msg": "reading the GPUs on the node: %s" % exc.msg, "kind": exc.kind, "rc": exc.rc}}, {}
 
 
+def asks_health(entry):
+    """Whether a container entry's options (as given, not validated yet) ask for gpu_health."""
+    return str((entry.get("args") or {}).get("gpu_health")).lower() in ("true", "yes", "1", "on")
+
+
 def fold_node_health(module, results, containers, nvidia_smi, timeout, since=_xid.DEFAULT_SINCE_SECONDS, reading=None):
     """With the GPUs read on the node: the node's kernel log, read once here as root (a
     container's root seldom may: dmesg_restrict, an unprivileged container), its Xid events folded
@@ -158,7 +163,7 @@ def fold_node_health(module, results, containers, nvidia_smi, timeout, since=_xi
     ``since`` (an aware datetime, None for the whole buffer, or a number of seconds before now;
     by default the last 24 hours) bounds how far back the log is read. ``reading``: the node's GPU
     health already read for its containers (node_health), so that nvidia-smi is not asked twice."""
-    asked = [e["host"] for e in containers if str((e.get("args") or {}).get("gpu_health")).lower() in ("true", "yes", "1", "on")]
+    asked = [e["host"] for e in containers if asks_health(e)]
     if not asked:
         return None
     if isinstance(since, (int, float)):

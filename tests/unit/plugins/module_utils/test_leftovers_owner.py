@@ -58,6 +58,21 @@ def _children(pid):
         return []
 
 
+def _child(launcher, deadline):
+    """The one child of a process launched by spawn (unshare's or nsenter's), once it exists."""
+    while not _children(launcher) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    [child] = _children(launcher)
+    return child
+
+
+def _orphan(launcher, child, deadline):
+    """Kill the launcher and wait until the kernel has given its child to the outer init."""
+    _kill(launcher)
+    while _ppid(child) != 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def _kill(pid):
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -105,12 +120,8 @@ def test_a_namespace_init_holding_a_gpu_is_reported_with_the_action(spawn):
     so it is not a leftover the repair would try to stop; the check fails and says what to do."""
     unshare = spawn("nobody", "unshare", "-Urpf", "sleep", "300")
     deadline = time.monotonic() + 5
-    while not _children(unshare) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    [init] = _children(unshare)
-    _kill(unshare)
-    while _ppid(init) != 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    init = _child(unshare, deadline)
+    _orphan(unshare, init, deadline)
     try:
         live = liveness({"processes": []}, gpus(init), now=0, users=["nobody"])
         assert live["leftovers"] == [] and [h["pid"] for h in live["namespace_inits"]] == [init]
@@ -163,16 +174,10 @@ def test_a_process_entered_into_a_namespace_and_orphaned_is_a_leftover_not_its_i
     leftover like any other, not a namespace init."""
     unshare = spawn("nobody", "unshare", "-Urpf", "sleep", "300")
     deadline = time.monotonic() + 5
-    while not _children(unshare) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    [init] = _children(unshare)
+    init = _child(unshare, deadline)
     entered = spawn("nobody", "nsenter", "-t", str(init), "-U", "-p", "--preserve-credentials", "sleep", "301")
-    while not _children(entered) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    [inside] = _children(entered)
-    _kill(entered)
-    while _ppid(inside) != 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    inside = _child(entered, deadline)
+    _orphan(entered, inside, deadline)
     try:
         with open("/proc/%d/status" % inside) as f:
             nspid = next(line for line in f if line.startswith("NSpid:")).split()[1:]
