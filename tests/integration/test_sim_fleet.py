@@ -99,3 +99,46 @@ def test_second_fleet_up_and_down_leaves_nothing(fleet, tmp_path):
     assert not [line for line in procs.splitlines() if state in line and not line.startswith("Z")]
     links = subprocess.run(["ip", "-o", "link"], stdout=subprocess.PIPE, text=True, check=False).stdout
     assert "veth" not in links
+
+
+def test_up_refuses_a_fleet_that_runs_and_leaves_it_running(fleet):
+    """`up` over the session's fleet (its state, its port) neither brings it down nor touches it."""
+    before = subprocess.run([FLEET, "status"], stdout=subprocess.PIPE, text=True, check=True).stdout
+    res = subprocess.run([FLEET, "up", "--nodes", "1", "--containers", "1"], cwd=REPO, stderr=subprocess.PIPE,
+                         text=True, check=False)
+    assert res.returncode == 3, res.stderr
+    assert "its fleet runs" in res.stderr and "fleet down" in res.stderr
+    assert subprocess.run([FLEET, "status"], stdout=subprocess.PIPE, text=True, check=True).stdout == before
+
+
+def test_up_clears_what_a_fleet_that_no_longer_runs_left(fleet, tmp_path):
+    """A run killed before its `down`, or a machine started from an image of one whose fleet was
+    up, leaves the state directory with no process behind it: the next `up` clears it and
+    brings a working fleet up in its place."""
+    state = str(tmp_path / "state")
+    env = dict(os.environ, GPUFLEET_SIM_STATE=state, GPUFLEET_SIM_INVENTORY=str(tmp_path / "inv"))
+    up = [FLEET, "up", "--nodes", "1", "--containers", "1", "--port", "2299", "--scenario", "training"]
+    subprocess.run(up, env=env, cwd=REPO, check=True)
+    try:
+        # what a killed machine leaves: every process of the fleet gone at once, its files kept
+        procs = subprocess.run(["ps", "-ww", "-eo", "pid,args"], stdout=subprocess.PIPE, text=True, check=True).stdout
+        for line in procs.splitlines()[1:]:
+            pid, args = line.strip().split(None, 1)
+            if state + "/" in args and int(pid) != os.getpid():
+                subprocess.run(["kill", "-9", pid], check=False)
+        lxcpath = os.path.join(state, "nodes", "pve1", "lxc")
+        subprocess.run(["lxc-stop", "-n", "100", "-P", lxcpath, "-k"], check=False, stderr=subprocess.DEVNULL)
+        assert os.path.exists(os.path.join(lxcpath, "100", "config"))
+        left = os.path.join(state, "left-behind")
+        with open(left, "w") as f:
+            f.write("a file of the fleet that is gone\n")
+
+        res = subprocess.run(up, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True, check=False)
+        assert res.returncode == 0, res.stderr
+        assert "left from a fleet that no longer runs; clearing it" in res.stderr
+        status = subprocess.run([FLEET, "status"], env=env, stdout=subprocess.PIPE, text=True, check=True).stdout
+        assert "pve1   127.0.1.1:2299 sshd pid" in status and "100:running" in status
+        assert not os.path.exists(left)  # cleared, not brought up over the old files
+    finally:
+        subprocess.run([FLEET, "down"], env=env, cwd=REPO, check=True)
+    assert not os.path.exists(state)

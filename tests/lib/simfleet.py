@@ -22,6 +22,7 @@ import pytest
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FLEET = os.path.join(REPO, "tests", "sim", "fleet")
 STANDINS = os.path.join(REPO, "tests", "standins")
+EXIT_IN_USE = 3  # tests/sim/fleet up: the state holds a fleet that runs, or is being brought up
 
 
 def lxcpath(state, node):
@@ -129,18 +130,22 @@ def running(state, nodes, containers, scenario, inventory=None, port=None, timeo
     (tests/sim/fleet --unprivileged: node names, comma separated, or all)."""
     if os.geteuid() != 0:
         pytest.fail("the simulated fleet needs root (privileged LXC containers, sshd, cgroups, mounts)")
-    if os.path.exists(state):
-        pytest.fail("%s exists: a previous run left its fleet up (tests/sim/fleet down with GPUFLEET_SIM_STATE=%s)"
-                    % (state, state))
     env = dict(os.environ, GPUFLEET_SIM_STATE=state)
     if inventory:
         env["GPUFLEET_SIM_INVENTORY"] = str(inventory)
     if port:
         env["GPUFLEET_SIM_PORT"] = str(port)
+    extra = ["--unprivileged", unprivileged] if unprivileged else []
+    up = [FLEET, "up", "--nodes", str(nodes), "--containers", str(containers), "--scenario", scenario] + extra
+    # `up` clears what a fleet that is gone left in state, and refuses (EXIT_IN_USE) a fleet that runs:
+    # that one is not this run's to bring down.
+    started = subprocess.run(up, cwd=REPO, env=env, check=False, timeout=timeout)
+    if started.returncode == EXIT_IN_USE:
+        pytest.fail("%s holds a fleet that runs (another test session, or an operator's): tests/sim/fleet down "
+                    "with GPUFLEET_SIM_STATE=%s, or give this run another state" % (state, state))
     try:
-        extra = ["--unprivileged", unprivileged] if unprivileged else []
-        subprocess.run([FLEET, "up", "--nodes", str(nodes), "--containers", str(containers), "--scenario", scenario] + extra,
-                       cwd=REPO, env=env, check=True, timeout=timeout)
+        if started.returncode:
+            raise subprocess.CalledProcessError(started.returncode, up)
         with open(os.path.join(state, "fleet.json")) as f:
             info = json.load(f)
         yield info, env
