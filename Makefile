@@ -124,6 +124,7 @@ lint:
 	$(VENV)/bin/ansible-lint --profile production
 	$(VENV)/bin/antsibull-changelog lint
 	$(VENV)/bin/python scripts/role_readme.py --check
+	$(VENV)/bin/python scripts/readiness_options.py --check
 
 clean:
 	rm -rf build tests/output

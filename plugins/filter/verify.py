@@ -22,6 +22,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _record
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import role_options
 
 # The connection that means "a container behind its Proxmox VE node".
 PCT_CONNECTIONS = ("gpufleet.hygiene.pct",)
@@ -119,39 +120,24 @@ def verify_node_reading(reader, host):
     return out
 
 
-# The verify role's defaults (defaults/main.yml) for a host read by its node: the readiness option,
-# the role variable, the inventory variable it defaults to (a key of gpufleet_job when dotted),
-# the default and the conversion verify__readiness_args (vars/main.yml) applies.
-ALWAYS_GIVEN = (
-    ("job_patterns", "verify_job_patterns", "gpufleet_job.patterns", [], list),
-    ("job_users", "verify_job_users", "gpufleet_job.users", [], list),
-    ("require_gpu", "verify_require_gpu", "gpufleet_require_gpu", True, "bool"),
-    ("threshold_mib", "verify_threshold_mib", None, 64, int),
-    ("command_timeout", "verify_nvidia_smi_timeout", "gpufleet_nvidia_smi_timeout", 15, float),
-    ("verify_files", "verify_files", None, False, "bool"),
-    ("strict_baseline", "verify_strict_baseline", "gpufleet_strict_baseline", False, "bool"),
-    ("caches", "verify_caches", None, True, "bool"),
-    ("allow_running_job", "verify_allow_running_job", None, False, "bool"),
-    ("stall_after", "verify_stall_after", "gpufleet_stall_after", 900, int),
-    ("gpu_health", "verify_gpu_health", "gpufleet_gpu_health", False, "bool"),
-    ("job_libraries", "verify_job_libraries", "gpufleet_job_libraries", True, "bool"),
-)
-# Left out when empty, so that the module's defaults apply.
-GIVEN_WHEN_SET = (
-    ("nvidia_smi", "verify_nvidia_smi", "gpufleet_nvidia_smi", "", None),
-    ("device_patterns", "verify_gpu_device_patterns", "gpufleet_gpu_device_patterns", [], None),
-    ("job_log", "verify_job_log", "gpufleet_job.log", "", None),
-    ("venv", "verify_venv", "gpufleet_venv", "", None),
-    ("expected_cuda", "verify_expected_cuda", "gpufleet_expected_cuda", "", str),
-    ("baseline", "verify_baseline", "gpufleet_baseline", "", None),
-    ("cache_user", "verify_cache_user", "gpufleet_job.user", "", None),
-    ("leftover_users", "verify_leftover_users", "gpufleet_job.leftover_users", [], None),
-    ("cache_environment", "verify_cache_environment", "gpufleet_job.env", {}, dict),
-    ("gpu_driver_pin", "verify_gpu_driver_pin", "gpufleet_gpu_driver_pin", "", str),
-    ("job_throughput_pattern", "verify_job_throughput_pattern", "gpufleet_job.throughput_regex", "", None),
-    # Given only above 0, as the role's `| float > 0`.
-    ("job_baseline_tokens_per_s", "verify_job_baseline_tokens_per_s", "gpufleet_job.baseline_tokens_per_s", 0, "positive"),
-)
+# The verify role's defaults for a host read by its node, from the readiness options' table (as
+# the role's defaults/main.yml and verify__readiness_args are): the readiness option, the role
+# variable, the inventory variable it defaults to (a key of gpufleet_job when dotted), the default
+# and the conversion verify__readiness_args applies. A list or path is given as it is: the node
+# validates it as readiness's options would.
+_KINDS = {"bool": "bool", "int": int, "float": float, "str": str, "dict": dict}
+_EMPTY = {"str": "", "path": "", "list": [], "dict": {}, "float": 0, "int": 0}
+
+
+def _row(option):
+    default = option.default if option.given == "always" else _EMPTY[option.type]
+    kind = "positive" if option.given == "positive" else _KINDS.get(option.type)
+    return (option.name, option.role, option.inventory, default, kind)
+
+
+ALWAYS_GIVEN = tuple(_row(o) for o in role_options() if o.given == "always")
+# Left out when empty, so that the module's defaults apply; "positive": given only above 0.
+GIVEN_WHEN_SET = tuple(_row(o) for o in role_options() if o.given != "always")
 ROLE_DEFAULTS = ALWAYS_GIVEN + GIVEN_WHEN_SET
 
 

@@ -317,6 +317,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail, out_of_range
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, scope_options
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import argument_spec
 
 
 def main():
@@ -325,16 +326,13 @@ def main():
             state=dict(type="str", default="query", choices=["query", "drained", "idle"]),
             gpus=dict(type="list", elements="str", default=[]),
             scope=dict(type="dict", options=scope_options(vmids=True)),
-            threshold_mib=dict(type="int", default=64),
             timeout=dict(type="float", default=60),
             poll_interval=dict(type="float", default=0.25),
             grace_period=dict(type="float", default=10),
             vantage=dict(type="str", default="auto", choices=["auto", "node", "container"]),
             backend=dict(type="str", default="auto", choices=["auto", "nvidia-smi", "nvml"]),
-            nvidia_smi=dict(type="path"),
-            command_timeout=dict(type="float", default=15),
-            device_patterns=dict(type="list", elements="str", default=["/dev/nvidia*"]),
-            require_gpu=dict(type="bool", default=True),
+            # threshold_mib, nvidia_smi, command_timeout, device_patterns, require_gpu: as the readiness read's
+            **argument_spec("gpu_read")
         ),
         required_if=[("state", "idle", ("scope",))],
         supports_check_mode=True,

@@ -23,40 +23,14 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors im
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import check_record, read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._libraries import VenvIndex, mapped_libraries, wrong
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import DEFAULT_STALL_AFTER, liveness, throughput
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness, throughput
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, find_processes
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import argument_spec
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv, canonical_name, inventory
 
-# The readiness module's options (node_readiness takes the same, per container).
-ARGUMENT_SPEC = dict(
-    job_patterns=dict(type="list", elements="str", default=[]),
-    job_users=dict(type="list", elements="str", default=[]),
-    leftover_users=dict(type="list", elements="str", default=[]),
-    require_gpu=dict(type="bool", default=True),
-    threshold_mib=dict(type="int", default=64),
-    nvidia_smi=dict(type="path"),
-    command_timeout=dict(type="float", default=15),
-    device_patterns=dict(type="list", elements="str", default=["/dev/nvidia*"]),
-    venv=dict(type="path"),
-    expected_cuda=dict(type="str"),
-    baseline=dict(type="path"),
-    verify_files=dict(type="bool", default=False),
-    caches=dict(type="bool", default=True),
-    cache_user=dict(type="str"),
-    cache_environment=dict(type="dict"),
-    allow_running_job=dict(type="bool", default=False),
-    job_log=dict(type="path"),
-    stall_after=dict(type="int", default=DEFAULT_STALL_AFTER),
-    job_throughput_pattern=dict(type="str"),
-    job_baseline_tokens_per_s=dict(no_log=False, type="float"),
-    strict_baseline=dict(type="bool", default=False),
-    read_timeout=dict(type="float", default=120),
-    evidence_cache=dict(type="raw", default=True),
-    gpu_health=dict(type="bool", default=False),
-    gpu_driver_pin=dict(type="str"),
-    job_libraries=dict(type="bool", default=True),
-)
+# The readiness module's options (node_readiness takes the same, per container): readiness/_options.py's table.
+ARGUMENT_SPEC = argument_spec()
 
 # The readiness module's own options on top of those (node_readiness has its own, for all its containers).
 BRIEF_OPTION = dict(type="bool", default=False)

@@ -106,6 +106,7 @@ TRAVELS = (
     "proc._ordinary",
     "proc._proc",
     "proxmox._view",
+    "readiness._options",
     "readiness._readiness",
     "readiness._record",
     "transport._bootstrap",
