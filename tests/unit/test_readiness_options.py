@@ -80,19 +80,21 @@ def test_an_option_added_to_the_table_reaches_the_role_and_the_read(copy):
 
 
 def test_the_generated_yaml_parses_and_the_blocks_are_where_the_marks_are():
-    spec = yaml.safe_load(open(os.path.join(REPO, "roles/verify/meta/argument_specs.yml")))
+    with open(os.path.join(REPO, "roles/verify/meta/argument_specs.yml")) as f:
+        spec = yaml.safe_load(f)
     read = spec["argument_specs"]["read"]["options"]
     for option in _options.role_options():
         assert option.role in read, option.role
         assert read[option.role]["type"] == {"path": "str"}.get(option.type, option.type)
     # main takes the read's options through the YAML anchor
     assert set(read) <= set(spec["argument_specs"]["main"]["options"])
-    defaults = yaml.safe_load(open(os.path.join(REPO, "roles/verify/defaults/main.yml")))
+    with open(os.path.join(REPO, "roles/verify/defaults/main.yml")) as f:
+        defaults = yaml.safe_load(f)
     assert {o.role for o in _options.role_options()} <= set(defaults)
 
 
 def test_the_read_and_the_node_take_their_options_from_the_table():
-    assert _readiness.ARGUMENT_SPEC == _options.argument_spec()
+    assert _options.argument_spec() == _readiness.ARGUMENT_SPEC
     assert [row[0] for row in _verify.ROLE_DEFAULTS] == [o.name for o in _options.role_options() if o.given == "always"] + [
         o.name for o in _options.role_options() if o.given != "always"]
     # the module's own options that the role does not give
