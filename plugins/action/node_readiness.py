@@ -8,7 +8,7 @@ that connection to its node (run_on=node) for this one module run and back, and 
 listed container's method, pct_path and lxc_path, when not given, from the connection's own
 settings (ansible.cfg, environment, variables), so that the containers are entered as the
 connection would enter them. Over any other connection the module runs on the host itself (a
-node that is the play's host, the verify role's nodes entry point), and those of a container
+node that is the play's host, the verify role's read, given verify_node_containers), and those of a container
 with a vmid left out are the pct connection's settings from ansible.cfg and the environment
 (the filter that lists the containers gives their own variables).
 """

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ansible.errors import AnsibleError, AnsibleFilterError
-from ansible.inventory.manager import InventoryManager
-from ansible.parsing.dataloader import DataLoader
+from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.hygiene.plugins.filter.verify import verify_verdict
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _record
@@ -26,63 +24,55 @@ PCT = "gpufleet.hygiene.pct"
 READ_BY = ("auto", "node", "container")
 
 
-def _resolve(groups, pattern):
-    """The hosts a pattern names (as ansible.builtin.inventory_hostnames resolves it), in order."""
-    manager = InventoryManager(DataLoader(), parse=False)
-    for group, names in groups.items():
-        manager.add_group(group)
-        for name in names:
-            manager.add_host(name, group=group)
-    try:
-        return [h.name for h in manager.get_hosts(pattern=pattern)]
-    except AnsibleError as exc:
-        raise AnsibleFilterError("fleet_read_plan: cannot resolve %r: %s" % (pattern, exc)) from None
-
-
-def fleet_read_plan(pattern, hostvars, groups, limit=None, read_by="auto"):
-    """How a run reads the containers of a host pattern: by container (one host per container) or
-    by node (the nodes are the play's hosts, one node_readiness run each). ``by``, the
-    ``containers`` read, ``by_node`` (node: [containers]), and the hosts of each path's play:
-    ``container_hosts`` (the containers, or none) and ``node_hosts`` (their nodes, or none)."""
+def fleet_read_plan(selected, hostvars, limit=None, limit_file=False, read_by="auto"):
+    """How a run reads the containers it selected: by container (one host per container) or by
+    node (the nodes are the play's hosts, one node_readiness run each). ``selected``: the host
+    pattern's hosts and ``limit``: the --limit's (both as ansible.builtin.inventory_hostnames
+    resolves them; none without a --limit); ``limit_file``: the --limit is a file (@retry), not
+    resolved. Returns ``by``, the ``containers`` read, ``by_node`` (node: [containers]), and the
+    hosts of each path's play: ``container_hosts`` (the containers, or none) and ``node_hosts``
+    (their nodes, or none)."""
     if read_by not in READ_BY:
         raise AnsibleFilterError("fleet_read_plan: gpufleet_read_by must be one of %s, got %r" % (", ".join(READ_BY), read_by))
-    containers = _resolve(groups, pattern)
-    allowed = None
-    if limit and not str(limit).startswith("@"):
-        allowed = set(_resolve(groups, limit))
-        containers = [c for c in containers if c in allowed]
-    inventory = set(groups.get("all", ()))
+    if isinstance(selected, str) or (limit is not None and isinstance(limit, str)):
+        raise AnsibleFilterError("fleet_read_plan: expects host names (query('ansible.builtin.inventory_hostnames', pattern)), "
+                                 "not the pattern %r" % (selected if isinstance(selected, str) else limit))
+    allowed = None if limit is None else set(limit)
+    containers = [c for c in selected if allowed is None or c in allowed]
     by_node, without = {}, []
     for name in containers:
         hv = hostvars[name]
         node = hv.get("pve_node")
         # The node must be a host of the inventory and of this run (--limit) to be the play's host.
-        if hv.get("ansible_connection") != PCT or node not in inventory or (allowed is not None and node not in allowed):
+        if hv.get("ansible_connection") != PCT or not node or node not in hostvars or (allowed is not None and node not in allowed):
             without.append(name)
         else:
             by_node.setdefault(node, []).append(name)
     if read_by == "node" and without:
         raise AnsibleFilterError("fleet_read_plan: gpufleet_read_by=node, but these containers have no node among this "
                                  "run's hosts (pve_node, reached through %s): %s" % (PCT, ", ".join(without)))
-    # A limit from a file (@retry) may leave the nodes out: auto then reads by container.
-    from_file = bool(limit) and str(limit).startswith("@")
     # Either way each container is read from its node (the verify role's read); by node, the
-    # nodes are the play's hosts and no task runs per container.
-    node = read_by == "node" or (read_by == "auto" and bool(by_node) and not without and not from_file)
+    # nodes are the play's hosts and no task runs per container. A limit from a file may leave the
+    # nodes out: auto then reads by container.
+    node = read_by == "node" or (read_by == "auto" and bool(by_node) and not without and not limit_file)
     return {"by": "node" if node else "container", "containers": containers, "by_node": by_node if node else {},
             "container_hosts": [] if node else containers, "node_hosts": list(by_node) if node else []}
 
 
 def fleet_records(hosts, hostvars=None, unread=False):
-    """The record of every host this run read, from the hosts' variables (hostvars of each host):
+    """The record of every host this run read, from the hosts (their names, with hostvars, or each
+    one's variables):
     the verify role's verify_result, or, when its read failed before reading (a value refused, a
     template that failed), the record of a host not read, with the read's message. With hostvars,
     a container read by its node (verify_results of its pve_node) has the record kept there. With
     unread, a host without any record is recorded as not read (no result) instead of left out."""
     out = []
     for hv in hosts:
+        if isinstance(hv, str) and hostvars is not None and hv in hostvars:
+            hv = hostvars[hv]  # a host's name (the plan's containers): its variables
         if not isinstance(hv, Mapping) or "inventory_hostname" not in hv:
-            raise AnsibleFilterError("fleet_records: expects each host's variables (hosts | map('extract', hostvars))")
+            raise AnsibleFilterError("fleet_records: expects host names with hostvars, or each host's variables "
+                                     "(hosts | map('extract', hostvars))")
         name = hv["inventory_hostname"]
         if "verify_result" in hv:
             registered = hv["verify_result"]
@@ -100,7 +90,7 @@ def fleet_records(hosts, hostvars=None, unread=False):
 
 
 def _node_records(hostvars, node):
-    """The records a node kept of the containers it read (roles/verify/tasks/nodes.yml), or {}."""
+    """The records a node kept of the containers it read (roles/verify/tasks/read_nodes.yml), or {}."""
     if not node or node not in hostvars:
         return {}
     kept = hostvars[node].get("verify_results")

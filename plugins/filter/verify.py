@@ -205,7 +205,7 @@ def verify_node_records(read, entries, node):
     """{container: record} of a node's node_readiness run (read: its registered result) over
     entries (verify_node_entries): each container's reading, or the run's failure (a node that
     could not be reached too), which fails every check the container's options ask for, as the
-    verify role's nodes entry point records it. node is the node's inventory name, each container's pve_node."""
+    verify role's read (read_nodes.yml) records it. node is the node's inventory name, each container's pve_node."""
     if not isinstance(read, Mapping):
         raise AnsibleFilterError("verify_node_records: expects node_readiness's registered result")
     readings = read.get("containers") or {}

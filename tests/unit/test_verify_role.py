@@ -23,6 +23,8 @@ def load(*parts):
 
 
 NODE_VARS = {"verify_node_python", "verify_container_python", "verify_node_parallel", "verify_node_timeout"}
+# Only a play whose hosts are the nodes gives these (read_nodes.yml).
+NODE_PLAY_VARS = {"verify_node_containers", "verify_node_overrides"}
 
 
 def readiness_vars():
@@ -36,7 +38,7 @@ def test_the_read_gives_every_readiness_option_of_the_roles_variables():
     # Every readiness option but two the read sets itself: the evidence cache (the node read writes
     # nothing in a container) and the read's own time bound (container_timeout, verify_node_timeout).
     assert set(readiness_vars()) == set(ARGUMENT_SPEC) - {"evidence_cache", "read_timeout"}
-    read = next(t for t in load("tasks", "read.yml") if "gpufleet.hygiene.node_readiness" in t)
+    read = next(t for t in load("tasks", "read_host.yml") if "gpufleet.hygiene.node_readiness" in t)
     assert read["register"] == "verify__node_read"
     assert read["gpufleet.hygiene.node_readiness"]["containers"] == (
         "{{ verify__peers | map('extract', hostvars, ['verify__node_job', 'entry']) | list }}")
@@ -45,11 +47,11 @@ def test_the_read_gives_every_readiness_option_of_the_roles_variables():
 
 
 def test_the_read_records_the_host_node_and_vmid():
-    job = next(t for t in load("tasks", "read.yml") if "verify__node_job" in t.get("ansible.builtin.set_fact", {}))
+    job = next(t for t in load("tasks", "read_host.yml") if "verify__node_job" in t.get("ansible.builtin.set_fact", {}))
     job = " ".join(job["ansible.builtin.set_fact"]["verify__node_job"].split())
     # The inventory's names: the node is pve_node, the container's id ansible_pct_vmid.
     assert "gpufleet.hygiene.verify_node_job( inventory_hostname, pve_node | default(none), ansible_pct_vmid | default(none)," in job, job
-    record = next(t for t in load("tasks", "read.yml") if "verify_result" in t.get("ansible.builtin.set_fact", {}))
+    record = next(t for t in load("tasks", "read_host.yml") if "verify_result" in t.get("ansible.builtin.set_fact", {}))
     assert "verify_record(inventory_hostname, verify__node_job.label.node, verify__node_job.label.vmid" in " ".join(
         record["ansible.builtin.set_fact"]["verify_result"].split())
 
@@ -74,12 +76,13 @@ def test_without_ansible_cores_validation_the_read_still_validates_every_variabl
     in_read = set(readiness_vars().values()) | NODE_VARS
     specs = load("meta", "argument_specs.yml")["argument_specs"]
     spec = set(specs["main"]["options"])
-    assert spec == in_read | {"verify_fail", "verify_show"}
-    # The entry points the playbooks use: the read alone, the verdict alone.
-    assert set(specs["read"]["options"]) == in_read and set(specs["fail"]["options"]) == {"verify_fail", "verify_show"}
+    assert spec == in_read | NODE_PLAY_VARS | {"verify_fail", "verify_show"}
+    # The entry points the playbooks use: the read alone, the verdict alone; no other.
+    assert set(specs) == {"main", "read", "fail"}
+    assert set(specs["read"]["options"]) == in_read | NODE_PLAY_VARS and set(specs["fail"]["options"]) == {"verify_fail", "verify_show"}
     found = playbook_reads_without_validation()
     assert sorted((name, entry) for name, entry, _vars in found) == [
-        ("hygiene.yml", "nodes"), ("hygiene.yml", "read"), ("preflight.yml", "fail"), ("preflight.yml", "nodes"),
+        ("hygiene.yml", "read"), ("hygiene.yml", "read"), ("preflight.yml", "fail"), ("preflight.yml", "read"),
         ("preflight.yml", "read"),
         ("remediate.yml", "read")]
     for name, entry, play_vars in found:
@@ -88,3 +91,14 @@ def test_without_ansible_cores_validation_the_read_still_validates_every_variabl
     [verdict] = load("tasks", "fail.yml")
     assert verdict["vars"]["verify__verdict"] == "{{ verify_result | gpufleet.hygiene.verify_verdict(verify_fail, verify_show) }}"
     assert "when" not in verdict  # a `when: verify_fail | bool` would take a wrong value for false
+
+
+def test_the_read_is_one_include_whose_file_each_host_chooses():
+    """A node given containers reads them (read_nodes.yml), any other host itself (read_host.yml):
+    one task either way, so neither kind of host runs (or skips) the other's tasks."""
+    [include] = load("tasks", "read.yml")
+    assert include["ansible.builtin.include_tasks"] == (
+        "{{ 'read_nodes.yml' if verify_node_containers | default(none) is not none else 'read_host.yml' }}")
+    assert "when" not in include
+    main = load("tasks", "main.yml")
+    assert [t.get("ansible.builtin.import_tasks") for t in main] == ["read.yml", "fail.yml"]

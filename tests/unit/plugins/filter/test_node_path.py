@@ -17,6 +17,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.lookup import inventory_hostnames
 from ansible.template import Templar, trust_as_template
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
@@ -122,49 +123,61 @@ def fleet(n_nodes=2, per_node=3, **extra):
     return hostvars, groups
 
 
+def hostnames(groups, pattern):
+    """A pattern's hosts as the plan's play resolves them (ansible.builtin.inventory_hostnames)."""
+    return inventory_hostnames.LookupModule().run([pattern], variables={"groups": groups})
+
+
+def read_plan(pattern, hostvars, groups, limit, read_by):
+    """fleet_read_plan as playbooks/plan.yml calls it: the pattern and the --limit resolved first."""
+    resolved = hostnames(groups, limit) if limit and not limit.startswith("@") else None
+    return _fleet.fleet_read_plan(hostnames(groups, pattern), hostvars, limit=resolved,
+                                  limit_file=bool(limit) and limit.startswith("@"), read_by=read_by)
+
+
 def test_auto_reads_by_node_whenever_every_container_has_its_node_among_the_hosts():
     """No threshold: the node read is the one read of a container, so auto reads by node at any
     size, one container a node included."""
     hostvars, groups = fleet()
-    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto")
+    plan = read_plan("pve_containers", hostvars, groups, None, "auto")
     assert plan["by"] == "node" and plan["container_hosts"] == [] and plan["node_hosts"] == ["pve1", "pve2"]
     assert plan["by_node"] == {"pve1": ["ct10", "ct11", "ct12"], "pve2": ["ct20", "ct21", "ct22"]}
     hostvars, groups = fleet(n_nodes=1, per_node=1)
-    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto")["by_node"] == {"pve1": ["ct10"]}
-    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "container")
+    assert read_plan("pve_containers", hostvars, groups, None, "auto")["by_node"] == {"pve1": ["ct10"]}
+    plan = read_plan("pve_containers", hostvars, groups, None, "container")
     assert plan["by"] == "container" and plan["container_hosts"] == ["ct10"] and plan["node_hosts"] == []
 
 
 def test_a_limit_counts_only_its_containers_and_must_name_their_nodes():
     hostvars, groups = fleet()
     # One container with its node in the limit: by node, the node reads that container alone.
-    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct10,pve1,localhost", "auto")
+    plan = read_plan("pve_containers", hostvars, groups, "ct10,pve1,localhost", "auto")
     assert plan["by"] == "node" and plan["by_node"] == {"pve1": ["ct10"]} and plan["node_hosts"] == ["pve1"]
     # Without its node the node cannot be the play's host: one host per container (each still
     # read from its node, through the pct connection).
-    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct10,localhost", "auto")
+    plan = read_plan("pve_containers", hostvars, groups, "ct10,localhost", "auto")
     assert plan["by"] == "container" and plan["container_hosts"] == ["ct10"]
-    plan = _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct1*,pve1", "auto")
+    plan = read_plan("pve_containers", hostvars, groups, "ct1*,pve1", "auto")
     assert plan["by"] == "node" and plan["by_node"] == {"pve1": ["ct10", "ct11", "ct12"]}
-    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct1*", "auto")["by"] == "container"
+    assert read_plan("pve_containers", hostvars, groups, "ct1*", "auto")["by"] == "container"
     with pytest.raises(AnsibleFilterError, match="gpufleet_read_by=node, but these containers have no node among this run's hosts .*: ct10"):
-        _fleet.fleet_read_plan("pve_containers", hostvars, groups, "ct10", "node")
+        read_plan("pve_containers", hostvars, groups, "ct10", "node")
     # A limit from a file is applied by ansible-core itself, reading by container.
-    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, "@retry", "auto")["by"] == "container"
+    assert read_plan("pve_containers", hostvars, groups, "@retry", "auto")["by"] == "container"
 
 
 def test_a_container_without_a_node_keeps_auto_by_container():
     hostvars, groups = fleet()
     hostvars["ct21"]["ansible_connection"] = "ssh"
-    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto")["by"] == "container"
+    assert read_plan("pve_containers", hostvars, groups, None, "auto")["by"] == "container"
     hostvars["ct21"]["ansible_connection"], hostvars["ct21"]["pve_node"] = PCT, "pve9"
-    assert _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "auto")["by"] == "container"
+    assert read_plan("pve_containers", hostvars, groups, None, "auto")["by"] == "container"
 
 
 def test_a_bad_choice_says_which_variable():
     hostvars, groups = fleet()
     with pytest.raises(AnsibleFilterError, match="gpufleet_read_by must be one of auto, node, container"):
-        _fleet.fleet_read_plan("pve_containers", hostvars, groups, None, "nodes")
+        read_plan("pve_containers", hostvars, groups, None, "nodes")
 
 
 CHECK = {"name": "gpu_idle", "severity": "fail", "ok": True, "error": False, "summary": "1 GPU(s) idle"}
@@ -217,3 +230,20 @@ def test_a_node_as_the_host_enters_each_container_as_the_pct_connection_is_confi
     # Its own variables first (verify_node_entries put them in the entry); a host without a vmid is read on the node.
     assert action._with_settings(dict(given, method="pct"), settings.get, False)["method"] == "pct"
     assert action._with_settings({"host": "pve1", "args": {}}, settings.get, False) == {"host": "pve1", "args": {}}
+
+
+def test_the_plan_takes_host_names_not_a_pattern():
+    """The play resolves the pattern and the limit (inventory_hostnames): a pattern given here is refused, named."""
+    hostvars, _groups = fleet()
+    with pytest.raises(AnsibleFilterError, match="expects host names .* not the pattern 'pve_containers'"):
+        _fleet.fleet_read_plan("pve_containers", hostvars)
+    with pytest.raises(AnsibleFilterError, match="not the pattern 'ct1\\*'"):
+        _fleet.fleet_read_plan(["ct10"], hostvars, limit="ct1*")
+
+
+def test_the_records_of_the_plans_containers_by_name():
+    hostvars, _groups = fleet(n_nodes=1, per_node=2)
+    hostvars["ct10"]["verify_result"] = _verify.verify_record(BRIEF, "ct10", "pve1", 100)
+    records = _fleet.fleet_records(["ct10", "ct11"], hostvars)
+    assert [r["host"] for r in records] == ["ct10"]  # ct11 was not read in this run
+    assert records == _fleet.fleet_records([hostvars["ct10"], hostvars["ct11"]], hostvars)
