@@ -67,9 +67,9 @@ def fleet_records(hosts, hostvars=None, unread=False):
     a container read by its node (verify_results of its pve_node) has the record kept there. With
     unread, a host without any record is recorded as not read (no result) instead of left out."""
     out = []
-    for hv in hosts:
-        if isinstance(hv, str) and hostvars is not None and hv in hostvars:
-            hv = hostvars[hv]  # a host's name (the plan's containers): its variables
+    for host in hosts:
+        # a host's name (the plan's containers): its variables
+        hv = hostvars[host] if isinstance(host, str) and hostvars is not None and host in hostvars else host
         if not isinstance(hv, Mapping) or "inventory_hostname" not in hv:
             raise AnsibleFilterError("fleet_records: expects host names with hostvars, or each host's variables "
                                      "(hosts | map('extract', hostvars))")
