@@ -22,7 +22,7 @@ import pytest
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import Gate
 
-STANDIN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "standins", "train_dflash.py")
+STANDIN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "standins", "train_dflash.py")
 GOOD, SLOW = 20000, 12800  # the seed's baseline and its contaminated run
 
 
