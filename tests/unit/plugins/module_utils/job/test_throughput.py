@@ -1,7 +1,7 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The throughput gate judges only what the launched run wrote.
+"""job/_throughput: the throughput gate judges only what the launched run wrote.
 
 Real processes (the training stand-in) append real lines to a real log, slowly: a compile
 phase before the first reading, warm-up readings, then their rate. An earlier run's readings
