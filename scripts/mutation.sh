@@ -30,12 +30,12 @@ CR_REPORT="${CR_REPORT:-$(dirname "$CR")/cr-report}"
 # name | module under plugins/module_utils | the unit tests that pin it
 TABLE="
 contamination|venv/_contamination.py|tests/unit/plugins/modules/test_cuda_contamination.py
-verdict|venv/_cuda.py|tests/unit/plugins/module_utils/test_cuda_evidence.py tests/unit/plugins/modules/test_cuda_mixed_major.py tests/unit/plugins/modules/test_cuda_contamination.py
-record|venv/_dist.py|tests/unit/plugins/module_utils/test_dist_paths.py tests/unit/plugins/module_utils/test_files_hostile.py tests/unit/plugins/modules/test_pip_inventory.py
-scope|proc/_proc.py|tests/unit/plugins/module_utils/test_scope_safety.py tests/unit/plugins/module_utils/test_gpuproc.py tests/unit/plugins/modules/test_processes.py
-ordinary|proc/_ordinary.py|tests/unit/plugins/module_utils/test_scope_safety.py
-throughput|job/_throughput.py|tests/unit/plugins/module_utils/test_throughput_launch.py tests/unit/plugins/module_utils/test_throughput_since.py tests/unit/plugins/modules/test_host_lock_throughput.py tests/unit/plugins/filter/test_log_search.py
-liveness|job/_liveness.py|tests/unit/plugins/module_utils/test_liveness.py tests/unit/plugins/module_utils/test_liveness_thresholds.py tests/unit/plugins/module_utils/test_liveness_paths.py tests/unit/plugins/module_utils/test_leftovers_owner.py
+verdict|venv/_cuda.py|tests/unit/plugins/module_utils/venv/test_cuda.py tests/unit/plugins/modules/test_cuda_mixed_major.py tests/unit/plugins/modules/test_cuda_contamination.py
+record|venv/_dist.py|tests/unit/plugins/module_utils/venv/test_dist.py tests/unit/plugins/module_utils/venv/test_dist_hostile.py tests/unit/plugins/modules/test_pip_inventory.py
+scope|proc/_proc.py|tests/unit/plugins/module_utils/proc/test_proc_scope.py tests/unit/plugins/module_utils/proc/test_proc.py tests/unit/plugins/modules/test_processes.py
+ordinary|proc/_ordinary.py|tests/unit/plugins/module_utils/proc/test_proc_scope.py
+throughput|job/_throughput.py|tests/unit/plugins/module_utils/job/test_throughput.py tests/unit/plugins/module_utils/job/test_throughput_since.py tests/unit/plugins/modules/test_host_lock_throughput.py tests/unit/plugins/filter/test_log_search.py
+liveness|job/_liveness.py|tests/unit/plugins/module_utils/job/test_liveness.py tests/unit/plugins/module_utils/job/test_liveness_thresholds.py tests/unit/plugins/module_utils/job/test_liveness_paths.py tests/unit/plugins/module_utils/job/test_liveness_leftovers.py
 xid|gpu/_xid.py|tests/unit/plugins/module_utils/test_xid.py tests/unit/plugins/module_utils/test_gpu_health.py
 "
 

@@ -88,8 +88,8 @@ _boot()
 
 # The module_utils that travel into a target (below PACKAGE): READER, RECORD and ENTRY, and
 # every module_util any of them imports, at its top or inside a function, named here by hand.
-# tests/unit/plugins/module_utils/test_bootstrap.py reads their imports (Python's ast) and fails
-# on a module missing here or one here that no listed file imports.
+# tests/unit/plugins/module_utils/transport/test_bootstrap.py reads their imports (Python's ast)
+# and fails on a module missing here or one here that no listed file imports.
 TRAVELS = (
     "cache._torch_cache",
     "common._errors",

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The proxmox_lxc inventory plugin without a fleet: host names, and why a node is skipped (the
-parsers of `pct list` / `pct config` it calls are tested with the layer, module_utils/test_proxmox_layer.py)."""
+parsers of `pct list` / `pct config` it calls are tested with the layer, proxmox/test_pct.py)."""
 
 from __future__ import annotations
 

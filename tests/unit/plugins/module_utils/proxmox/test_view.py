@@ -144,26 +144,6 @@ print(open(sys.argv[2]).read().strip())  # the node's own threads keep the node'
     assert not marker.exists()
 
 
-def test_a_container_without_an_init_in_the_nodes_proc_is_reported_as_not_running():
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node
-
-    class Module:
-        check_mode = False
-
-        def warn(self, msg):
-            raise AssertionError(msg)
-
-        def get_bin_path(self, name):
-            return None
-
-    entry = {"host": "ct-stopped", "vmid": 999998, "python": "/usr/bin/python3", "method": "pct", "pct_path": "pct",
-             "lxc_path": None, "args": {"venv": "/opt/venv"}}
-    results, summary = _node.read_node(Module(), [entry], 0, 60, read_from="node")
-    assert summary["from"] == "node" and summary["failed"] == 1
-    assert results["ct-stopped"]["failed"] is True
-    assert results["ct-stopped"]["msg"].startswith("container 999998 is not running (stopped); start it (pct start 999998)")
-
-
 def test_an_unprivileged_containers_root_owns_its_files_in_its_view(tmp_path):
     """Its /var, 100000's on the node, is root's as the container sees it: a directory the
     restore record may be kept under (venv/_contamination's trust check), not another user's."""
@@ -178,52 +158,6 @@ def test_an_unprivileged_containers_root_owns_its_files_in_its_view(tmp_path):
     assert inside == (0, True)
     # On the node it is 100000's, not root's.
     assert _contamination._trusted(os.stat(tmp_path / "var")) is False
-
-
-class _Module:
-    def __init__(self, nvidia_smi=None):
-        self.warnings = []
-        self.nvidia_smi = nvidia_smi
-
-    def warn(self, msg):
-        self.warnings.append(msg)
-
-    def get_bin_path(self, name):
-        return self.nvidia_smi
-
-
-def test_a_node_without_nvidia_smi_fails_its_containers_gpu_reading_saying_what_to_do():
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node
-
-    reading, apps = _node.gpu_reading(_Module(), "node", None, 15, containers_read_own=False)
-    assert apps == {} and reading["error"]["kind"] == "missing"
-    assert reading["error"]["msg"] == ("reading the GPUs on the node: nvidia-smi was not found on this node: install the NVIDIA "
-                                       "driver's tools on the node, or name them with nvidia_smi (the node read runs nothing in "
-                                       "a container)")
-
-
-def test_a_node_whose_nvidia_smi_fails_gives_each_container_that_failure_not_an_empty_reading(tmp_path):
-    """The node read never runs a container's nvidia-smi: when the node's fails (hangs, a GPU
-    fallen off the bus), a container's GPUs cannot be read either, and its gpu_idle check must
-    say why - not count no GPU as idle."""
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _state
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import GpuError
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node
-
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.' >&2\nexit 15\n")
-    smi.chmod(0o755)
-    module = _Module(str(smi))
-    reading, _apps = _node.gpu_reading(module, "node", None, 15, containers_read_own=False)
-    assert module.warnings == [] and reading["error"]["rc"] == 15 and "GPU is lost" in reading["error"]["msg"]
-    state = _state.GpuState(backend="nvidia-smi", nvidia_smi="/nonexistent/nvidia-smi", reading=dict(reading, apps=[]))
-    with pytest.raises(GpuError) as exc:
-        state.run(state="query", wanted=[], check_mode=True, require_gpu=True)
-    assert exc.value.msg.startswith("reading the GPUs on the node: ") and "GPU is lost" in exc.value.msg and exc.value.rc == 15
-    # Where the containers read their own (read_from=container), a warning, and they do.
-    module = _Module(str(smi))
-    assert _node.gpu_reading(module, "node", None, 15, containers_read_own=True) is None
-    assert "each container reads its own" in module.warnings[0]
 
 
 def _proc_entry(proc, pid, nspid, vmid, init=False):

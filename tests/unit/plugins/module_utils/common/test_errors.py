@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, check_range, out_of_range
 
-PLUGINS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "plugins")
+PLUGINS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "plugins")
 PREFIX = "ansible_collections.gpufleet.hygiene.plugins"
 # Outside the tree still, in a file changed with the node read; drop the entry once it is a GpufleetError.
 

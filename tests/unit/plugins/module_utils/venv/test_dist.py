@@ -1,8 +1,9 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The scan's cheap pass over RECORD (paths only, in bulk) must name exactly the files the
-full RECORD parser names, whatever the paths look like."""
+"""venv/_dist: the scan's cheap pass over RECORD (paths only, in bulk) must name exactly the files
+the full RECORD parser names, whatever the paths look like; RECORD and METADATA garbage, one
+input at a time. Hostile venvs read through it are in test_dist_hostile.py."""
 
 from __future__ import annotations
 
@@ -96,3 +97,30 @@ def test_a_body_that_is_not_utf8_is_no_problem_of_the_headers():
     # A header that is not UTF-8 still is.
     _dist.parse_metadata(b"Name: caf\xe9\nVersion: 1\n\nbody", "m", problems)
     assert problems and "not valid UTF-8" in problems[0]
+
+
+# ------------------------------------------------------- RECORD and METADATA, one input at a time
+
+
+def test_canonical_name():
+    assert _dist.canonical_name("Flash_Attn.Four") == "flash-attn-four"
+    assert _dist.canonical_name("nvidia--cudnn__cu13") == "nvidia-cudnn-cu13"
+
+
+def test_parse_record_reports_garbage():
+    problems = []
+    rows = _dist.parse_record(b'a.py,sha256=abc,3\nb.py,md5,x\n"c.py,,\n', "R", problems)
+    assert rows[0] == ("a.py", "sha256", "abc", 3)
+    assert rows[1] == ("b.py", None, None, None)
+    assert any("malformed hash" in p for p in problems)
+    assert any("malformed size" in p for p in problems)
+
+
+def test_parse_metadata_latin1_and_folding():
+    problems = []
+    fields = _dist.parse_metadata(b"Name: caf\xe9\nVersion: 1.0\nRequires-Dist: a\n  folded\nbroken line\n\nbody: x\n",
+                                  "M", problems)
+    assert fields["name"] == "caf\xe9" and fields["version"] == "1.0"
+    assert fields["requires_dist"] == ["a"]
+    assert any("not valid UTF-8" in p for p in problems)
+    assert any("malformed header line" in p for p in problems)

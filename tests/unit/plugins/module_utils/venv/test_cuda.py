@@ -1,15 +1,15 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The evidence layers, one input at a time."""
+"""venv/_cuda: the CUDA evidence layers (version labels, name families, files, expected_cuda),
+one input at a time. The RECORD and METADATA parsers these layers read through are tested in
+test_dist.py, the ELF reader in test_elf.py."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist, _elf
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist
 
 
 @pytest.mark.parametrize("version, expected", [
@@ -80,42 +80,3 @@ def test_expected_cuda_ok(value, expected):
 def test_expected_cuda_bad(value):
     with pytest.raises(_cuda.CudaError, match="expected_cuda"):
         _cuda.parse_expected(value)
-
-
-def test_canonical_name():
-    assert _dist.canonical_name("Flash_Attn.Four") == "flash-attn-four"
-    assert _dist.canonical_name("nvidia--cudnn__cu13") == "nvidia-cudnn-cu13"
-
-
-def test_parse_record_reports_garbage():
-    problems = []
-    rows = _dist.parse_record(b'a.py,sha256=abc,3\nb.py,md5,x\n"c.py,,\n', "R", problems)
-    assert rows[0] == ("a.py", "sha256", "abc", 3)
-    assert rows[1] == ("b.py", None, None, None)
-    assert any("malformed hash" in p for p in problems)
-    assert any("malformed size" in p for p in problems)
-
-
-def test_parse_metadata_latin1_and_folding():
-    problems = []
-    fields = _dist.parse_metadata(b"Name: caf\xe9\nVersion: 1.0\nRequires-Dist: a\n  folded\nbroken line\n\nbody: x\n",
-                                  "M", problems)
-    assert fields["name"] == "caf\xe9" and fields["version"] == "1.0"
-    assert fields["requires_dist"] == ["a"]
-    assert any("not valid UTF-8" in p for p in problems)
-    assert any("malformed header line" in p for p in problems)
-
-
-@pytest.mark.parametrize("blob", [b"", b"\x7fELF", b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\xff" * 48,
-                                  b"\x7fELF\x09\x01" + b"\0" * 100, b"not an elf at all" * 10])
-def test_elf_garbage_is_not_a_crash(tmp_path, blob):
-    path = tmp_path / "x.so"
-    path.write_bytes(blob)
-    assert _elf.dt_needed(str(path)) in (None, [])
-
-
-def test_elf_real_library():
-    libc = [p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6",
-                        "/lib/aarch64-linux-gnu/libm.so.6") if os.path.exists(p)]
-    assert libc, "this test needs the system libm"
-    assert "libc.so.6" in _elf.dt_needed(libc[0])

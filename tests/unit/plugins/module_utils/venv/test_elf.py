@@ -1,13 +1,15 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""DT_NEEDED read from real objects built with gcc, including names that run past the span
-of the string table read first."""
+"""venv/_elf: DT_NEEDED read from real objects built with gcc, including names that run past the
+span of the string table read first; garbage that is no ELF object, and the system's own libm."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+
+import pytest
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _elf
 
@@ -46,3 +48,21 @@ def test_not_elf_and_truncated(tmp_path):
     cut.write_bytes(head)
     assert _elf.dt_needed(str(cut)) is None
     assert _elf.dt_needed(str(tmp_path / "missing.so")) is None
+
+
+# ----------------------------------------------------------------- garbage and the system's libm
+
+
+@pytest.mark.parametrize("blob", [b"", b"\x7fELF", b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\xff" * 48,
+                                  b"\x7fELF\x09\x01" + b"\0" * 100, b"not an elf at all" * 10])
+def test_elf_garbage_is_not_a_crash(tmp_path, blob):
+    path = tmp_path / "x.so"
+    path.write_bytes(blob)
+    assert _elf.dt_needed(str(path)) in (None, [])
+
+
+def test_elf_real_library():
+    libc = [p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6",
+                        "/lib/aarch64-linux-gnu/libm.so.6") if os.path.exists(p)]
+    assert libc, "this test needs the system libm"
+    assert "libc.so.6" in _elf.dt_needed(libc[0])

@@ -1,7 +1,7 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Both sides of ``stall_after``, on a real log whose modification time is set: a log quiet for
+"""job/_liveness, both sides of ``stall_after``, on a real log whose modification time is set: a log quiet for
 0.9x stall_after is a running job's, one quiet for 1.1x is a stalled job's, for the default
 (900 s, as documented in docs/checks.md) and for values given. A threshold halved or doubled
 fails one side."""

@@ -1,7 +1,7 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The throughput gate judges only what the launched run wrote.
+"""job/_throughput: the throughput gate judges only what the launched run wrote.
 
 Real processes (the training stand-in) append real lines to a real log, slowly: a compile
 phase before the first reading, warm-up readings, then their rate. An earlier run's readings
@@ -22,7 +22,7 @@ import pytest
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import Gate
 
-STANDIN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "standins", "train_dflash.py")
+STANDIN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "standins", "train_dflash.py")
 GOOD, SLOW = 20000, 12800  # the seed's baseline and its contaminated run
 
 

@@ -3,7 +3,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """What a container's user controls, read as root: REAL venvs (uv, pip), REAL FIFOs, links to
 /dev/zero, huge files, and interpreters that are another user's scripts. Each read returns
-within a bound with a problem; nothing of the venv runs as root."""
+within a bound with a problem; nothing of the venv runs as root.
+
+Mostly venv/_dist (the venv resolved, METADATA and RECORD read, the interpreter asked as its
+owner), reached through the readers that use it: venv/_contamination's scan and removal (the
+cuda_contamination module), pip_inventory, and readiness/_readiness's read_timeout. The file
+layer under them alone (fs/_files) is tested in fs/test_files.py."""
 
 from __future__ import annotations
 
@@ -11,11 +16,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 
 import pytest
 from cuda_fixtures import SEED_BASE, UV, make_venv, pins
+from hostilefiles import replace, timed
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _files
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness
@@ -25,7 +30,6 @@ from ansible_collections.gpufleet.hygiene.plugins.modules import cuda_contaminat
 
 pytestmark = pytest.mark.slow
 
-BOUND = 5.0  # seconds: every hostile read below returns well within it
 NOBODY = 65534
 
 
@@ -39,21 +43,6 @@ def install(uv, venv, wheel_dir, names):
 def run(argv):
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     return proc.returncode, proc.stdout, proc.stderr
-
-
-def timed(call, *args, **kw):
-    """call(*args) in a thread; its result and seconds, or a failure when it outlives BOUND."""
-    out = {}
-
-    def target():
-        out["value"] = call(*args, **kw)
-
-    thread = threading.Thread(target=target, daemon=True)
-    start = time.monotonic()
-    thread.start()
-    thread.join(BOUND)
-    assert not thread.is_alive(), "%s hung for more than %ss" % (getattr(call, "__name__", call), BOUND)
-    return out["value"], time.monotonic() - start
 
 
 @pytest.fixture(autouse=True)
@@ -83,48 +72,6 @@ def rewrite(path, change):
     os.remove(path)
     with open(path, "wb") as f:
         f.write(change(data))
-
-
-def replace(path, how):
-    os.remove(path)
-    if how == "fifo":
-        os.mkfifo(path)
-    else:
-        os.symlink(how, path)
-
-
-# ----------------------------------------------------------------------- the file layer alone
-
-
-@pytest.mark.parametrize("how, said", [("fifo", "is a FIFO, not a regular file"), ("/dev/zero", "is a symbolic link")])
-def test_the_layer_refuses_fifos_and_links_without_blocking(tmp_path, how, said):
-    path = str(tmp_path / "f")
-    open(path, "w").close()
-    replace(path, how)
-    problems = []
-    data, _seconds = timed(_files.read_file, path, "record", problems)
-    assert data is None and len(problems) == 1 and said in problems[0]
-
-
-def test_a_device_reached_by_its_own_name_is_refused(tmp_path):
-    problems = []
-    data, _seconds = timed(_files.read_file, "/dev/zero", "metadata", problems)
-    assert data is None and problems == ["/dev/zero is a character device, not a regular file: not read"]
-
-
-def test_a_cap_never_cuts_a_character_and_says_where_it_cut(tmp_path):
-    """A capped read of UTF-8 text is whole characters (never "not valid UTF-8"), and the cut is
-    reported as the reader's, with its byte count."""
-    path = tmp_path / "METADATA"
-    head = "Metadata-Version: 2.1\nName: typer\nVersion: 0.12.5\nSummary: "
-    body = "é€𝄞" * ((_files.CAPS["metadata"] // 9) + 10)  # 2-, 3- and 4-byte characters across the cap
-    path.write_bytes((head + body).encode("utf-8"))
-    for shift in range(4):  # the cap falls inside each byte of a character in turn
-        path.write_bytes(("x" * shift + head + body).encode("utf-8"))
-        problems = []
-        text = _files.read_text(str(path), "metadata", problems)
-        assert problems == ["%s is larger than %d bytes: truncated at %d bytes" % (path, _files.CAPS["metadata"], _files.CAPS["metadata"])]
-        assert text.startswith("x" * shift + head) and len(text.encode("utf-8")) > _files.CAPS["metadata"] - 4
 
 
 # ------------------------------------------------------------------ through the venv's readers

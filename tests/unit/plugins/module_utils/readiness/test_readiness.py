@@ -1,9 +1,10 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""One readiness read resolves its venv once: a REAL venv made with include-system-site-packages
-(whose base installation's packages are found from pyvenv.cfg, by reading files), REAL wheels
-installed by uv; the run() the read is given counts every start of the venv's interpreter: none."""
+"""readiness/_readiness: one readiness read resolves its venv once: a REAL venv made with
+include-system-site-packages (whose base installation's packages are found from pyvenv.cfg, by
+reading files), REAL wheels installed by uv; the run() the read is given counts every start of
+the venv's interpreter: none."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Which GPU holders are left behind by a job that is gone, on a /proc tree written to disk
-(the real-process paths are in test_readiness and the integration tests)."""
+"""job/_liveness: which GPU holders are left behind by a job that is gone, on a /proc tree written
+to disk (real processes: test_liveness_leftovers.py, the readiness module's tests and the
+integration tests)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""A result's diff reaches the output only in diff mode, and only when it says something."""
+"""common/_results: a result's diff reaches the output only in diff mode, and only when it says
+something."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Whose GPU holders are leftovers: REAL processes of two unprivileged users (nobody runs the
+"""job/_liveness, whose GPU holders are leftovers: REAL processes of two unprivileged users (nobody runs the
 job, daemon is another user), reparented to init as a worker whose job died is, and a PID
 namespace init that nobody made with unshare. Only the job's users' holders are leftovers (or
 those of leftover_users); a namespace init is reported with what to do, never left to fail
-silently nor named for the repair to signal."""
+silently nor named for the repair to signal. What the readiness read (readiness/_readiness's
+check_job) and the repair filter make of it is checked here too."""
 
 from __future__ import annotations
 

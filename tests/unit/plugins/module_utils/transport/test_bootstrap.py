@@ -1,7 +1,7 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""_bootstrap: the bootstrap a container's Python runs, fed over stdin, in a real subprocess."""
+"""transport/_bootstrap: the bootstrap a container's Python runs, fed over stdin, in a real subprocess."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""proxmox._pct, the one Proxmox layer: vmid, argv, pct's output formats (verbatim, as DESIGN.md
+"""proxmox/_pct, the one Proxmox layer: vmid, argv, pct's output formats (verbatim, as DESIGN.md
 gives them), and what pct's, lxc-attach's and ssh's failures mean."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node, _pct
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 
 # ----------------------------------------------------------------------------- vmid
 
@@ -328,30 +328,3 @@ def test_messages_on_the_controller_and_on_the_node():
     assert _pct.message(_pct.UNREACHABLE, node=node, detail="Connection refused\n") == "node root@pve1:22 is unreachable: Connection refused"
     assert "exit status 137, no output" in _pct.message(_pct.STOPPED_DURING, vmid=200, node=node, rc=137)
     assert "does not answer now: no output." in _pct.message(_pct.CONNECTION_LOST, vmid=200, node=node)
-
-
-# ----------------------------------------------------------------------------- on the node (_node)
-
-
-@pytest.mark.parametrize("rc, stderr, method, start", [
-    (255, "container '105' not running!\n", "pct", "container 105 is not running (stopped); start it (pct start 105)"),
-    (1, "lxc-attach: 105: Failed to get init pid\n", "lxc-attach", "container 105 is not running (stopped)"),
-    (255, "Configuration file 'nodes/pve1/lxc/105.conf' does not exist\n", "pct", "container 105 does not exist on this node"),
-    (127, "", "pct", "no Python at /usr/bin/python3 in container 105 (exit status 127)"),
-    (1, "Traceback: boom\n", "pct", "reading container 105 failed (exit status 1): Traceback: boom"),
-])
-def test_node_explains_a_container_without_a_reading(rc, stderr, method, start):
-    assert _node.explain(105, "/usr/bin/python3", rc, "", stderr, method).startswith(start)
-
-
-def test_node_enters_each_container_as_the_connection_does(tmp_path):
-    """The argv node_readiness runs for a container: the connection's exec argv around the launcher."""
-    printer = tmp_path / "pct"
-    printer.write_text("#!%s\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n" % sys.executable)
-    printer.chmod(0o755)
-    entry = {"host": "ct", "vmid": 101, "python": "/usr/bin/python3", "method": "pct", "pct_path": str(printer), "lxc_path": None}
-    job = ("ct", _pct.exec_argv(101, ["/usr/bin/python3", "-I"], "pct", str(printer)), b"", entry, 101)
-    host, result = _node.read_one(job, 10)
-    # The printer gives no reading: its failure names the container and what it printed.
-    assert host == "ct" and result["failed"] is True and result["rc"] == 0
-    assert json.loads(result["msg"].split(": ", 1)[1]) == ["exec", "101", "--", *ENV, "/usr/bin/python3", "-I"]

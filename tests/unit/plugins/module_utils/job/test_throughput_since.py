@@ -1,7 +1,7 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The gate's ``since`` where it matters: while the new run is still writing.
+"""job/_throughput, the gate's ``since`` where it matters: while the new run is still writing.
 
 A log that already holds more of the old run's readings than the gate's window, a new run that
 has written only its first lines when the gate starts and writes the rest while the gate waits

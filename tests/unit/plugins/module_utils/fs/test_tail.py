@@ -4,7 +4,10 @@
 """The job's log, read as root where its user (``nobody`` here, through runuser) made it a link
 to a root-only file, a link to /dev/zero, a FIFO, or put it under a directory linked elsewhere:
 the throughput gate, the liveness read and the relaunch wait (log_wait) refuse each with a
-problem that says so, within a bound, and nothing of the link's target is read or stat'ed."""
+problem that says so, within a bound, and nothing of the link's target is read or stat'ed.
+
+fs/_tail opens and reads the log for all three (by its handle, a window at a time): it is what
+these tests pin, through its users, job/_throughput's Gate, job/_liveness and the log_wait module."""
 
 from __future__ import annotations
 

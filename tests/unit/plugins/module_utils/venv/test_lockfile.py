@@ -1,8 +1,9 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Baselines in the formats users have, written by the real tools (uv, pip), and malformed ones;
-the strict baseline check against a real venv."""
+"""venv/_lockfile: baselines in the formats users have, written by the real tools (uv, pip), and
+malformed ones; the strict baseline check (readiness/_readiness's check_packages, pip_inventory)
+against a real venv."""
 
 from __future__ import annotations
 

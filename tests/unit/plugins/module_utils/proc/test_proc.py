@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""/proc reading (start time, cgroup -> vmid, NSpid), fd scans, scope, and real signals."""
+"""proc/_proc: /proc reading (start time, cgroup -> vmid, NSpid), fd scans, scope, and real signals."""
 
 from __future__ import annotations
 

@@ -5,7 +5,11 @@
 """What a scope may never reach: broad patterns (checked against this machine's real
 processes, not the implementation's table), a PID namespace's init, kernel threads; and a
 namespace's PID 2, which is an ordinary process there. Real processes, a real PID namespace
-(``unshare --pid --fork --mount-proc``), real signals."""
+(``unshare --pid --fork --mount-proc``), real signals.
+
+proc/_proc's Scope, with the table of everyday processes it refuses to match (proc/_ordinary,
+which has no test file of its own: it is pinned here), also through the processes and gpu_state
+modules and the kill role."""
 
 from __future__ import annotations
 
