@@ -300,6 +300,7 @@ import concurrent.futures
 import json
 import os
 import re
+import shutil
 import urllib.error
 import urllib.parse
 
@@ -453,6 +454,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _discover(self):
         nodes = self._nodes()
         policy = self._policy()
+        if not shutil.which(policy["ssh_executable"]):
+            raise AnsibleError("proxmox_lxc: source: ssh runs the OpenSSH client, and %r (ssh_executable) is not found on this "
+                               "controller: install it (openssh-client, openssh-clients) or set ssh_executable"
+                               % policy["ssh_executable"])
         # The connection's own check of the directory its masters live in, once before any ssh.
         _ssh.private_directory(os.path.expanduser(policy["control_path_dir"]), who="proxmox_lxc")
         results, failed = {}, []

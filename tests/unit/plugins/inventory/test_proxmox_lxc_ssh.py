@@ -135,6 +135,15 @@ def test_each_ssh_option_is_set_in_the_same_places_for_both():
     assert {"name": "ANSIBLE_HOST_KEY_CHECKING"} in inv["host_key_checking"]["env"]
 
 
+def test_no_ssh_client_fails_the_inventory_with_what_to_install(tmp_path):
+    from ansible.errors import AnsibleError
+
+    plugin = inventory_plugin(nodes=["pve1"], ssh_executable=str(tmp_path / "no-ssh"), control_path_dir=str(tmp_path))
+    with pytest.raises(AnsibleError, match=r"OpenSSH client, and '.*no-ssh' \(ssh_executable\) is not found on this controller: "
+                                           r"install it \(openssh-client"):
+        plugin._discover()
+
+
 @pytest.fixture(scope="module")
 def ssh_server(tmp_path_factory):
     """An SSH server on 127.0.0.1 (paramiko's server side) with an ed25519 host key of its own; it
