@@ -332,7 +332,10 @@ options:
 notes:
   - Errors are distinct AnsibleConnectionFailure messages for an unreachable node, a failed SSH
     login, a node host key that does not match, a missing container, a stopped container and a
-    missing C(pct) (or C(lxc-attach)) on the node.
+    missing C(pct) (or C(lxc-attach)) on the node; those of SSH also say what to fix.
+  - The P(gpufleet.hygiene.proxmox_lxc#inventory) inventory reaches the nodes with the same C(ssh) command line,
+    built from the same settings (the same C([gpufleet_pct]) keys and environment variables), so that one
+    host-key policy holds for both.
 seealso:
   - plugin: gpufleet.hygiene.proxmox_lxc
     plugin_type: inventory
