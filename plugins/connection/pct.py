@@ -332,7 +332,10 @@ options:
 notes:
   - Errors are distinct AnsibleConnectionFailure messages for an unreachable node, a failed SSH
     login, a node host key that does not match, a missing container, a stopped container and a
-    missing C(pct) (or C(lxc-attach)) on the node.
+    missing C(pct) (or C(lxc-attach)) on the node; those of SSH also say what to fix.
+  - The P(gpufleet.hygiene.proxmox_lxc#inventory) inventory reaches the nodes with the same C(ssh) command line,
+    built from the same settings (the same C([gpufleet_pct]) keys and environment variables), so that one
+    host-key policy holds for both.
 seealso:
   - plugin: gpufleet.hygiene.proxmox_lxc
     plugin_type: inventory
@@ -359,14 +362,12 @@ EXAMPLES = r"""
 
 import contextlib
 import fcntl
-import hashlib
 import itertools
 import os
 import random
 import re
 import selectors
 import shlex
-import stat
 import subprocess
 import tempfile
 import time
@@ -377,6 +378,8 @@ from ansible.plugins.connection import ConnectionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils import _ssh
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._ssh import control_path, private_directory
 
 display = Display()
 
@@ -399,12 +402,6 @@ def validate_user(value):
             "gpufleet.hygiene.pct: node_user must be a user name (letters, digits, '_', '.', '-', not starting with "
             "'-'), got %r (ansible_pct_node_user, ansible_user)" % user)
     return user
-
-
-def control_path(directory, user, host, port):
-    """One socket per node: the hash covers user, address and port, not the container."""
-    digest = hashlib.sha1(to_bytes("%s@%s:%s" % (user, host, port))).hexdigest()[:16]
-    return os.path.join(directory, "pct-%s" % digest)
 
 
 # ssh's words when the node's sshd closed the connection before the identification exchange
@@ -441,37 +438,6 @@ def retry_delay(attempt, base=0.25, cap=4.0):
 
 # Every lock and slot file: never through a link planted in its place, never left to a child.
 LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def private_directory(path, option="control_path_dir"):
-    """Make path (0700, its missing parents too) or take the one there when it is a directory of
-    this user that nobody else can enter or write; refuse anything else with what to fix. The
-    master sockets, their lock files and the session slots live here: another user able to plant a
-    link in it would make this process create or lock a file where the link points."""
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    except OSError as exc:
-        raise AnsibleConnectionFailure("gpufleet.hygiene.pct: cannot create %s %s: %s" % (option, path, exc)) from exc
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise AnsibleConnectionFailure(
-            "gpufleet.hygiene.pct: %s %s is not a directory of its own (a symbolic link or another file: %s); remove it "
-            "or choose another %s" % (option, path, exc.strerror, option)) from exc
-    try:
-        st = os.fstat(fd)
-    finally:
-        os.close(fd)
-    uid = os.geteuid()
-    if st.st_uid != uid:
-        raise AnsibleConnectionFailure(
-            "gpufleet.hygiene.pct: %s %s belongs to uid %d, not to this user (uid %d): another user could plant links "
-            "in it. Remove it (or chown %d it) or choose another %s" % (option, path, st.st_uid, uid, uid, option))
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        raise AnsibleConnectionFailure(
-            "gpufleet.hygiene.pct: %s %s has mode %04o: others can enter or write it. chmod 0700 it or choose another %s"
-            % (option, path, stat.S_IMODE(st.st_mode), option))
-    return path
 
 
 def acquire_slot(directory, limit, timeout=None, poll=0.01):
@@ -529,32 +495,12 @@ class Connection(ConnectionBase):
         host = self.get_option("node_host")
         if not host:
             raise AnsibleOptionsError("gpufleet.hygiene.pct: node_host is required (ansible_pct_node_host)")
-        user = self.get_option("node_user")
-        port = self.get_option("node_port")
-        argv = [
-            self.get_option("ssh_executable"), "-T",
-            "-o", "BatchMode=yes",
-            "-o", "ConnectTimeout=%d" % self.get_option("connect_timeout"),
-            "-o", "ControlMaster=auto",
-            "-o", "ControlPersist=%ds" % self.get_option("control_persist"),
-            "-o", "ControlPath=%s" % self._control_path(),
-        ]
-        if self.get_option("host_key_checking"):
-            argv += ["-o", "StrictHostKeyChecking=yes"]
-            if self.get_option("known_hosts_file"):
-                argv += ["-o", "UserKnownHostsFile=%s" % self.get_option("known_hosts_file")]
-        else:
-            argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
-        key = self.get_option("private_key_file")
-        if key:
-            argv += ["-o", "IdentitiesOnly=yes", "-i", key]
-        argv += ["-p", str(port), "-l", user]
-        argv += shlex.split(self.get_option("ssh_extra_args") or "")
-        argv += list(ssh_opts)
-        argv += ["--", host]
-        if remote_command is not None:
-            argv.append(remote_command)
-        return argv
+        return _ssh.argv(host, remote_command, user=self.get_option("node_user"), port=self.get_option("node_port"),
+                         executable=self.get_option("ssh_executable"), connect_timeout=self.get_option("connect_timeout"),
+                         host_key_checking=self.get_option("host_key_checking"),
+                         known_hosts_file=self.get_option("known_hosts_file"),
+                         private_key_file=self.get_option("private_key_file"), extra_args=self.get_option("ssh_extra_args"),
+                         control_path=self._control_path(), control_persist=self.get_option("control_persist"), opts=ssh_opts)
 
     def _control_path(self):
         cpdir = os.path.expanduser(self.get_option("control_path_dir"))
@@ -791,8 +737,9 @@ class Connection(ConnectionBase):
     def _node_label(self):
         return "node %s@%s:%s" % (self.get_option("node_user"), self.get_option("node_host"), self.get_option("node_port"))
 
-    def _fail(self, kind, **details):
-        raise AnsibleConnectionFailure("gpufleet.hygiene.pct: " + _pct.message(kind, vmid=self._vmid, node=self._node_label(), **details))
+    def _fail(self, kind, fix="", **details):
+        msg = _pct.message(kind, vmid=self._vmid, node=self._node_label(), **details)
+        raise AnsibleConnectionFailure("gpufleet.hygiene.pct: " + msg + ("; to fix: " + fix if fix else ""))
 
     def _raise_for_failure(self, rc, stdout, stderr):
         """Turn the failures of the transport (not of the user's command) into distinct errors."""
@@ -803,9 +750,15 @@ class Connection(ConnectionBase):
         kind = _pct.enter_failure(self._vmid, rc, stdout, err, method, pct_path) if in_container else None
         if kind == _pct.ATTACH_REFUSED:
             kind = self._attach_refused()
-        kind = kind or _pct.ssh_failure(rc, stdout, err)
+        fix = ""
+        if not kind:
+            # Named as the inventory names it (plugin_utils/_ssh.py), with the same fix.
+            ssh_kind = _ssh.failure(rc, stdout, err)
+            fix = _ssh.fix(ssh_kind, self.get_option("node_host"), self.get_option("node_port"),
+                           self.get_option("known_hosts_file"), self.get_option("private_key_file"))
+            kind = _pct.HOST_KEY if ssh_kind == _pct.HOST_KEY_UNKNOWN else ssh_kind
         if kind:
-            self._fail(kind, tool=_pct.enter_tool(method, pct_path), detail=err)
+            self._fail(kind, fix=fix, tool=_pct.enter_tool(method, pct_path), detail=err)
         if not stdout and not err.strip() and in_container:
             self._explain_silent_failure(rc)
 

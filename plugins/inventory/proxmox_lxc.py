@@ -8,8 +8,15 @@ DOCUMENTATION = r"""
 name: proxmox_lxc
 short_description: Discover the LXC containers of Proxmox VE nodes over SSH or the Proxmox VE API
 description:
-  - With O(source=ssh) (the default), logs in to every listed Proxmox VE node over SSH (paramiko, nodes in
+  - With O(source=ssh) (the default), logs in to every listed Proxmox VE node with OpenSSH (nodes in
     parallel) and runs C(pct list) and C(pct config <vmid>) for each container.
+  - It reaches the nodes the way the P(gpufleet.hygiene.pct#connection) connection does - the same C(ssh)
+    command line, built by one function, the same host-key policy (C(StrictHostKeyChecking=yes) against
+    O(known_hosts_file), ansible's C(host_key_checking) setting turning it off for both) and the same master
+    connection per node (C(ControlPath) in O(control_path_dir)), which the first tasks of the play then reuse.
+    Every SSH option here reads the same C([gpufleet_pct]) key and environment variable as the connection's
+    option of that name, so that setting one there sets it for both; and every discovered container is given
+    the settings the inventory used (C(ansible_pct_*) variables), so what reached its node reaches it.
   - With O(source=api), asks the Proxmox VE API of the cluster with an API token (the same one
     community.proxmox's C(proxmox) inventory uses) - every container of the whole cluster in one call to
     C(/cluster/resources?type=vm), the nodes and their addresses from C(/cluster/status), each container's
@@ -40,7 +47,7 @@ description:
 author: gpufleet.hygiene maintainers (@gpufleet)
 version_added: 0.1.0
 requirements:
-  - paramiko (on the controller), for O(source=ssh)
+  - the OpenSSH client (C(ssh)) on the controller, for O(source=ssh), as for the connection
 extends_documentation_fragment:
   - constructed
   - inventory_cache
@@ -108,29 +115,127 @@ options:
     default: 10
     version_added: 0.3.0
   user:
-    description: SSH user on the nodes (must be allowed to run C(pct)).
+    description:
+      - SSH user on the nodes (must be allowed to run C(pct)); a node's own C(user) in O(nodes) wins.
+      - Given to the containers as C(ansible_pct_node_user).
     type: string
     default: root
+    env:
+      - name: GPUFLEET_PCT_NODE_USER
+    ini:
+      - section: gpufleet_pct
+        key: node_user
   port:
-    description: SSH port of the nodes.
+    description:
+      - SSH port of the nodes; a node's own C(port) in O(nodes) wins.
+      - Given to the containers as C(ansible_pct_node_port).
     type: int
     default: 22
+    env:
+      - name: GPUFLEET_PCT_NODE_PORT
+    ini:
+      - section: gpufleet_pct
+        key: node_port
   private_key_file:
-    description: Private key for the nodes; also given to the containers as C(ansible_pct_private_key_file).
+    description:
+      - Private key for the nodes (C(ssh -i), with C(IdentitiesOnly=yes)); ssh's own keys and agent when unset.
+      - Given to the containers as C(ansible_pct_private_key_file), and to the nodes as C(ansible_ssh_private_key_file).
     type: path
+    env:
+      - name: GPUFLEET_PCT_PRIVATE_KEY_FILE
+    ini:
+      - section: gpufleet_pct
+        key: private_key_file
   known_hosts_file:
     description:
-      - Known-hosts file with the nodes' host keys; the user's known hosts when unset.
-      - Also given to the containers as C(ansible_pct_known_hosts_file).
+      - Known-hosts file with the nodes' host keys (C(UserKnownHostsFile)); ssh's own (C(~/.ssh/known_hosts) and
+        C(/etc/ssh/ssh_known_hosts)) when unset.
+      - Given to the containers as C(ansible_pct_known_hosts_file).
     type: path
+    env:
+      - name: GPUFLEET_PCT_KNOWN_HOSTS_FILE
+    ini:
+      - section: gpufleet_pct
+        key: known_hosts_file
   host_key_checking:
-    description: Refuse nodes whose host key is unknown or does not match. On by default.
+    description:
+      - Refuse nodes whose host key is unknown or does not match (C(StrictHostKeyChecking=yes)). On by default.
+      - When off, host keys are neither checked nor recorded (C(StrictHostKeyChecking=no),
+        C(UserKnownHostsFile=/dev/null)).
+      - Read from ansible's own C(host_key_checking) setting (C([defaults]) in ansible.cfg,
+        E(ANSIBLE_HOST_KEY_CHECKING)) as the connection does, unless this file sets it.
+      - Given to the containers as C(ansible_pct_host_key_checking).
     type: bool
     default: true
+    env:
+      - name: ANSIBLE_HOST_KEY_CHECKING
+      - name: GPUFLEET_PCT_HOST_KEY_CHECKING
+    ini:
+      - section: defaults
+        key: host_key_checking
+      - section: gpufleet_pct
+        key: host_key_checking
   connect_timeout:
-    description: Seconds to wait for each node's SSH connection and for each command.
+    description:
+      - Seconds to wait for each node's SSH connection (C(ConnectTimeout)), and for each command's output.
+      - Given to the containers as C(ansible_pct_connect_timeout).
     type: int
     default: 10
+    env:
+      - name: GPUFLEET_PCT_CONNECT_TIMEOUT
+    ini:
+      - section: gpufleet_pct
+        key: connect_timeout
+  ssh_executable:
+    description:
+      - The OpenSSH client to run.
+      - Given to the containers as C(ansible_pct_ssh_executable).
+    type: string
+    default: ssh
+    env:
+      - name: GPUFLEET_PCT_SSH_EXECUTABLE
+    ini:
+      - section: gpufleet_pct
+        key: ssh_executable
+    version_added: 0.3.0
+  ssh_extra_args:
+    description:
+      - Extra arguments for ssh, split like a shell would (for example C(-o ProxyJump=bastion)), passed as
+        separate arguments, never through a shell.
+      - Given to the containers as C(ansible_pct_ssh_extra_args).
+    type: string
+    default: ''
+    env:
+      - name: GPUFLEET_PCT_SSH_EXTRA_ARGS
+    ini:
+      - section: gpufleet_pct
+        key: ssh_extra_args
+    version_added: 0.3.0
+  control_path_dir:
+    description:
+      - Directory of the nodes' SSH master sockets (C(ControlPath)), private to this user (0700, made when
+        missing); the connection's, so that the play's first tasks reuse the master the inventory opened.
+      - Given to the containers as C(ansible_pct_control_path_dir).
+    type: path
+    default: ~/.ansible/cp
+    env:
+      - name: GPUFLEET_PCT_CONTROL_PATH_DIR
+    ini:
+      - section: gpufleet_pct
+        key: control_path_dir
+    version_added: 0.3.0
+  control_persist:
+    description:
+      - Seconds a node's SSH master connection stays open when idle (C(ControlPersist)).
+      - Given to the containers as C(ansible_pct_control_persist).
+    type: int
+    default: 60
+    env:
+      - name: GPUFLEET_PCT_CONTROL_PERSIST
+    ini:
+      - section: gpufleet_pct
+        key: control_persist
+    version_added: 0.3.0
   max_workers:
     description: How many nodes are queried at the same time.
     type: int
@@ -155,6 +260,9 @@ options:
     description:
       - Variables set on every discovered container (literal values, not templated), for
         example C(ansible_pct_method) or C(ansible_pct_control_path_dir).
+      - An C(ansible_pct_*) variable here that names one of the SSH options above (C(ansible_pct_control_path_dir),
+        C(ansible_pct_ssh_extra_args), ...) is what the containers' connection uses, so the inventory uses it too
+        for its own SSH to the nodes.
     type: dict
     default: {}
 """
@@ -190,10 +298,13 @@ keyed_groups:
 
 import concurrent.futures
 import json
+import os
 import re
+import shutil
 import urllib.error
 import urllib.parse
 
+from ansible.config.manager import ensure_type
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.module_utils.urls import open_url
@@ -201,15 +312,8 @@ from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructa
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils import _ssh
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._preload import CONNECTION, preload_connection
-
-try:
-    import paramiko
-except ImportError as _exc:  # pragma: no cover - reported in parse()
-    paramiko = None
-    PARAMIKO_IMPORT_ERROR = _exc
-else:
-    PARAMIKO_IMPORT_ERROR = None
 
 display = Display()
 
@@ -219,6 +323,25 @@ _API_MAX_BYTES = 64 << 20
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?", re.ASCII)
 # Proxmox VE's boolean values (PVE::JSONSchema: 1|0, yes|no, on|off, true|false).
 _TRUE = ("1", "yes", "on", "true")
+
+# This plugin's SSH options by the connection's name of the same setting (plugin_utils/_ssh.py's
+# OPTIONS): the containers get each as ansible_pct_<connection's name>, and an ansible_pct_* of
+# container_vars among them is what the inventory uses too.
+SSH_OPTIONS = {"node_user": "user", "node_port": "port", "private_key_file": "private_key_file",
+               "known_hosts_file": "known_hosts_file", "host_key_checking": "host_key_checking",
+               "connect_timeout": "connect_timeout", "ssh_executable": "ssh_executable", "ssh_extra_args": "ssh_extra_args",
+               "control_path_dir": "control_path_dir", "control_persist": "control_persist"}
+_TYPES = {"node_port": "int", "host_key_checking": "bool", "connect_timeout": "int", "control_persist": "int",
+          "private_key_file": "path", "known_hosts_file": "path", "control_path_dir": "path"}
+
+
+class NodeSshError(AnsibleError):
+    """ssh could not reach a node, or a command there ended without an answer; ``kind`` is _pct's
+    name of the failure (the words of the skipped node's warning)."""
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
 
 
 def is_unprivileged(conf):
@@ -248,6 +371,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     # ------------------------------------------------------------------ ssh
 
     def _nodes(self):
+        policy = self._policy()
         nodes = []
         for entry in self.get_option("nodes"):
             item = {"name": entry} if isinstance(entry, str) else entry
@@ -258,56 +382,89 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 raise AnsibleParserError("proxmox_lxc: unknown keys %s in node %s" % (sorted(unknown), item["name"]))
             nodes.append({
                 "name": str(item["name"]), "host": str(item.get("host") or item["name"]),
-                "port": int(item.get("port") or self.get_option("port")), "user": str(item.get("user") or self.get_option("user")),
+                "port": int(item.get("port") or policy["node_port"]), "user": str(item.get("user") or policy["node_user"]),
             })
         return nodes
 
-    def _run(self, client, command):
-        timeout = self.get_option("connect_timeout")
-        _stdin, stdout, stderr = client.exec_command(command, timeout=timeout)
-        out = stdout.read()
-        err = stderr.read()
-        return stdout.channel.recv_exit_status(), to_text(out, errors="surrogate_or_replace"), to_text(err, errors="surrogate_or_replace")
+    def _policy(self):
+        """The SSH settings every node is reached with, by the connection's option names: this
+        file's options (or their [gpufleet_pct] / environment sources), with the container_vars'
+        ansible_pct_* that name one of them winning, since the containers' connection will use those."""
+        given = self.get_option("container_vars") or {}
+        policy = {}
+        for name, option in SSH_OPTIONS.items():
+            value = self.get_option(option)
+            var = "ansible_pct_" + name
+            if var in given:
+                try:
+                    value = ensure_type(given[var], _TYPES.get(name, "string"))
+                except (TypeError, ValueError) as exc:
+                    raise AnsibleParserError("proxmox_lxc: container_vars' %s must be a %s, got %r"
+                                             % (var, _TYPES.get(name, "string"), given[var])) from exc
+            policy[name] = value
+        return policy
 
-    def _query_node(self, node):
+    def _ssh_vars(self):
+        """The SSH settings given to every container (ansible_pct_*), those set anywhere but in
+        their defaults: the connection reads the same ansible.cfg keys and environment variables
+        itself, and a default left out keeps the connection's other sources (ansible_user,
+        ansible_host_key_checking, ...) working as they did. User and port go per node."""
+        out = {}
+        for name, option in SSH_OPTIONS.items():
+            value, origin = self.get_option_and_origin(option)
+            if name not in ("node_user", "node_port") and value is not None and origin != "default":
+                out["ansible_pct_" + name] = value
+        return out
+
+    def _ssh(self, node, policy, line):
+        """(stdout, stderr) of one command line on node over ssh, as the pct connection would run it;
+        NodeSshError when ssh did not reach the node (its words and what to fix)."""
+        cpdir = os.path.expanduser(policy["control_path_dir"])
+        argv = _ssh.argv(node["host"], line, user=node["user"], port=node["port"], executable=policy["ssh_executable"],
+                         connect_timeout=policy["connect_timeout"], host_key_checking=policy["host_key_checking"],
+                         known_hosts_file=policy["known_hosts_file"], private_key_file=policy["private_key_file"],
+                         extra_args=policy["ssh_extra_args"], control_persist=policy["control_persist"],
+                         control_path=_ssh.control_path(cpdir, node["user"], node["host"], node["port"]))
+        display.vvv("proxmox_lxc: %s" % _pct.shell_line(argv), host=node["name"])
+        rc, out, err = _ssh.run(argv, policy["connect_timeout"])
+        text = to_text(err, errors="surrogate_or_replace").strip()
+        kind = _pct.UNREACHABLE if rc is None else _ssh.failure(rc, out, text)
+        if kind:
+            fix = _ssh.fix(kind, node["host"], node["port"], policy["known_hosts_file"], policy["private_key_file"])
+            raise NodeSshError(kind, "%s%s" % (text or "ssh exited %s" % rc, "; to fix: " + fix if fix else ""))
+        return rc, to_text(out, errors="surrogate_or_replace"), text
+
+    def _query_node(self, node, policy):
         """Containers of one node: [{vmid, status, lock, name, config}]; raises on any failure."""
-        timeout = self.get_option("connect_timeout")
-        client = paramiko.SSHClient()
-        try:
-            if self.get_option("known_hosts_file"):
-                client.load_host_keys(self.get_option("known_hosts_file"))
-            else:
-                client.load_system_host_keys()
-            client.set_missing_host_key_policy(
-                paramiko.RejectPolicy() if self.get_option("host_key_checking") else paramiko.AutoAddPolicy())
-            key = self.get_option("private_key_file")
-            client.connect(node["host"], port=node["port"], username=node["user"], key_filename=key,
-                           look_for_keys=key is None, allow_agent=key is None,
-                           timeout=timeout, banner_timeout=timeout, auth_timeout=timeout)
-            pct = self.get_option("pct_path")
-            rc, out, err = self._run(client, _pct.shell_line(_pct.list_argv(pct)))
-            if rc != 0:
-                raise AnsibleError("`pct list` failed (rc=%d): %s" % (rc, err.strip()))
-            rows = _pct.parse_list(out)
-            if rows:
-                # Every container's config in one round trip.
-                rc, out, err = self._run(client, _pct.configs_line([r["vmid"] for r in rows], pct))
-                configs = _pct.split_configs(out)
-                for row in rows:
-                    if row["vmid"] not in configs:
-                        raise AnsibleError("`pct config %d` gave nothing: %s" % (row["vmid"], err.strip()))
-                    row["config"] = _pct.parse_config(configs[row["vmid"]])
-            return rows
-        finally:
-            client.close()
+        pct = self.get_option("pct_path")
+        rc, out, err = self._ssh(node, policy, _pct.shell_line(_pct.list_argv(pct)))
+        if rc != 0:
+            raise AnsibleError("`pct list` failed (rc=%d): %s" % (rc, err))
+        rows = _pct.parse_list(out)
+        if rows:
+            # Every container's config in one round trip.
+            rc, out, err = self._ssh(node, policy, _pct.configs_line([r["vmid"] for r in rows], pct))
+            configs = _pct.split_configs(out)
+            for row in rows:
+                if row["vmid"] not in configs:
+                    raise AnsibleError("`pct config %d` gave nothing: %s" % (row["vmid"], err))
+                row["config"] = _pct.parse_config(configs[row["vmid"]])
+        return rows
 
     def _discover(self):
         nodes = self._nodes()
+        policy = self._policy()
+        if not shutil.which(policy["ssh_executable"]):
+            raise AnsibleError("proxmox_lxc: source: ssh runs the OpenSSH client, and %r (ssh_executable) is not found on this "
+                               "controller: install it (openssh-client, openssh-clients) or set ssh_executable"
+                               % policy["ssh_executable"])
+        # The connection's own check of the directory its masters live in, once before any ssh.
+        _ssh.private_directory(os.path.expanduser(policy["control_path_dir"]), who="proxmox_lxc")
         results, failed = {}, []
 
         def one(node):
             try:
-                return node, self._query_node(node), None
+                return node, self._query_node(node, policy), None
             except Exception as exc:  # noqa: BLE001 - any failure of one node is that node's warning
                 return node, None, exc
 
@@ -323,16 +480,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     @staticmethod
     def _why(exc):
-        kind = None
-        if paramiko is not None:
-            if isinstance(exc, paramiko.BadHostKeyException):
-                kind = _pct.HOST_KEY
-            elif isinstance(exc, paramiko.AuthenticationException):
-                kind = _pct.AUTH
-            elif isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
-                kind = _pct.HOST_KEY_UNKNOWN
-            elif isinstance(exc, (OSError, paramiko.ssh_exception.NoValidConnectionsError)):
-                kind = _pct.UNREACHABLE
+        kind = getattr(exc, "kind", None)
+        if kind is None and isinstance(exc, OSError):
+            kind = _pct.UNREACHABLE
         if kind is None and isinstance(exc, AnsibleError):
             kind = _pct.PCT_FAILED
         return _pct.REASONS.get(kind, "failed")
@@ -394,12 +544,13 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             raise AnsibleParserError("proxmox_lxc: api_token_id must read <user>@<realm>!<tokenid> (e.g. gpufleet@pve!inventory), got %r"
                                      % self.get_option("api_token_id"))
         given = {n["name"]: n for n in self._nodes()} if self.get_option("nodes") else {}
+        policy = self._policy()
         members = [e for e in self._api_get("/cluster/status") if e.get("type") == "node" and e.get("name")]
         nodes, offline = {}, []
         for entry in members:
             name = str(entry["name"])
             nodes[name] = given.get(name) or {"name": name, "host": str(entry.get("ip") or name),
-                                              "port": int(self.get_option("port")), "user": str(self.get_option("user"))}
+                                              "port": int(policy["node_port"]), "user": str(policy["node_user"])}
             if not entry.get("online"):
                 offline.append(name)
         guests = [g for g in self._api_get("/cluster/resources?type=vm")
@@ -448,6 +599,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         prefix = self.get_option("group_prefix")
         strict = self.get_option("strict")
         nodes_group = self.inventory.add_group(prefix + "nodes")
+        ssh_vars = self._ssh_vars()
         all_group = self.inventory.add_group(prefix + "containers")
         names = {}
         node_names = set(results["nodes"])
@@ -497,12 +649,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     "pve_unprivileged": unprivileged,
                     "pve_config": conf,
                 }
-                if self.get_option("private_key_file"):
-                    hostvars["ansible_pct_private_key_file"] = self.get_option("private_key_file")
-                if self.get_option("known_hosts_file"):
-                    hostvars["ansible_pct_known_hosts_file"] = self.get_option("known_hosts_file")
-                if not self.get_option("host_key_checking"):
-                    hostvars["ansible_pct_host_key_checking"] = False
+                # The SSH settings the inventory reached the node with: the connection uses the same.
+                hostvars.update(ssh_vars)
                 hostvars.update(self.get_option("container_vars") or {})
                 for key, value in hostvars.items():
                     self.inventory.set_variable(host, key, value)
@@ -524,8 +672,6 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         super().parse(inventory, loader, path, cache)
         self._read_config_data(path)
         api = self.get_option("source") == "api"
-        if not api and paramiko is None:
-            raise AnsibleError("proxmox_lxc needs paramiko on the controller: %s" % PARAMIKO_IMPORT_ERROR)
         if not api and not self.get_option("nodes"):
             raise AnsibleParserError("proxmox_lxc: nodes is required with source: ssh (or set source: api)")
         cache_key = self.get_cache_key(path)

@@ -95,7 +95,9 @@ def test_unreachable_node_is_a_warning(ansible_cli, tmp_path):
 
 
 @pytest.mark.parametrize("known_hosts, why", [("empty", "host key unknown"), ("wrong", "host key does not match")])
-def test_host_keys_are_checked(ansible_cli, fleet, tmp_path, known_hosts, why):
+def test_host_keys_are_checked_by_the_inventory_and_the_connection_alike(ansible_cli, fleet, tmp_path, known_hosts, why):
+    """One known_hosts file refuses the node's key for the inventory and for the connection of a
+    container of that node, each with ssh's words and the same fix."""
     kh = tmp_path / "known_hosts"
     if known_hosts == "wrong":
         with open(os.path.join(fleet["client"], "known_hosts")) as f:
@@ -103,10 +105,22 @@ def test_host_keys_are_checked(ansible_cli, fleet, tmp_path, known_hosts, why):
         kh.write_text(keys[1].replace("[127.0.1.2]", "[127.0.1.1]") + "\n")
     else:
         kh.write_text("")
-    path = config(tmp_path, "hk", known_hosts_file=str(kh), nodes=[{"name": "pve1", "host": "127.0.1.1", "port": PORT}])
+    # Control paths of their own: a live master to the node would carry either past its host key.
+    cfg = discovery_config()
+    container_vars = dict(cfg["container_vars"], ansible_pct_control_path_dir=str(tmp_path / "cp-inventory"))
+    path = config(tmp_path, "hk", known_hosts_file=str(kh), nodes=[{"name": "pve1", "host": "127.0.1.1", "port": PORT}],
+                  container_vars=container_vars)
     inv, warnings = inventory(ansible_cli, path)
-    assert why in warnings
+    fix = "; to fix: " + ("add the node's host key to %s" % kh if known_hosts == "empty" else "if the node was reinstalled")
+    assert "node pve1 (root@127.0.1.1:%d) skipped: %s" % (PORT, why) in warnings, warnings
+    assert fix in warnings, warnings
     assert "train-100" not in inv["_meta"]["hostvars"]
+    # Refused before any login: no master is left behind in that directory.
+    res = ansible_cli("ansible", "-i", DISCOVERY, "train-100", "-m", "ansible.builtin.ping",
+                      "-e", "ansible_pct_known_hosts_file=%s" % kh, "-e", "ansible_pct_control_path_dir=%s" % (tmp_path / "cp"))
+    assert "train-100 | UNREACHABLE!" in res.stdout, res.stdout
+    assert "host key of node root@127.0.1.1:%d is unknown or does not match" % PORT in res.stdout, res.stdout
+    assert fix in res.stdout, res.stdout
 
 
 def test_cache(ansible_cli, node_ssh, tmp_path):

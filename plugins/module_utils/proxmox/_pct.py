@@ -249,7 +249,8 @@ UNREACHABLE = "unreachable"
 STOPPED_DURING = "stopped_during"
 CONNECTION_LOST = "connection_lost"
 ATTACH_FAILED = "attach_failed"
-# What the inventory tells apart besides (it reads nodes with paramiko, not through pct exec).
+# What the inventory tells apart besides: an unknown host key from one that does not match
+# (plugin_utils/_ssh.py's failure(), from OpenSSH's words), and pct failing on the node.
 HOST_KEY_UNKNOWN = "host_key_unknown"
 PCT_FAILED = "pct_failed"
 

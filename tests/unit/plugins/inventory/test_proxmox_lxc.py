@@ -24,12 +24,18 @@ def test_host_name_never_takes_a_node_or_an_odd_name():
 
 
 def test_a_skipped_node_says_why_in_the_layer_s_words():
-    paramiko = _plugin.paramiko
+    """What OpenSSH prints when it cannot reach a node (exit status 255), in the inventory's words."""
     why = _plugin.InventoryModule._why
-    key = paramiko.RSAKey.generate(1024)
-    assert why(paramiko.BadHostKeyException("pve1", key, key)) == "host key does not match"
-    assert why(paramiko.AuthenticationException("no")) == "SSH authentication failed"
-    assert why(paramiko.SSHException("Server 'pve1' not found in known_hosts")) == "host key unknown (host key checking is on)"
+    said = {
+        "host key does not match": ("@@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@\r\nHost key for [pve1]:22 has "
+                                    "changed and you have requested strict checking.\r\nHost key verification failed.\r\n"),
+        "host key unknown (host key checking is on)": ("No ED25519 host key is known for pve1 and you have requested strict "
+                                                       "checking.\r\nHost key verification failed.\r\n"),
+        "SSH authentication failed": "root@pve1: Permission denied (publickey).\r\n",
+        "unreachable": "ssh: connect to host pve1 port 22: Connection refused\r\n",
+    }
+    for reason, stderr in said.items():
+        assert why(_plugin.NodeSshError(_plugin._ssh.failure(255, b"", stderr), stderr)) == reason
     assert why(ConnectionRefusedError(111, "Connection refused")) == "unreachable"
     assert why(_plugin.AnsibleError("`pct list` failed (rc=2): usage")) == "pct failed"
     assert why(ValueError("odd")) == "failed"
