@@ -108,7 +108,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars if task_vars is not None else {}
         result = super().run(tmp, task_vars)
         validated = self._validated()
-        whose = self._whose(*validated)
+        record_of = self._record_of(*validated)
         try:
             python = self._bootstrap_python(task_vars)
             if python is None:
@@ -117,17 +117,17 @@ class ActionModule(ActionBase):
             else:
                 reading = self._read(python, task_vars.get("inventory_hostname"), *validated)
         except AnsibleConnectionFailure as exc:
-            if not whose:
+            if not record_of:
                 raise  # ansible-core makes the host unreachable
             # Recorded as well: the host is still unreachable (no "failed" here, which would
             # count first), and what it registers is a record like every other host's. Returned,
             # not raised, so the task's failed_when and until see it (the verify role's
             # failed_when: false leaves it unreachable).
             reading = {"unreachable": True, "changed": False, "msg": str(exc)}
-        result.update(self._recorded(self._briefly_failed(reading, whose), whose))
+        result.update(self._recorded(self._briefly_failed(reading, record_of), record_of))
         return result
 
-    def _whose(self, params, problem):
+    def _record_of(self, params, problem):
         """The record option (a dict with host, node, vmid), or None; params and problem are
         _validated()'s. With it, options that cannot be used fail the task, whatever its failed_when
         says: a configuration error, not a reading of the container (the verify role's read has
@@ -147,7 +147,7 @@ class ActionModule(ActionBase):
         params = dict(validated.validated_parameters)
         return params, bad_option(params)
 
-    def _briefly_failed(self, reading, whose):
+    def _briefly_failed(self, reading, record_of):
         """A brief call that failed before reading (bad options without record; sent as a module:
         no Python there, ...) comes back as every check it would have made, failed with its
         message, as the bootstrap's failures do. A container that could not be reached (with
@@ -155,7 +155,7 @@ class ActionModule(ActionBase):
         if not (reading.get("failed") or reading.get("unreachable")) or "checks" in reading:
             return reading
         args = dict(self._task.args)
-        if not whose:
+        if not record_of:
             try:
                 if not boolean(args.get("brief", False), strict=True):
                     return reading
@@ -168,13 +168,13 @@ class ActionModule(ActionBase):
         return dict(reading, **brief_of_failure(reading, args))
 
     @staticmethod
-    def _recorded(reading, whose):
+    def _recorded(reading, record_of):
         """With record: the verify role's record of the (brief) reading, with the result's own
         keys (failed, msg, unreachable, invocation, ...). The module already made it when it ran."""
-        if not whose or "host" in reading or "checks" not in reading:
+        if not record_of or "host" in reading or "checks" not in reading:
             return reading
         out = {key: value for key, value in reading.items() if key not in RECORD_KEYS}
-        out.update(record(reading, whose["host"], whose["node"], whose["vmid"], error=reading["msg"] if reading.get("unreachable") else None))
+        out.update(record(reading, record_of["host"], record_of["node"], record_of["vmid"], error=reading["msg"] if reading.get("unreachable") else None))
         return out
 
     def _bootstrap_python(self, task_vars):
@@ -199,9 +199,9 @@ class ActionModule(ActionBase):
             return {"failed": True, "changed": False, "msg": problem}
         params = dict(params)
         asked = {"brief": params.pop("brief"), "record": params.pop("record")}
-        short = asked["brief"] or asked["record"] is not None
+        as_brief = asked["brief"] or asked["record"] is not None
         entries, blob = modules_part()
-        data = _bootstrap.payload(entries, blob, params, self._task.check_mode, expand=PATH_OPTIONS, brief=short)
+        data = _bootstrap.payload(entries, blob, params, self._task.check_mode, expand=PATH_OPTIONS, brief=as_brief)
         env = self._compute_environment_string()  # the task's environment, as a module would have it
         cmd = (env + " " if env else "") + " ".join(shlex.quote(a) for a in _bootstrap.launcher_argv(python))
         res = self._low_level_execute_command(cmd, in_data=data)
@@ -209,8 +209,8 @@ class ActionModule(ActionBase):
         reading = _bootstrap.outcome(
             where, res["rc"], res.get("stdout", ""),
             lambda: _bootstrap.explain_exit(where, python, res["rc"], res.get("stdout", ""), res.get("stderr", "")),
-            short=short)
-        if short and reading.get("failed") and "checks" not in reading:
+            as_brief=as_brief)
+        if as_brief and reading.get("failed") and "checks" not in reading:
             reading = dict(brief(reading, params), rc=reading.get("rc"))
         # As a module reports it (shown at -v and beyond): the options as validated here.
         reading["invocation"] = {"module_args": dict(params, **asked)}

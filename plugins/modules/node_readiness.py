@@ -263,7 +263,7 @@ def main():
     health = None
     if p["read_from"] == "node" and gpus is not None and not gpus[0].get("error") and any(asks_health(c) for c in p["containers"]):
         health = node_health(p["nvidia_smi"] or module.get_bin_path("nvidia-smi"), p["command_timeout"])
-    results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], short=p["brief"], gpus=gpus,
+    results, summary = read_node(module, p["containers"], p["max_parallel"], p["container_timeout"], as_brief=p["brief"], gpus=gpus,
                                  read_from=p["read_from"], nvidia_smi=p["nvidia_smi"], command_timeout=p["command_timeout"],
                                  health=health)
     if gpus is not None and not gpus[0].get("error"):

@@ -330,18 +330,18 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record
 def main():
     module = AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, brief=BRIEF_OPTION, record=RECORD_OPTION), supports_check_mode=True)
     options = dict(module.params)
-    short = options.pop("brief")
-    whose = options.pop("record")
+    as_brief = options.pop("brief")
+    record_of = options.pop("record")
     problem = bad_option(options)
     if problem:
         module.fail_json(msg=problem)
     result = read(options, module.run_command, module.get_bin_path, module.check_mode)
-    if short or whose:
+    if as_brief or record_of:
         result = brief(result, options)
     for warning in result.pop("warnings"):
         module.warn(warning)
-    if whose:
-        result = record(result, whose["host"], whose["node"], whose["vmid"])
+    if record_of:
+        result = record(result, record_of["host"], record_of["node"], record_of["vmid"])
     module.exit_json(**result)
 
 

@@ -189,10 +189,10 @@ def fold_node_health(module, results, containers, nvidia_smi, timeout, since=_xi
     return len(health["kernel_log"]["events"])
 
 
-def read_node(module, containers, max_parallel, timeout, short=False, gpus=None, read_from="container", nvidia_smi=None,
+def read_node(module, containers, max_parallel, timeout, as_brief=False, gpus=None, read_from="container", nvidia_smi=None,
               command_timeout=15, health=None):
     """Read every container entry (node_readiness's options), return (results by host, summary):
-    each result as the readiness module gives it, plus its warnings as a list (with short: brief()'s
+    each result as the readiness module gives it, plus its warnings as a list (with as_brief: brief()'s
     part of it), each warning also given to module.warn(); the summary counts the containers, the
     failed ones and the seconds taken. A container without a vmid is read with the module's
     run_command and get_bin_path."""
@@ -230,7 +230,7 @@ def read_node(module, containers, max_parallel, timeout, short=False, gpus=None,
         host = entry["host"]
         for warning in results[host].setdefault("warnings", []):
             module.warn("%s: %s" % (host, warning))
-        if short:
+        if as_brief:
             # A failed container's checks are those its options asked for: validated when they were valid.
             results[host] = brief(results[host], validated.get(host, entry["args"] or {}))
     failed = sum(1 for r in results.values() if r.get("failed"))

@@ -89,11 +89,11 @@ def is_brief(reading):
     return "checks" in reading and "gpus" in reading
 
 
-def record(short, host, node=None, vmid=None, error=None):
+def record(reading, host, node=None, vmid=None, error=None):
     """The record (HOST_KEYS) of a brief() reading of the host ``host``; an empty node or VMID is
     recorded as null."""
     out = {"host": host, "node": None if node == "" else node, "vmid": None if vmid == "" else vmid, "remediated": False, "error": error}
-    out.update((key, short[key]) for key in RECORD_KEYS)
+    out.update((key, reading[key]) for key in RECORD_KEYS)
     return out
 
 
@@ -110,8 +110,9 @@ def of_reading(reading, host, node=None, vmid=None, args=None):
     recorded as not read (unread)."""
     if reading.get("unreachable") or reading.get("not_read"):
         return unread(host, node, vmid, error=reading.get("msg"))
-    short = reading if is_brief(reading) else brief_of_failure({"msg": reading.get("msg")}, args)
-    return record(short, host, node, vmid)
+    if not is_brief(reading):
+        reading = brief_of_failure({"msg": reading.get("msg")}, args)
+    return record(reading, host, node, vmid)
 
 
 def of_host(host, registered, node=None, vmid=None):

@@ -188,13 +188,13 @@ def explain_exit(where, python, rc, stdout, stderr):
     return "reading %s failed (exit status %s): %s" % (where, rc, tail)
 
 
-def outcome(where, rc, stdout, why, short=False):
+def outcome(where, rc, stdout, why, as_brief=False):
     """The reading a bootstrap printed, or a failure: why() says why there is none; a result that
     is not a reading (whatever the target printed) is refused."""
     result = parse_output(stdout) if rc == 0 else None
     if result is None:
         return {"changed": False, "failed": True, "rc": rc, "msg": why()}
-    if not well_formed(result, short):
+    if not well_formed(result, as_brief):
         return {"changed": False, "failed": True, "rc": rc, "msg": "%s gave a result that is not a reading (%s)" % (where, type(result).__name__)}
     return result
 
@@ -210,13 +210,13 @@ def parse_output(stdout):
     return None
 
 
-def well_formed(result, short=False):
-    """A reading as read() gives it (short: as brief() gives it), or a failure as container_main gives it."""
+def well_formed(result, as_brief=False):
+    """A reading as read() gives it (as_brief: as brief() gives it), or a failure as container_main gives it."""
     if not isinstance(result, dict):
         return False
     if result.get("failed") is True:
         return isinstance(result.get("msg"), str)
-    if short:
+    if as_brief:
         lists = ("gpus", "contaminants", "caches")
         parts_ok = all(isinstance(result.get(name), list) for name in lists)
     else:
