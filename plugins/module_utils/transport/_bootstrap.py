@@ -91,6 +91,11 @@ _boot()
 # tests/unit/plugins/module_utils/test_bootstrap.py reads their imports (Python's ast) and fails
 # on a module missing here or one here that no listed file imports.
 TRAVELS = (
+    "cache._clear",
+    "cache._fingerprint",
+    "cache._locate",
+    "cache._marker",
+    "cache._roots",
     "cache._torch_cache",
     "common._errors",
     "fs._files",
