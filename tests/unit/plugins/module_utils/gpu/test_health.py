@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import stat
 
+from importgraph import PACKAGE, collection_imports, module_files
+
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _health, _xid
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_health
 from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
@@ -158,3 +160,29 @@ def test_the_stand_ins_xml_carries_injected_memory_faults_to_gpu_health(tmp_path
     assert {"unrepairable_memory", "tpc_repair_pending", "sram_uncorrectable_sources",
             "row_remapper_banks_exhausted"} <= set(by_code(second))
     assert "channel_repair_pending" not in by_code(second) and result["healthy"] is False
+
+
+# --------------------------------------------------------------------------- one module reads, another judges
+
+
+def gpu_imports():
+    """{gpu module: the gpu modules it imports}, read from the source (importgraph, with ``ast``)."""
+    files = module_files()
+    out = {}
+    for name, path in files.items():
+        if name.startswith(PACKAGE + ".gpu."):
+            with open(path, encoding="utf-8") as handle:
+                top, late = collection_imports(handle.read(), files, path)
+            out[name[len(PACKAGE) + 5:]] = sorted(m[len(PACKAGE) + 5:] for m in top | late if m.startswith(PACKAGE + ".gpu."))
+    return out
+
+
+def test_the_readers_read_straight_and_only_the_read_judges():
+    graph = gpu_imports()
+    readers = ("_smi", "_reading", "_nvml", "_xml", "_query")
+    for reader in readers:
+        # A source's values and its reading come from _smi and _reading; no reader asks the judge.
+        assert set(graph[reader]) <= {"_smi", "_reading", "_nvml"}, (reader, graph[reader])
+    # The judge reads nothing: no runner, no parser, no NVML.
+    assert set(graph["_findings"]) <= {"_reading", "_xid"}, graph["_findings"]
+    assert set(graph["_health"]) == {"_findings", "_nvml", "_query", "_smi", "_xid", "_xml"}
