@@ -544,7 +544,6 @@ def measure(args, sizes, configs, command):
     return results, meta, verdicts
 
 
-
 def profile(bench, size, site, before):
     out = {}
     # The repository's ansible.cfg enables gpufleet.hygiene.preload; this list replaces it.
