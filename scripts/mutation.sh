@@ -36,7 +36,7 @@ scope|proc/_proc.py|tests/unit/plugins/module_utils/proc/test_proc_scope.py test
 ordinary|proc/_ordinary.py|tests/unit/plugins/module_utils/proc/test_proc_scope.py
 throughput|job/_throughput.py|tests/unit/plugins/module_utils/job/test_throughput.py tests/unit/plugins/module_utils/job/test_throughput_since.py tests/unit/plugins/modules/test_host_lock_throughput.py tests/unit/plugins/filter/test_log_search.py
 liveness|job/_liveness.py|tests/unit/plugins/module_utils/job/test_liveness.py tests/unit/plugins/module_utils/job/test_liveness_thresholds.py tests/unit/plugins/module_utils/job/test_liveness_paths.py tests/unit/plugins/module_utils/job/test_liveness_leftovers.py
-xid|gpu/_xid.py|tests/unit/plugins/module_utils/test_xid.py tests/unit/plugins/module_utils/test_gpu_health.py
+xid|gpu/_xid.py|tests/unit/plugins/module_utils/gpu/test_xid.py tests/unit/plugins/module_utils/gpu/test_findings.py tests/unit/plugins/module_utils/gpu/test_health.py
 "
 
 [ -x "$CR" ] || { echo "cosmic-ray not found at $CR: run make setup (requirements/dev.txt pins it)" >&2; exit 2; }

@@ -137,7 +137,8 @@ check:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import out_of_range
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import check_record, read_health
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._findings import check_record
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._xid import parse_since
 
 

@@ -50,7 +50,7 @@ import json, os, shutil, subprocess, sys, time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.environ["COLLECTIONS"])
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _health  # noqa: E402 - after sys.path names the checkout
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _health, _reading  # noqa: E402 - after sys.path names the checkout
 
 OUT = os.environ["OUT"]
 SMI = shutil.which("nvidia-smi")
@@ -103,7 +103,7 @@ def reference(tag):
             "pcie.gen": number(v["pcie.link.gen.current"]), "pcie.max_gen": number(v["pcie.link.gen.max"]),
             "pcie.width": number(v["pcie.link.width.current"]), "pcie.max_width": number(v["pcie.link.width.max"]),
             "mig.current": flag(v["mig.mode.current"]), "mig.pending": flag(v["mig.mode.pending"]),
-            "throttle": None if mask is None else sorted(n for bit, n in _health.THROTTLE_BITS if int(mask, 16) & bit)}
+            "throttle": None if mask is None else sorted(n for bit, n in _reading.THROTTLE_BITS if int(mask, 16) & bit)}
     for line in run([SMI, "--query-remapped-rows=" + ",".join(REMAPPED), "--format=csv,noheader,nounits"],
                     "remapped-%s.csv" % tag).splitlines():
         v = dict(zip(REMAPPED, [c.strip() for c in line.split(",")]))

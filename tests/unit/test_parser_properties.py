@@ -9,7 +9,7 @@ inventory makes of them (inventory/proxmox_lxc), dist-info directory names, META
 RECORD, requirements and lock files, version labels and CUDA name families (_dist, _cuda),
 ELF DT_NEEDED (_elf), /proc's stat, status and cgroup files and the driver's information
 files (_proc), pyvenv.cfg and .pth files, the lock file (_hostlock), the cache
-fingerprint marker (_torch_cache), the training log's throughput lines (throughput), and
+fingerprint marker (cache/_marker), the training log's throughput lines (throughput), and
 the scope's patterns and tmux session names.
 
 No hang: every example runs under a deadline far above what it takes (milliseconds), so a
@@ -32,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache import _torch_cache
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache import _fingerprint, _marker, _roots
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common import _hostlock
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _files
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query
@@ -538,13 +538,13 @@ def test_lock_file_any_bytes(tmp_path_factory, data):
                               max_leaves=10).map(lambda v: json.dumps({"fingerprint": v}).encode())))
 def test_cache_marker_any_bytes(tmp_path_factory, data):
     root = tmp_path_factory.mktemp("cache")
-    (root / _torch_cache.MARKER).write_bytes(data)
-    fingerprint, problem = _torch_cache.read_marker(str(root))
+    (root / _marker.MARKER).write_bytes(data)
+    fingerprint, problem = _marker.read_marker(str(root))
     assert (fingerprint is None) != (problem is None) or (fingerprint is None and problem is None)
     if problem:
         assert str(root) in problem and "rewritten on the next clear" in problem
     if fingerprint is not None:
-        assert set(fingerprint) == set(_torch_cache.FINGERPRINT_KEYS)
+        assert set(fingerprint) == set(_fingerprint.FINGERPRINT_KEYS)
 
 
 @SETTINGS
@@ -554,10 +554,10 @@ def test_cache_root_check_any_path(path):
     is neither / nor a system directory."""
     if "\x00" in path:
         return  # no variable can hold a NUL
-    real, problem = _torch_cache.check_root(path, homes=("/root", "/home/trainer"), venv="/opt/venv")
+    real, problem = _roots.check_root(path, homes=("/root", "/home/trainer"), venv="/opt/venv")
     if problem is None:
         assert real == os.path.realpath(path) and os.path.isabs(real)
-        assert _torch_cache.unsafe_root(real, ("/root", "/home/trainer"), "/opt/venv") is None
+        assert _roots.unsafe_root(real, ("/root", "/home/trainer"), "/opt/venv") is None
         assert real not in ("/", "/root", "/opt/venv") and real.count("/") >= 2
     else:
         assert isinstance(problem, str) and problem

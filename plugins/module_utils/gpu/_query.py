@@ -3,73 +3,50 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""GPU state from nvidia-smi's query interface (argv, runner, CSV parsing) or from NVML.
+"""GPU state and health from nvidia-smi's query interface: the argv of every --query-* call (one
+place, unit-tested without a GPU), the calls run side by side, and their CSV parsed.
 
-One place builds every nvidia-smi argv so it can be unit-tested without a GPU. The runner
-bounds every call with a timeout (a GPU in trouble can make nvidia-smi hang) and maps
-nvidia-smi's documented exit codes to clear messages. NVML (``import pynvml``, from the
-nvidia-ml-py distribution) is used only when it is importable; it is never required.
+Two reads: the state read (GPUs, memory, compute processes; the gpu_state module), through NVML
+when pynvml is importable (_nvml) else these queries, and the cheap health read (--query-gpu with
+the health fields and --query-remapped-rows, when NVML cannot be loaded), parsed into the
+reading of _reading. nvidia-smi runs through _smi.
 
 Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 import sys
 import time
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._nvml import import_pynvml, nvml_query
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._reading import new_gpu, note, throttle_names
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._smi import (
+    CSV_FORMAT,
+    GpuError,
+    GpuParseError,
+    Pending,
+    flag,
+    is_unavailable,
+    number,
+    to_int,
+)
 
 QUERY_GPU_FIELDS = ("index", "uuid", "name", "memory.used", "memory.total", "utilization.gpu")
 # process_name is free text (paths with spaces or commas): it must stay LAST.
 QUERY_APP_FIELDS = ("gpu_uuid", "pid", "used_memory", "process_name")
-CSV_FORMAT = "--format=csv,noheader,nounits"
-
-# nvidia-smi(1), RETURN VALUE.
-EXIT_CODES = {
-    2: ("usage", "nvidia-smi rejected its arguments (an invalid field or option)"),
-    3: ("unsupported", "the requested operation is not available on the target device"),
-    4: ("permission", "nvidia-smi lacks the permission to perform the query"),
-    6: ("no_devices", "nvidia-smi found no NVIDIA GPU (No devices were found)"),
-    8: ("power", "the external power cables of a GPU are not attached"),
-    9: ("driver", ("the NVIDIA driver is not loaded (nvidia-smi exit code 9); load the kernel module "
-                   "(modprobe nvidia) or reinstall the driver")),
-    10: ("interrupt", "the NVIDIA kernel module detected an interrupt issue with a GPU"),
-    12: ("nvml", ("the NVML shared library libnvidia-ml.so was not found (nvidia-smi exit code 12); "
-                  "the driver's user-space libraries are missing or do not match")),
-    13: ("nvml", "the installed NVML does not implement a function nvidia-smi needs"),
-    14: ("inforom", "the infoROM of a GPU is corrupted"),
-    15: ("bus", ("a GPU has fallen off the bus or is otherwise inaccessible (nvidia-smi exit code 15; "
-                 "the node's kernel log typically shows Xid 79); the node needs a GPU reset or a reboot, nothing in "
-                 "the container can fix it")),
-    255: ("failed", "nvidia-smi failed with an internal or driver error"),
-}
-
-# Kinds of failure a host without a (working) GPU produces; require_gpu=false tolerates them.
-NO_GPU_KINDS = ("missing", "no_devices", "driver", "nvml")
 
 NO_PROCESSES = "no running processes found"
 
-
-class GpuError(GpufleetError):
-    """A failure to read GPU state; ``kind`` says which (see EXIT_CODES, NO_GPU_KINDS). It is
-    returned with the failure as ``error_kind``, beside ``rc`` and ``gpu_available: false``."""
-
-    def __init__(self, msg, kind="failed", rc=None, partial=None):
-        if partial is None:
-            partial = {"gpu_available": False, "error_kind": kind, "rc": rc}
-        super(GpuError, self).__init__(msg, partial)
-        self.kind = kind
-        self.rc = rc
-
-
-class GpuParseError(GpuError):
-    def __init__(self, msg):
-        super(GpuParseError, self).__init__(msg, kind="parse")
+# nvidia-smi --query-gpu fields of the cheap health read, in order; pci.bus_id ties Xid events to a GPU.
+HEALTH_FIELDS = ("index", "uuid", "name", "pci.bus_id", "driver_version", "persistence_mode",
+                 "ecc.errors.uncorrected.volatile.total", "ecc.errors.uncorrected.aggregate.total", "retired_pages.pending",
+                 "clocks_event_reasons.active", "pcie.link.gen.current", "pcie.link.gen.max",
+                 "pcie.link.width.current", "pcie.link.width.max", "mig.mode.current", "mig.mode.pending")
+# Drivers before clocks_event_reasons (R535) name the same bitmask so.
+LEGACY_FIELDS = tuple("clocks_throttle_reasons.active" if f == "clocks_event_reasons.active" else f for f in HEALTH_FIELDS)
+REMAPPED_FIELDS = ("gpu_uuid", "remapped_rows.pending", "remapped_rows.failure", "remapped_rows.correctable",
+                   "remapped_rows.uncorrectable")
 
 
 # --------------------------------------------------------------------------- argv
@@ -83,70 +60,15 @@ def query_apps_argv(nvidia_smi, fields=QUERY_APP_FIELDS):
     return [nvidia_smi, "--query-compute-apps=" + ",".join(fields), CSV_FORMAT]
 
 
-# --------------------------------------------------------------------------- runner
+def health_argv(nvidia_smi, fields=HEALTH_FIELDS):
+    return [nvidia_smi, "--query-gpu=" + ",".join(fields), CSV_FORMAT]
 
 
-class Pending(object):
-    """A started command; ``wait()`` returns its stdout or raises GpuError."""
-
-    def __init__(self, argv, timeout):
-        self.argv = list(argv)
-        self.timeout = timeout
-        self.started = time.monotonic()
-        env = dict(os.environ, LC_ALL="C", LANG="C")
-        try:
-            self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=env, start_new_session=True, close_fds=True)
-        except OSError as exc:
-            kind = "missing" if isinstance(exc, FileNotFoundError) else "failed"
-            raise GpuError("cannot run %s: %s" % (self.argv[0], exc.strerror or exc), kind=kind) from exc
-
-    def discount(self, seconds):
-        """Time spent elsewhere while it ran: not counted against its timeout, nor in its seconds."""
-        self.started += seconds
-
-    def wait(self):
-        remaining = max(0.0, self.timeout - (time.monotonic() - self.started))
-        try:
-            out, err = self.proc.communicate(timeout=remaining)
-        except subprocess.TimeoutExpired as exc:
-            self._kill()
-            raise GpuError(
-                "%s did not answer within %ss (command_timeout) and was killed. A hung nvidia-smi usually "
-                "means a GPU or the driver is in trouble: check the node's kernel log (dmesg) for Xid errors, "
-                "then reset the GPU or reboot the node. If the GPUs are only slow to answer, raise "
-                "command_timeout (gpufleet_nvidia_smi_timeout for the roles and playbooks)"
-                % (" ".join(self.argv), self.timeout),
-                kind="timeout") from exc
-        self.seconds = time.monotonic() - self.started
-        out = out.decode("utf-8", "replace")
-        err = err.decode("utf-8", "replace")
-        if self.proc.returncode != 0:
-            raise exit_error(self.argv, self.proc.returncode, out, err)
-        return out
-
-    def _kill(self):
-        with contextlib.suppress(OSError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        try:
-            # A process stuck in the driver (state D) may not die at once: do not wait forever.
-            self.proc.communicate(timeout=2)
-        except subprocess.TimeoutExpired:
-            for stream in (self.proc.stdout, self.proc.stderr):
-                with contextlib.suppress(OSError):
-                    stream.close()
+def remapped_argv(nvidia_smi):
+    return [nvidia_smi, "--query-remapped-rows=" + ",".join(REMAPPED_FIELDS), CSV_FORMAT]
 
 
-def exit_error(argv, rc, out, err):
-    kind, what = EXIT_CODES.get(rc, ("failed", "nvidia-smi failed"))
-    detail = " ".join((err.strip() or out.strip()).split())
-    if len(detail) > 400:
-        detail = detail[:400] + "..."
-    msg = "%s (rc=%s): %s" % (what, rc, " ".join(argv))
-    if detail:
-        msg += ": " + detail
-    return GpuError(msg, kind=kind, rc=rc)
+# --------------------------------------------------------------------------- runs
 
 
 def run_queries(nvidia_smi, timeout, apps=True):
@@ -178,27 +100,26 @@ def run_queries(nvidia_smi, timeout, apps=True):
     return gpu_text, apps_text, time.monotonic() - started - decided
 
 
-# --------------------------------------------------------------------------- parsing
-
-
-def is_unavailable(value):
-    """nvidia-smi's placeholders: [N/A], [Not Supported], [Unknown Error], [GPU is lost], ..."""
-    v = value.strip()
-    return not v or v.upper() in ("N/A", "NA") or (v.startswith("[") and v.endswith("]"))
-
-
-def to_int(value, field, line):
-    if is_unavailable(value):
-        return None
-    v = value.strip()
-    for unit in ("MiB", "%", "W", "C"):
-        if v.endswith(unit):
-            v = v[:-len(unit)].strip()
-            break
+def run_health(nvidia_smi, timeout):
+    """The cheap read: --query-gpu and --query-remapped-rows at once. Returns (gpu_text, remapped_text)."""
+    remapped = Pending(remapped_argv(nvidia_smi), timeout)
     try:
-        return int(float(v))
-    except ValueError as exc:
-        raise GpuParseError("nvidia-smi returned %r for %s in line %r" % (value, field, line)) from exc
+        try:
+            gpu_text = Pending(health_argv(nvidia_smi), timeout).wait()
+        except GpuError as exc:
+            if exc.kind != "usage" or "clocks_event_reasons" not in str(exc):
+                raise
+            gpu_text = Pending(health_argv(nvidia_smi, LEGACY_FIELDS), timeout).wait()
+    except BaseException:
+        remapped._kill()
+        raise
+    try:
+        return gpu_text, remapped.wait()
+    except GpuError:
+        return gpu_text, None  # a GPU without row remapping (before Ampere) or a driver without the query
+
+
+# --------------------------------------------------------------------------- parsing
 
 
 def split_row(line, nfields, free):
@@ -257,92 +178,46 @@ def parse_apps(text):
     return apps
 
 
-# --------------------------------------------------------------------------- NVML
-
-
-def import_pynvml():
-    try:
-        import pynvml  # pylint: disable=import-error
-    except Exception:  # noqa: BLE001  ImportError, or a broken install: NVML is optional
-        return None
-    return pynvml
-
-
-def _text(value):
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
-def _nvml_kind(pynvml, exc):
-    for attr, kind in (("NVMLError_DriverNotLoaded", "driver"), ("NVMLError_LibraryNotFound", "nvml"),
-                       ("NVMLError_GpuIsLost", "bus"), ("NVMLError_FunctionNotFound", "nvml")):
-        cls = getattr(pynvml, attr, None)
-        if cls is not None and isinstance(exc, cls):
-            return kind
-    return "failed"
-
-
-def _nvml_memory(pynvml, handle, error):
-    """(used, total) bytes as nvidia-smi reports them.
-
-    NVML's first memory API counts what the driver reserves for itself as used (about
-    600 MiB on an idle H200, where nvidia-smi shows 0 MiB), so a drained GPU would never
-    look idle. The v2 API reports that reservation apart; use it wherever it exists.
-    """
-    version = getattr(pynvml, "nvmlMemory_v2", None)
-    if version is not None:
-        try:
-            mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=version)
-            return int(mem.used), int(mem.total)
-        except (error, TypeError):
-            pass  # an older driver or binding: fall back to the first API
-    mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-    return int(mem.used), int(mem.total)
-
-
-def nvml_query(pynvml):
-    """The same data as run_queries + parse_*, read through NVML. Returns (gpus, apps, seconds)."""
-    started = time.monotonic()
-    error = getattr(pynvml, "NVMLError", Exception)
-    try:
-        pynvml.nvmlInit()
-    except error as exc:
-        raise GpuError("NVML initialisation failed: %s" % exc, kind=_nvml_kind(pynvml, exc)) from exc
-    try:
-        gpus, apps = [], []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
-            used, total = _nvml_memory(pynvml, handle, error)
+def parse_health(text, remapped_text=None):
+    """(driver_version, gpus) of the cheap query (HEALTH_FIELDS), with --query-remapped-rows where it answered."""
+    gpus, driver = [], None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        v = split_row(line.strip(), len(HEALTH_FIELDS), 2)
+        gpu = new_gpu(number(v[0]))
+        if gpu["index"] is None:
+            raise ValueError("nvidia-smi returned no index in line %r" % line)
+        gpu.update(uuid=v[1], name=v[2], pci=v[3])
+        driver = driver or v[4]
+        for field, value in zip(HEALTH_FIELDS[5:], v[5:]):
+            note(gpu, field, value)
+        gpu["persistence_mode"] = flag(v[5])
+        gpu["ecc"].update(volatile_uncorrected=number(v[6]), aggregate_uncorrected=number(v[7]))
+        gpu["retired_pages"]["pending"] = flag(v[8])
+        if not is_unavailable(v[9]):
             try:
-                util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
-            except error:
-                util = None
-            gpus.append({
-                "index": index, "uuid": uuid, "name": _text(pynvml.nvmlDeviceGetName(handle)),
-                "memory_used_mib": used // 1048576, "memory_total_mib": total // 1048576,
-                "utilization_pct": util,
-            })
-            try:
-                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            except error:
-                procs = []
-            for p in procs:
-                used = getattr(p, "usedGpuMemory", None)
-                try:
-                    name = _text(pynvml.nvmlSystemGetProcessName(p.pid))
-                except error:
-                    name = None
-                apps.append({"gpu_uuid": uuid, "pid": int(p.pid),
-                             "used_memory_mib": None if used is None else int(used) // 1048576, "name": name})
-    except error as exc:
-        raise GpuError("NVML query failed: %s" % exc, kind=_nvml_kind(pynvml, exc)) from exc
-    finally:
-        with contextlib.suppress(error):
-            pynvml.nvmlShutdown()
-    return gpus, apps, time.monotonic() - started
+                bits = int(v[9], 16)
+            except ValueError:
+                bits = None
+            gpu["throttle"] = None if bits is None else throttle_names(bits)
+        gpu["pcie"] = {"gen": number(v[10]), "max_gen": number(v[11]), "width": number(v[12]), "max_width": number(v[13])}
+        gpu["mig"].update(current=flag(v[14]), pending=flag(v[15]))
+        gpus.append(gpu)
+    by_uuid = dict((g["uuid"], g) for g in gpus)
+    for line in (remapped_text or "").splitlines():
+        v = [p.strip() for p in line.split(",")]
+        gpu = by_uuid.get(v[0]) if len(v) == len(REMAPPED_FIELDS) else None
+        if gpu is not None and not is_unavailable(v[1]):
+            gpu["remapped_rows"] = {"pending": flag(v[1]), "failed": flag(v[2]), "correctable": number(v[3]),
+                                    "uncorrectable": number(v[4])}
+    for gpu in gpus:
+        if gpu["remapped_rows"]["pending"] is None:
+            gpu["not_reported"]["remapped_rows"] = "not answered by --query-remapped-rows"
+    return driver, gpus
 
 
-# --------------------------------------------------------------------------- one reading
+# --------------------------------------------------------------------------- one state reading
 
 
 def read_gpus(backend, nvidia_smi, timeout, pynvml=None, apps=True):

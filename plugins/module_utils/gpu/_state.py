@@ -13,11 +13,8 @@ from __future__ import annotations
 import os
 import time
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import (
-    NO_GPU_KINDS,
-    GpuError,
-    read_gpus,
-)
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import read_gpus
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._smi import NO_GPU_KINDS, GpuError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import (
     PROC,
     STUCK_ADVICE,

@@ -30,10 +30,11 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _xid
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import _Failed, assess, fold_node_xid, node_xid, read_health
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import _read as read_gpu_health
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import GpuError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._findings import assess, fold_node_xid, node_xid
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import _Failed, read_health
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_source as read_gpu_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import read_gpus as query_gpus
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._smi import GpuError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import container_view
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import describe
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct, _view

@@ -20,7 +20,8 @@ import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import CACHE_NAMES, TorchCache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, out_of_range
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import check_record, read_health
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._findings import check_record
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._libraries import VenvIndex, mapped_libraries, wrong
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness, throughput

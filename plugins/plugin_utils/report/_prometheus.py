@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import THROTTLE_REASONS
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._reading import THROTTLE_REASONS
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import started
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema import ReportError
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query, _state
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query, _smi, _state
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
 from ansible_collections.gpufleet.hygiene.plugins.modules import gpu_state
 from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
@@ -128,7 +128,7 @@ def test_module_result_for_mocked_nvidia_smi(monkeypatch, run_module):
         def communicate(self, timeout=None):
             return self._out, b""
 
-    monkeypatch.setattr(_query.subprocess, "Popen", Popen)
+    monkeypatch.setattr(_smi.subprocess, "Popen", Popen)
     res = run_module(gpu_state.main, {"nvidia_smi": "/opt/nv/nvidia-smi", "vantage": "node"})
     assert calls == [["/opt/nv/nvidia-smi", "--query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu",
                       "--format=csv,noheader,nounits"],

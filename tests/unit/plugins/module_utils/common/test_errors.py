@@ -38,7 +38,7 @@ def exception_classes():
 def test_every_exception_class_of_the_collection_is_a_gpufleet_error():
     classes = exception_classes()
     # What the tree was missing: the NVML reader's error, a skipped file, the health read's failure.
-    for known in ("module_utils.gpu._health.NvmlError", "module_utils.fs._files.Skipped", "module_utils.gpu._health._Failed",
+    for known in ("module_utils.gpu._nvml.NvmlError", "module_utils.fs._files.Skipped", "module_utils.gpu._health._Failed",
                   "module_utils.common._hostlock.LockError", "module_utils.venv._lockfile.BaselineError"):
         assert known in classes
     outside = sorted(name for name, cls in classes.items() if not issubclass(cls, GpufleetError))
@@ -53,7 +53,7 @@ def test_no_two_exception_classes_share_a_name():
 
 
 def test_an_nvml_error_carries_its_code_and_a_message():
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import NvmlError
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._nvml import NvmlError
 
     exc = NvmlError(15, "nvmlDeviceGetCount_v2")
     assert exc.rc == 15 and exc.msg == str(exc) and exc.msg.startswith("nvmlDeviceGetCount_v2: ")

@@ -2,32 +2,37 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""nvidia-smi argv, runner and CSV parsing; the NVML reader against a fake pynvml."""
+"""nvidia-smi's query interface (gpu/_query.py): argv, CSV parsing, the state read and the
+cheap health read (--query-gpu, --query-remapped-rows), mocked and through the stand-in."""
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import time
 import types
 
 import pytest
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query, _smi
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import (
-    GpuError,
-    GpuParseError,
     parse_apps,
     parse_gpus,
+    parse_health,
     query_apps_argv,
     query_gpu_argv,
     read_gpus,
     split_row,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._smi import GpuError, GpuParseError
 from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
 
 GPU_ARGV = ["/usr/bin/nvidia-smi", "--query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu",
             "--format=csv,noheader,nounits"]
+
+
 APPS_ARGV = ["/usr/bin/nvidia-smi", "--query-compute-apps=gpu_uuid,pid,used_memory,process_name",
              "--format=csv,noheader,nounits"]
 
@@ -114,47 +119,23 @@ class FakePopen(object):
 
 
 @pytest.fixture
-def fake_smi(monkeypatch):
+def fake_popen(monkeypatch):
     FakePopen.calls = []
-    monkeypatch.setattr(_query.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(_smi.subprocess, "Popen", FakePopen)
     return FakePopen
 
 
-def test_read_gpus_mocked(fake_smi):
-    fake_smi.answers = {
+def test_read_gpus_mocked(fake_popen):
+    fake_popen.answers = {
         "gpu": (0, "0, GPU-aaa, NVIDIA H200, 41498, 143771, 87\n"),
         "apps": (0, "GPU-aaa, 48211, 41488, python3\n"),
     }
     gpus, apps, backend, seconds = read_gpus("nvidia-smi", "/usr/bin/nvidia-smi", 5)
-    assert fake_smi.calls == [GPU_ARGV, APPS_ARGV]
+    assert fake_popen.calls == [GPU_ARGV, APPS_ARGV]
     assert backend == "nvidia-smi" and seconds >= 0
     assert gpus == [{"index": 0, "uuid": "GPU-aaa", "name": "NVIDIA H200", "memory_used_mib": 41498,
                      "memory_total_mib": 143771, "utilization_pct": 87}]
     assert apps == [{"gpu_uuid": "GPU-aaa", "pid": 48211, "used_memory_mib": 41488, "name": "python3"}]
-
-
-@pytest.mark.parametrize("rc, kind, words", [
-    (9, "driver", "driver is not loaded"),
-    (12, "nvml", "libnvidia-ml.so was not found"),
-    (15, "bus", "fallen off the bus"),
-    (6, "no_devices", "found no NVIDIA GPU"),
-    (77, "failed", "nvidia-smi failed"),
-])
-def test_exit_codes_mocked(fake_smi, rc, kind, words):
-    fake_smi.answers = {"gpu": (rc, "some driver text"), "apps": (0, "")}
-    with pytest.raises(GpuError) as exc:
-        read_gpus("nvidia-smi", "/usr/bin/nvidia-smi", 5)
-    assert exc.value.kind == kind and exc.value.rc == rc
-    assert words in str(exc.value) and "some driver text" in str(exc.value)
-
-
-def test_missing_binary_is_kind_missing(tmp_path):
-    with pytest.raises(GpuError) as exc:
-        read_gpus("nvidia-smi", str(tmp_path / "nvidia-smi"), 5)
-    assert exc.value.kind == "missing"
-    with pytest.raises(GpuError, match="not found on PATH") as exc:
-        read_gpus("nvidia-smi", None, 5)
-    assert exc.value.kind == "missing"
 
 
 @pytest.fixture
@@ -181,27 +162,6 @@ def standins_running(state):
     return found
 
 
-@pytest.mark.parametrize("rc, kind", [(9, "driver"), (12, "nvml"), (15, "bus")])
-def test_exit_codes_from_the_standin(standin, rc, kind):
-    state, smi = standin
-    gpu_standin.configure(state, fault="exit:%d" % rc)
-    with pytest.raises(GpuError) as exc:
-        read_gpus("nvidia-smi", smi, 10)
-    assert (exc.value.kind, exc.value.rc) == (kind, rc)
-
-
-def test_hang_is_bounded_and_killed(standin):
-    state, smi = standin
-    gpu_standin.configure(state, fault="hang", hang_seconds=60)
-    started = time.monotonic()
-    with pytest.raises(GpuError, match="did not answer within 0.5s") as exc:
-        read_gpus("nvidia-smi", smi, 0.5)
-    assert exc.value.kind == "timeout"
-    assert time.monotonic() - started < 5
-    # the hung process was killed, not left behind
-    assert standins_running(state) == set()
-
-
 def test_standin_header_units_and_field_order(standin):
     _state, smi = standin
     out = subprocess.run([smi, "--query-gpu=memory.total,index,name", "--format=csv"],
@@ -210,9 +170,6 @@ def test_standin_header_units_and_field_order(standin):
                                 "143771 MiB, 1, NVIDIA H200"]
     bad = subprocess.run([smi, "--query-gpu=index,bogus", "--format=csv"], stdout=subprocess.PIPE, check=False)
     assert bad.returncode == 2 and b'Field "bogus" is not a valid field' in bad.stdout
-
-
-# ----------------------------------------------------------------------------- NVML
 
 
 class _NVMLError(Exception):
@@ -250,34 +207,8 @@ def fake_pynvml(fail_init=None):
     return mod
 
 
-def test_nvml_reader():
-    lib = fake_pynvml()
-    gpus, apps, backend, _s = read_gpus("auto", "/usr/bin/nvidia-smi", 5, pynvml=lib)
-    assert backend == "nvml" and lib.calls == ["init", "shutdown"]
-    assert gpus == [{"index": 0, "uuid": "GPU-aaa", "name": "NVIDIA H200", "memory_used_mib": 41498,
-                     "memory_total_mib": 143771, "utilization_pct": None}]
-
-    assert apps == [{"gpu_uuid": "GPU-aaa", "pid": 48211, "used_memory_mib": 41488, "name": "python3"},
-                    {"gpu_uuid": "GPU-aaa", "pid": 48212, "used_memory_mib": None, "name": "python3"}]
-
-
-def test_nvml_memory_excludes_the_drivers_reservation():
-    """Seen on an H200: NVML's v1 API reports 615 MiB used on a drained GPU (the driver's
-    reservation) where nvidia-smi reports 0 MiB; the v2 API keeps them apart."""
-    lib = fake_pynvml()
-    lib.nvmlMemory_v2 = 0x02000028
-
-    def memory(handle, version=None):
-        if version == lib.nvmlMemory_v2:
-            return types.SimpleNamespace(used=0, reserved=615 * 1048576, total=143771 * 1048576)
-        return types.SimpleNamespace(used=615 * 1048576, total=143771 * 1048576)
-    lib.nvmlDeviceGetMemoryInfo = memory
-    gpus, _apps, _backend, _s = read_gpus("nvml", "/usr/bin/nvidia-smi", 5, pynvml=lib)
-    assert gpus[0]["memory_used_mib"] == 0 and gpus[0]["memory_total_mib"] == 143771
-
-
-def test_nvml_failure_falls_back_to_nvidia_smi_in_auto(fake_smi):
-    fake_smi.answers = {"gpu": (9, "NVIDIA-SMI has failed"), "apps": (0, "")}
+def test_nvml_failure_falls_back_to_nvidia_smi_in_auto(fake_popen):
+    fake_popen.answers = {"gpu": (9, "NVIDIA-SMI has failed"), "apps": (0, "")}
     lib = fake_pynvml(fail_init=_DriverNotLoaded("Driver Not Loaded"))
     with pytest.raises(GpuError) as exc:
         read_gpus("auto", "/usr/bin/nvidia-smi", 5, pynvml=lib)
@@ -318,3 +249,43 @@ def test_the_process_list_is_asked_for_as_a_function_decides_while_the_gpu_query
     with pytest.raises(OSError, match="the scan failed"):
         read_gpus("nvidia-smi", smi, 30, apps=scan_failed)
     assert standins_running(state) == set()
+
+
+def codes(findings):
+    return [f["code"] for f in findings]
+
+
+def fake_smi(tmp_path, body):
+    path = tmp_path / "nvidia-smi"
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def no_nvml(name):
+    raise OSError("%s: cannot open shared object file" % name)
+
+
+def test_the_query_reads_the_cheap_fields(tmp_path):
+    row = ("0, GPU-53bf7893-d852-962c-602f-a965cfa8109d, NVIDIA H200, 00000000:00:06.0, 580.159.04, Enabled, 0, 0, [N/A], "
+           "0x0000000000000001, 5, 5, 16, 16, Disabled, Disabled")  # the real H200's answer
+    remapped = "GPU-53bf7893-d852-962c-602f-a965cfa8109d, No, No, 0, 0"
+    driver, [g] = parse_health(row, remapped)
+    assert driver == "580.159.04" and g["pci"] == "00000000:00:06.0"
+    assert g["ecc"]["volatile_uncorrected"] == 0 and g["throttle"] == ["gpu_idle"] and g["persistence_mode"] is True
+    assert g["remapped_rows"] == {"pending": False, "failed": False, "correctable": 0, "uncorrectable": 0}
+    assert g["pcie"] == {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16} and g["mig"]["current"] is False
+    smi = fake_smi(tmp_path, 'case "$1" in --query-gpu=*) echo "%s";; *) echo "%s";; esac\n' % (row, remapped))
+    result = read_health(source="auto", nvidia_smi=smi, cdll=no_nvml)
+    assert result["source"] == "query" and result["healthy"] and result["gpus"][0]["remapped_rows"]["pending"] is False
+
+
+def test_an_older_nvidia_smi_is_asked_the_legacy_throttle_field(tmp_path):
+    row = "0, GPU-1, Tesla V100, 00000000:3B:00.0, 470.1, Disabled, 1, 1, No, 0x0000000000000048, 3, 3, 16, 16, [N/A], [N/A]"
+    smi = fake_smi(tmp_path, 'case "$1" in *clocks_event_reasons*) echo \'Field "clocks_event_reasons.active" is not a valid '
+                             'field to query.\'; exit 2;; --query-gpu=*) echo "%s";; *) exit 2;; esac\n' % row)
+    result = read_health(source="query", nvidia_smi=smi)
+    [g] = result["gpus"]
+    assert g["throttle"] == ["hw_slowdown", "hw_thermal_slowdown"] and g["remapped_rows"]["pending"] is None
+    assert not g["healthy"] and codes(g["findings"])[0] == "ecc_uncorrected_volatile"
+    assert "persistence_mode_off" in codes(g["findings"])

@@ -24,12 +24,12 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _health, _xid
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _findings, _health, _xid, _xml
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node
 
-STANDINS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "standins"))
+STANDINS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "standins"))
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "h200")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "h200")
 with open(os.path.join(FIXTURES, "nvidia-smi-q-x.xml"), encoding="utf-8") as _f:
     H200_XML = _f.read()
 NOW = datetime.datetime(2026, 12, 1, 16, 0, 0, tzinfo=datetime.timezone.utc)
@@ -107,10 +107,10 @@ def test_the_driver_s_line_forms_are_parsed(line, pci, gi, ci, code, pid):
 def test_a_mig_xid_lands_on_its_gpu_by_pci_address():
     """The MIG form's address ties the event to the GPU (the recorded H200's, PCI 0000:00:06) as the
     plain form does: an Xid 79 of one of its instances makes the GPU unhealthy."""
-    _driver, gpus = _health.parse_xml(H200_XML)
+    _driver, gpus = _xml.parse_xml(H200_XML)
     [event] = _xid.parse_kmsg([kmsg("NVRM: Xid (PCI:0000:00:06 GPU-I:01 GPU-CI:00): 79, pid=1, name=a, GPU has fallen off the bus.")],
                               BOOT)
-    host = _health.assess(gpus, "580.159.04", None, [event], None, True)
+    host = _findings.assess(gpus, "580.159.04", None, [event], None, True)
     assert host == [] and [e["xid"] for e in gpus[0]["xid"]] == [79]
     assert ("xid_79", "fail") in [(f["code"], f["severity"]) for f in gpus[0]["findings"]] and not gpus[0]["healthy"]
 
@@ -250,10 +250,10 @@ def test_a_pci_address_is_keyed_by_domain_bus_and_device(bus_id, key):
 def test_an_xid_of_a_longer_address_lands_on_no_gpu_of_its_last_three_parts():
     """An address of four parts is no GPU's: its event stays on the host, not on the GPU whose
     domain, bus and device its last three parts are."""
-    _driver, gpus = _health.parse_xml(H200_XML)
+    _driver, gpus = _xml.parse_xml(H200_XML)
     event = dict(_xid.parse_line("NVRM: Xid (PCI:0000:00:06): 79, pid=1, name=a, GPU has fallen off the bus."),
                  pci="0001:0000:00:06")
-    host = _health.assess(gpus, "580.159.04", None, [event], None, True)
+    host = _findings.assess(gpus, "580.159.04", None, [event], None, True)
     assert gpus[0]["xid"] == [] and [f["code"] for f in host] == ["xid_79"]
 
 
@@ -523,3 +523,49 @@ def test_the_node_read_asks_nvidia_smi_once_for_its_health_and_its_kernel_logs_x
     assert len(calls.read_text().split()) == asked  # not asked again
     assert check["ok"] is False and check["gpus"][0]["xid_events"] == {"79": 1} and results["train-101"]["ready"] is False
     assert raw[1][1].get("xid") is None  # the reading given is left as it was
+
+
+# --------------------------------------------------------------------------- the kernel log's Xid lines
+
+DMESG = """2026-12-01T14:00:00,000000+00:00 NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04
+2026-12-01T14:01:00,100000+00:00 NVRM: Xid (PCI:0000:00:06): 13, pid=1731, name=python3, Graphics Exception: ESR 0x404490=0x80000002
+2026-12-01T15:02:03,000000+00:00 NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+2026-12-01T15:05:00,000000+00:00 NVRM: Xid (PCI:0000:41:00): 48, pid=99, name=train, An uncorrectable double bit error
+"""
+
+
+def test_xid_lines_of_dmesg_since_a_time():
+    events = _xid.parse_dmesg(DMESG)
+    assert [(e["pci"], e["xid"], e["pid"], e["process"]) for e in events] == [
+        ("0000:00:06", 13, 1731, "python3"), ("0000:00:06", 79, None, "<unknown>"), ("0000:41:00", 48, 99, "train")]
+    assert events[1]["severity"] == "fail" and "fallen off the bus" in events[1]["meaning"]
+    since = _xid.parse_since("2026-12-01T15:00:00Z")
+    assert [e["xid"] for e in _xid.parse_dmesg(DMESG, since)] == [79, 48]
+
+
+def test_kmsg_records_and_since():
+    boot = datetime.datetime(2026, 12, 1, 14, 0, tzinfo=datetime.timezone.utc).timestamp()
+    records = ["6,100,1000000,-;NVRM: loading", ("4,101,3600000000,-;NVRM: Xid (PCI:0000:00:06): 94, pid=5, name=x, Contained\n"
+               " SUBSYSTEM=pci\n"), "4,102,7200000000,-;NVRM: Xid (PCI:0000:00:06): 119, pid=5, name=x, Timeout"]
+    events = _xid.parse_kmsg(records, boot)
+    assert [(e["xid"], e["time"]) for e in events] == [(94, "2026-12-01T15:00:00+00:00"), (119, "2026-12-01T16:00:00+00:00")]
+    later = _xid.parse_kmsg(records, boot, since=_xid.parse_since("2026-12-01T15:30:00+00:00"))
+    assert [e["xid"] for e in later] == [119]
+
+
+def test_every_common_code_is_explained():
+    for code in (13, 31, 43, 45, 48, 63, 64, 74, 79, 92, 94, 95, 119):
+        e = _xid.explain(code)
+        assert e["severity"] in ("fail", "warn") and e["meaning"] and e["action"]
+    assert _xid.explain(999)["meaning"].startswith("Xid not in")
+
+
+def test_a_readable_kmsg_file_is_read_to_its_end(tmp_path):
+    path = tmp_path / "kmsg"
+    path.write_text("4,1,1000000,-;NVRM: Xid (PCI:0000:00:06): 31, pid=7, name=a, MMU Fault\n")
+    (tmp_path / "uptime").write_text("100.0 50.0\n")
+    events, problem = _xid.read_xid_events(kmsg=str(path), proc=str(tmp_path), kmsg_device=None)
+    assert problem is None and [e["xid"] for e in events] == [31]
+    # Without the test's leave, a regular file in the place of /dev/kmsg is not the kernel's log.
+    events, problem = _xid.read_xid_events(kmsg=str(path), proc=str(tmp_path))
+    assert events == [] and "not the kernel's log device" in problem

@@ -1,0 +1,45 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What a cache is built against: a real venv's fingerprint and Python tag (cache/_fingerprint.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from cachetree import install, make_venv
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._fingerprint import python_tag, same_fingerprint, venv_fingerprint
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
+
+
+def run(argv):
+    p = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_python_tag_from_a_real_venv(tmp_path):
+    venv = make_venv(str(tmp_path / "venv"))
+    site = [d for d in os.listdir(os.path.join(venv, "lib")) if d.startswith("python")][0]
+    assert python_tag(Venv(venv, run).own_site_dirs) == "py" + site[len("python"):].replace(".", "")
+
+
+def test_fingerprint_follows_real_wheel_changes(tmp_path, wheel_dir):
+    venv = make_venv(str(tmp_path / "venv"))
+    install(venv, wheel_dir, "torch==2.8.0+cu128", "triton==3.4.0")
+    first = venv_fingerprint(venv, run)
+    assert first == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8"}
+    install(venv, wheel_dir, "triton==3.5.0")
+    second = venv_fingerprint(venv, run)
+    assert second == {"torch": "2.8.0+cu128", "triton": "3.5.0", "cuda": "12.8"}
+    assert not same_fingerprint(first, second)
+    # torch without a local label: CUDA comes from torch/version.py
+    install(venv, wheel_dir, "torch==2.9.0")
+    assert venv_fingerprint(venv, run) == {"torch": "2.9.0", "triton": "3.5.0", "cuda": "13.0"}
+
+
+def test_fingerprint_of_a_venv_without_torch(tmp_path):
+    venv = make_venv(str(tmp_path / "venv"))
+    assert venv_fingerprint(venv, run) == {"torch": None, "triton": None, "cuda": None}
