@@ -311,6 +311,7 @@ from ansible.module_utils.urls import open_url
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.display import Display
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils import _ssh
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._preload import CONNECTION, preload_connection
@@ -335,9 +336,10 @@ _TYPES = {"node_port": "int", "host_key_checking": "bool", "connect_timeout": "i
           "private_key_file": "path", "known_hosts_file": "path", "control_path_dir": "path"}
 
 
-class NodeSshError(AnsibleError):
+class NodeSshError(GpufleetError, AnsibleError):
     """ssh could not reach a node, or a command there ended without an answer; ``kind`` is _pct's
-    name of the failure (the words of the skipped node's warning)."""
+    name of the failure (the words of the skipped node's warning). A GpufleetError, as every error
+    of the collection, and an AnsibleError, as the inventory's others."""
 
     def __init__(self, kind, message):
         super().__init__(message)
