@@ -386,9 +386,10 @@ class Bench(object):
         env = ansible_env(self.home, [PEER_COLLECTIONS], extra_env)
         env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join([os.path.join(self.before, "collections"), PEER_COLLECTIONS])
         src = os.path.join(self.before, "src")
-        argv = list(pre) + [os.path.join(BIN, "ansible-playbook"), "-i", self.inventories[size]["B"],
+        # As B: as many forks as hosts, and a container absent from the recap passed when its node read it.
+        argv = list(pre) + [os.path.join(BIN, "ansible-playbook"), "-i", self.inventories[size]["B"], "-f", str(len(hosts)),
                             os.path.join(src, "playbooks", "preflight.yml")]
-        return self.playbook(argv, env, hosts, cwd=src)
+        return self.playbook(argv, env, hosts, cwd=src, nodes=sorted({h["pve_node"] for h in hosts}))
 
     def run(self, config, size):
         return {"A": self.run_a, "A2": self.run_a2, "B": self.run_b, "BC": self.run_bc, "BH": self.run_bh,
