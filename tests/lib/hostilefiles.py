@@ -36,4 +36,3 @@ def replace(path, how):
         os.mkfifo(path)
     else:
         os.symlink(how, path)
-

@@ -48,8 +48,8 @@ def test_every_file_made_from_the_table_is_in_step_with_it(capsys):
 def test_a_default_changed_in_the_table_alone_is_named_in_every_file_that_holds_it(copy, capsys):
     table = copy / "plugins/module_utils/readiness/_options.py"
     text = table.read_text()
-    assert text.count('Option("stall_after", "int", default=900,') == 1
-    table.write_text(text.replace('Option("stall_after", "int", default=900,', 'Option("stall_after", "int", default=1800,'))
+    assert text.count('"stall_after", "int", default=900,') == 1
+    table.write_text(text.replace('"stall_after", "int", default=900,', '"stall_after", "int", default=1800,'))
     script = generator(str(copy))
     assert script.main(["--check"]) == 1
     err = capsys.readouterr().err

@@ -63,198 +63,247 @@ class Option(namedtuple("Option", _FIELDS)):
 
 
 OPTIONS = (
-    Option("job_patterns", "list", elements="str", default=[],
-           role="verify_job_patterns", inventory="gpufleet_job.patterns", given="always",
-           description=(
-               ("Python regular expressions searched in the command line of the training job's processes "
-                "(M(gpufleet.hygiene.processes) O(gpufleet.hygiene.processes#module:scope.cmdline))."),
-               "When empty the processes are not read (RV(processes) is skipped).",
-           )),
-    Option("job_users", "list", elements="str", default=[],
-           role="verify_job_users", inventory="gpufleet_job.users", given="always",
-           description=(
-               ("The job's users, to narrow O(job_patterns) (M(gpufleet.hygiene.processes) "
-                "O(gpufleet.hygiene.processes#module:scope.users))."),
-               ("GPU holders left by a job that is gone (C(job_live)'s C(leftovers)) are only ever processes of these "
-                "users and of the owners of the job's processes (or of O(leftover_users)); another user's process "
-                "never is."),
-           )),
-    Option("leftover_users", "list", elements="str", default=[],
-           role="verify_leftover_users", inventory="gpufleet_job.leftover_users", given="set",
-           version_added="0.3.0",
-           description=(
-               ("Whose GPU holders may be C(job_live)'s C(leftovers) (user names or uids), instead of O(job_users) "
-                "and the owners of the job's processes. With none of these known (no job running, no O(job_users)), "
-                "no holder is a leftover. See docs/checks.md."),
-           )),
-    Option("require_gpu", "bool", default=True,
-           role="verify_require_gpu", inventory="gpufleet_require_gpu", given="always",
-           group="gpu_read",
-           description=(
-               ("When V(false), a host without a usable GPU (no nvidia-smi, no devices, the driver not loaded, NVML "
-                "missing) passes with C(gpu_available=false) instead of failing, so one preflight runs on CPU hosts "
-                "too. A GPU fallen off the bus or a hanging nvidia-smi still fails."),
-           )),
-    Option("threshold_mib", "int", default=64,
-           role="verify_threshold_mib", inventory=None, given="always",
-           group="gpu_read",
-           description=(
-               "A GPU is idle when its memory used is at most this many MiB and no process holds it.",
-           )),
-    Option("nvidia_smi", "path",
-           role="verify_nvidia_smi", inventory="gpufleet_nvidia_smi", given="set",
-           group="gpu_read",
-           description=(
-               "Path of nvidia-smi. Searched on C(PATH) (and the usual sbin directories) when unset.",
-           )),
-    Option("command_timeout", "float", default=15,
-           role="verify_nvidia_smi_timeout", inventory="gpufleet_nvidia_smi_timeout", given="always",
-           group="gpu_read",
-           description=(
-               ("Seconds one nvidia-smi call may take before it is killed and the module fails (a GPU or driver in "
-                "trouble can make nvidia-smi hang)."),
-           )),
-    Option("device_patterns", "list", elements="str", default=["/dev/nvidia*"],
-           role="verify_gpu_device_patterns", inventory="gpufleet_gpu_device_patterns", given="set",
-           group="gpu_read",
-           description=(
-               ("Shell patterns of the device files whose open handles make a process a holder (in a container). A "
-                "file whose name ends in C(nvidia<N>) belongs to the GPU with device minor N (from "
-                "C(/proc/driver/nvidia/gpus/*/information), else index N)."),
-           )),
-    Option("venv", "path",
-           role="verify_venv", inventory="gpufleet_venv", given="set",
-           description=(
-               ("The training venv. When unset, the venv, its packages and its caches are not read "
-                "(RV(cuda_contamination), RV(pip_inventory) and RV(torch_cache) are skipped)."),
-           )),
-    Option("expected_cuda", "str",
-           role="verify_expected_cuda", inventory="gpufleet_expected_cuda", given="set",
-           description=(
-               ("As M(gpufleet.hygiene.cuda_contamination) "
-                "O(gpufleet.hygiene.cuda_contamination#module:expected_cuda)."),
-           )),
-    Option("baseline", "path",
-           role="verify_baseline", inventory="gpufleet_baseline", given="set",
-           description=(
-               ("A requirements/lock file to compare the venv's packages with (M(gpufleet.hygiene.pip_inventory) "
-                "O(gpufleet.hygiene.pip_inventory#module:baseline))."),
-               "The packages are read only when O(baseline) is given or O(verify_files=true).",
-           )),
-    Option("verify_files", "bool", default=False,
-           role="verify_files", inventory=None, given="always",
-           description=(
-               "As M(gpufleet.hygiene.pip_inventory) O(gpufleet.hygiene.pip_inventory#module:verify_files).",
-           )),
-    Option("caches", "bool", default=True,
-           role="verify_caches", inventory=None, given="always",
-           description=(
-               ("Read the compile caches and their fingerprints (M(gpufleet.hygiene.torch_cache) with "
-                "V(state=present))."),
-           )),
-    Option("cache_user", "str",
-           role="verify_cache_user", inventory="gpufleet_job.user", given="set",
-           description=(
-               "As M(gpufleet.hygiene.torch_cache) O(gpufleet.hygiene.torch_cache#module:user).",
-           )),
-    Option("cache_environment", "dict",
-           role="verify_cache_environment", inventory="gpufleet_job.env", given="set",
-           description=(
-               "As M(gpufleet.hygiene.torch_cache) O(gpufleet.hygiene.torch_cache#module:environment).",
-           )),
-    Option("allow_running_job", "bool", default=False,
-           role="verify_allow_running_job", inventory=None, given="always",
-           description=(
-               ("When V(true), GPUs held only by the job's own processes (O(job_patterns)) pass the C(gpu_idle) "
-                "check, e.g. right after the job was relaunched. When V(false), any holder fails it."),
-           )),
-    Option("job_log", "path",
-           role="verify_job_log", inventory="gpufleet_job.log", given="set",
-           version_added="0.2.0",
-           description=(
-               ("The job's log (what the job appends its output to, C(gpufleet_job.log)). A job whose processes match "
-                "O(job_patterns) but whose log has not grown for O(stall_after) seconds is stalled (the C(job_live) "
-                "check fails)."),
-               "Without it, a job is stalled when every GPU it holds shows 0% utilisation.",
-           )),
-    Option("stall_after", "int", default=900,
-           role="verify_stall_after", inventory="gpufleet_stall_after", given="always",
-           version_added="0.2.0",
-           description=(
-               ("Seconds without the log growing after which a job counts as stalled. Raise it for a job that logs "
-                "less often, or whose compile phase is longer."),
-           )),
-    Option("job_throughput_pattern", "str",
-           role="verify_job_throughput_pattern", inventory="gpufleet_job.throughput_regex", given="set",
-           version_added="0.3.0",
-           description=(
-               ("Regular expression reading the job's throughput from O(job_log), as M(gpufleet.hygiene.throughput)'s "
-                "O(gpufleet.hygiene.throughput#module:pattern) (a group named C(value), an optional C(unit) K or M); "
-                "that module's default when left out."),
-               ("The last reading in the log's end is reported in the C(job_live) check's C(throughput); it does not "
-                "change the check's verdict."),
-           )),
-    Option("job_baseline_tokens_per_s", "float", no_log=False,
-           role="verify_job_baseline_tokens_per_s", inventory="gpufleet_job.baseline_tokens_per_s", given="positive",
-           version_added="0.3.0",
-           description=(
-               ("The job's recorded good throughput (C(gpufleet_job.baseline_tokens_per_s)), reported beside the last "
-                "reading with their ratio. V(0) or left out, none."),
-           )),
-    Option("strict_baseline", "bool", default=False,
-           role="verify_strict_baseline", inventory="gpufleet_strict_baseline", given="always",
-           description=(
-               ("When V(true), packages installed beyond O(baseline) (the drift's C(extra), such as a leftover "
-                "C(sglang) or C(flashinfer-python)) fail the C(packages) check, so the venv must match the baseline "
-                "exactly. The installer's own tools (C(pip), C(setuptools), C(wheel)), which C(pip freeze) leaves "
-                "out, are never extra."),
-               ("When V(false), only packages missing from the venv or at another version than the baseline fail it; "
-                "the extra ones are counted in its summary."),
-           )),
-    Option("read_timeout", "float", default=120,
-           version_added="0.2.0",
-           description=(
-               ("Seconds all the reads together may take on the target. A read still running then (a stalled file "
-                "system under the venv, a hung driver) is reported failed with C(msg) naming this option and is left "
-                "behind; the others' results are kept, and the module returns."),
-               ("Each file of the venv is read with its own bound besides (a FIFO, a device or a symbolic link is not "
-                "read at all, see docs/contamination.md); this one bounds the whole reading."),
-           )),
-    Option("evidence_cache", "raw", default=True,
-           version_added="0.3.0",
-           description=(
-               ("As M(gpufleet.hygiene.cuda_contamination) "
-                "O(gpufleet.hygiene.cuda_contamination#module:evidence_cache)."),
-           )),
-    Option("gpu_health", "bool", default=False,
-           role="verify_gpu_health", inventory="gpufleet_gpu_health", given="always",
-           version_added="0.3.0",
-           description=(
-               ("Also read the GPUs' health (uncorrectable ECC errors, pending or failed row remapping and page "
-                "retirement, clock slowdowns, PCIe link, persistence mode, MIG, the driver against O(gpu_driver_pin)) "
-                "and judge it in the C(gpu_healthy) check (see docs/gpu_health.md). The cheap read - NVML through "
-                "C(libnvidia-ml.so.1), else one C(nvidia-smi --query-gpu) run beside the other reads; the kernel log "
-                "and C(nvidia-smi -q -x) are M(gpufleet.hygiene.gpu_health)'s, not read here."),
-               "Off by default - where NVML cannot be loaded it costs one more nvidia-smi run per container.",
-           )),
-    Option("gpu_driver_pin", "str",
-           role="verify_gpu_driver_pin", inventory="gpufleet_gpu_driver_pin", given="set",
-           version_added="0.3.0",
-           description=(
-               ("The driver version the fleet pins (V(580.159.04), or a prefix such as V(580)); with O(gpu_health), "
-                "another version fails C(gpu_healthy) with the finding C(driver_pin_mismatch)."),
-           )),
-    Option("job_libraries", "bool", default=True,
-           role="verify_job_libraries", inventory="gpufleet_job_libraries", given="always",
-           version_added="0.3.0",
-           description=(
-               ("Read the CUDA libraries the job's processes (O(job_patterns)) and every GPU holder have mapped "
-                "(C(/proc/<pid>/maps)) and judge them in the C(job_libraries) check - a library of another CUDA major "
-                "than the venv's reference (torch's, or O(expected_cuda)), one mapped from outside O(venv) where the "
-                "venv ships that library, or one deleted under the running job fails it (docs/checks.md)."),
-               ("Needs O(venv) and O(job_patterns); read after the others, within what is left of O(read_timeout). A "
-                "maps read and the DT_NEEDED of the libraries it names cost milliseconds per process."),
-           )),
+    Option(
+        "job_patterns", "list", elements="str", default=[],
+        role="verify_job_patterns", inventory="gpufleet_job.patterns", given="always",
+        description=(
+            ("Python regular expressions searched in the command line of the training job's processes "
+             "(M(gpufleet.hygiene.processes) O(gpufleet.hygiene.processes#module:scope.cmdline))."),
+            "When empty the processes are not read (RV(processes) is skipped).",
+        ),
+    ),
+    Option(
+        "job_users", "list", elements="str", default=[],
+        role="verify_job_users", inventory="gpufleet_job.users", given="always",
+        description=(
+            ("The job's users, to narrow O(job_patterns) (M(gpufleet.hygiene.processes) "
+             "O(gpufleet.hygiene.processes#module:scope.users))."),
+            ("GPU holders left by a job that is gone (C(job_live)'s C(leftovers)) are only ever processes of these "
+             "users and of the owners of the job's processes (or of O(leftover_users)); another user's process never "
+             "is."),
+        ),
+    ),
+    Option(
+        "leftover_users", "list", elements="str", default=[],
+        role="verify_leftover_users", inventory="gpufleet_job.leftover_users", given="set",
+        version_added="0.3.0",
+        description=(
+            ("Whose GPU holders may be C(job_live)'s C(leftovers) (user names or uids), instead of O(job_users) and "
+             "the owners of the job's processes. With none of these known (no job running, no O(job_users)), no holder "
+             "is a leftover. See docs/checks.md."),
+        ),
+    ),
+    Option(
+        "require_gpu", "bool", default=True,
+        role="verify_require_gpu", inventory="gpufleet_require_gpu", given="always",
+        group="gpu_read",
+        description=(
+            ("When V(false), a host without a usable GPU (no nvidia-smi, no devices, the driver not loaded, NVML "
+             "missing) passes with C(gpu_available=false) instead of failing, so one preflight runs on CPU hosts too. "
+             "A GPU fallen off the bus or a hanging nvidia-smi still fails."),
+        ),
+    ),
+    Option(
+        "threshold_mib", "int", default=64,
+        role="verify_threshold_mib", inventory=None, given="always",
+        group="gpu_read",
+        description=(
+            "A GPU is idle when its memory used is at most this many MiB and no process holds it.",
+        ),
+    ),
+    Option(
+        "nvidia_smi", "path",
+        role="verify_nvidia_smi", inventory="gpufleet_nvidia_smi", given="set",
+        group="gpu_read",
+        description=(
+            "Path of nvidia-smi. Searched on C(PATH) (and the usual sbin directories) when unset.",
+        ),
+    ),
+    Option(
+        "command_timeout", "float", default=15,
+        role="verify_nvidia_smi_timeout", inventory="gpufleet_nvidia_smi_timeout", given="always",
+        group="gpu_read",
+        description=(
+            ("Seconds one nvidia-smi call may take before it is killed and the module fails (a GPU or driver in "
+             "trouble can make nvidia-smi hang)."),
+        ),
+    ),
+    Option(
+        "device_patterns", "list", elements="str", default=["/dev/nvidia*"],
+        role="verify_gpu_device_patterns", inventory="gpufleet_gpu_device_patterns", given="set",
+        group="gpu_read",
+        description=(
+            ("Shell patterns of the device files whose open handles make a process a holder (in a container). A file "
+             "whose name ends in C(nvidia<N>) belongs to the GPU with device minor N (from "
+             "C(/proc/driver/nvidia/gpus/*/information), else index N)."),
+        ),
+    ),
+    Option(
+        "venv", "path",
+        role="verify_venv", inventory="gpufleet_venv", given="set",
+        description=(
+            ("The training venv. When unset, the venv, its packages and its caches are not read "
+             "(RV(cuda_contamination), RV(pip_inventory) and RV(torch_cache) are skipped)."),
+        ),
+    ),
+    Option(
+        "expected_cuda", "str",
+        role="verify_expected_cuda", inventory="gpufleet_expected_cuda", given="set",
+        description=(
+            "As M(gpufleet.hygiene.cuda_contamination) O(gpufleet.hygiene.cuda_contamination#module:expected_cuda).",
+        ),
+    ),
+    Option(
+        "baseline", "path",
+        role="verify_baseline", inventory="gpufleet_baseline", given="set",
+        description=(
+            ("A requirements/lock file to compare the venv's packages with (M(gpufleet.hygiene.pip_inventory) "
+             "O(gpufleet.hygiene.pip_inventory#module:baseline))."),
+            "The packages are read only when O(baseline) is given or O(verify_files=true).",
+        ),
+    ),
+    Option(
+        "verify_files", "bool", default=False,
+        role="verify_files", inventory=None, given="always",
+        description=(
+            "As M(gpufleet.hygiene.pip_inventory) O(gpufleet.hygiene.pip_inventory#module:verify_files).",
+        ),
+    ),
+    Option(
+        "caches", "bool", default=True,
+        role="verify_caches", inventory=None, given="always",
+        description=(
+            "Read the compile caches and their fingerprints (M(gpufleet.hygiene.torch_cache) with V(state=present)).",
+        ),
+    ),
+    Option(
+        "cache_user", "str",
+        role="verify_cache_user", inventory="gpufleet_job.user", given="set",
+        description=(
+            "As M(gpufleet.hygiene.torch_cache) O(gpufleet.hygiene.torch_cache#module:user).",
+        ),
+    ),
+    Option(
+        "cache_environment", "dict",
+        role="verify_cache_environment", inventory="gpufleet_job.env", given="set",
+        description=(
+            "As M(gpufleet.hygiene.torch_cache) O(gpufleet.hygiene.torch_cache#module:environment).",
+        ),
+    ),
+    Option(
+        "allow_running_job", "bool", default=False,
+        role="verify_allow_running_job", inventory=None, given="always",
+        description=(
+            ("When V(true), GPUs held only by the job's own processes (O(job_patterns)) pass the C(gpu_idle) check, "
+             "e.g. right after the job was relaunched. When V(false), any holder fails it."),
+        ),
+    ),
+    Option(
+        "job_log", "path",
+        role="verify_job_log", inventory="gpufleet_job.log", given="set",
+        version_added="0.2.0",
+        description=(
+            ("The job's log (what the job appends its output to, C(gpufleet_job.log)). A job whose processes match "
+             "O(job_patterns) but whose log has not grown for O(stall_after) seconds is stalled (the C(job_live) check "
+             "fails)."),
+            "Without it, a job is stalled when every GPU it holds shows 0% utilisation.",
+        ),
+    ),
+    Option(
+        "stall_after", "int", default=900,
+        role="verify_stall_after", inventory="gpufleet_stall_after", given="always",
+        version_added="0.2.0",
+        description=(
+            ("Seconds without the log growing after which a job counts as stalled. Raise it for a job that logs less "
+             "often, or whose compile phase is longer."),
+        ),
+    ),
+    Option(
+        "job_throughput_pattern", "str",
+        role="verify_job_throughput_pattern", inventory="gpufleet_job.throughput_regex", given="set",
+        version_added="0.3.0",
+        description=(
+            ("Regular expression reading the job's throughput from O(job_log), as M(gpufleet.hygiene.throughput)'s "
+             "O(gpufleet.hygiene.throughput#module:pattern) (a group named C(value), an optional C(unit) K or M); that "
+             "module's default when left out."),
+            ("The last reading in the log's end is reported in the C(job_live) check's C(throughput); it does not "
+             "change the check's verdict."),
+        ),
+    ),
+    Option(
+        "job_baseline_tokens_per_s", "float", no_log=False,
+        role="verify_job_baseline_tokens_per_s", inventory="gpufleet_job.baseline_tokens_per_s", given="positive",
+        version_added="0.3.0",
+        description=(
+            ("The job's recorded good throughput (C(gpufleet_job.baseline_tokens_per_s)), reported beside the last "
+             "reading with their ratio. V(0) or left out, none."),
+        ),
+    ),
+    Option(
+        "strict_baseline", "bool", default=False,
+        role="verify_strict_baseline", inventory="gpufleet_strict_baseline", given="always",
+        description=(
+            ("When V(true), packages installed beyond O(baseline) (the drift's C(extra), such as a leftover C(sglang) "
+             "or C(flashinfer-python)) fail the C(packages) check, so the venv must match the baseline exactly. The "
+             "installer's own tools (C(pip), C(setuptools), C(wheel)), which C(pip freeze) leaves out, are never "
+             "extra."),
+            ("When V(false), only packages missing from the venv or at another version than the baseline fail it; the "
+             "extra ones are counted in its summary."),
+        ),
+    ),
+    Option(
+        "read_timeout", "float", default=120,
+        version_added="0.2.0",
+        description=(
+            ("Seconds all the reads together may take on the target. A read still running then (a stalled file system "
+             "under the venv, a hung driver) is reported failed with C(msg) naming this option and is left behind; the "
+             "others' results are kept, and the module returns."),
+            ("Each file of the venv is read with its own bound besides (a FIFO, a device or a symbolic link is not "
+             "read at all, see docs/contamination.md); this one bounds the whole reading."),
+        ),
+    ),
+    Option(
+        "evidence_cache", "raw", default=True,
+        version_added="0.3.0",
+        description=(
+            "As M(gpufleet.hygiene.cuda_contamination) O(gpufleet.hygiene.cuda_contamination#module:evidence_cache).",
+        ),
+    ),
+    Option(
+        "gpu_health", "bool", default=False,
+        role="verify_gpu_health", inventory="gpufleet_gpu_health", given="always",
+        version_added="0.3.0",
+        description=(
+            ("Also read the GPUs' health (uncorrectable ECC errors, pending or failed row remapping and page "
+             "retirement, clock slowdowns, PCIe link, persistence mode, MIG, the driver against O(gpu_driver_pin)) and "
+             "judge it in the C(gpu_healthy) check (see docs/gpu_health.md). The cheap read - NVML through "
+             "C(libnvidia-ml.so.1), else one C(nvidia-smi --query-gpu) run beside the other reads; the kernel log and "
+             "C(nvidia-smi -q -x) are M(gpufleet.hygiene.gpu_health)'s, not read here."),
+            "Off by default - where NVML cannot be loaded it costs one more nvidia-smi run per container.",
+        ),
+    ),
+    Option(
+        "gpu_driver_pin", "str",
+        role="verify_gpu_driver_pin", inventory="gpufleet_gpu_driver_pin", given="set",
+        version_added="0.3.0",
+        description=(
+            ("The driver version the fleet pins (V(580.159.04), or a prefix such as V(580)); with O(gpu_health), "
+             "another version fails C(gpu_healthy) with the finding C(driver_pin_mismatch)."),
+        ),
+    ),
+    Option(
+        "job_libraries", "bool", default=True,
+        role="verify_job_libraries", inventory="gpufleet_job_libraries", given="always",
+        version_added="0.3.0",
+        description=(
+            ("Read the CUDA libraries the job's processes (O(job_patterns)) and every GPU holder have mapped "
+             "(C(/proc/<pid>/maps)) and judge them in the C(job_libraries) check - a library of another CUDA major "
+             "than the venv's reference (torch's, or O(expected_cuda)), one mapped from outside O(venv) where the venv "
+             "ships that library, or one deleted under the running job fails it (docs/checks.md)."),
+            ("Needs O(venv) and O(job_patterns); read after the others, within what is left of O(read_timeout). A maps "
+             "read and the DT_NEEDED of the libraries it names cost milliseconds per process."),
+        ),
+    ),
 )
 
 BY_NAME = dict((o.name, o) for o in OPTIONS)

@@ -23,12 +23,10 @@ def test_the_layer_refuses_fifos_and_links_without_blocking(tmp_path, how, said)
     assert data is None and len(problems) == 1 and said in problems[0]
 
 
-
 def test_a_device_reached_by_its_own_name_is_refused(tmp_path):
     problems = []
     data, _seconds = timed(_files.read_file, "/dev/zero", "metadata", problems)
     assert data is None and problems == ["/dev/zero is a character device, not a regular file: not read"]
-
 
 
 def test_a_cap_never_cuts_a_character_and_says_where_it_cut(tmp_path):
@@ -44,4 +42,3 @@ def test_a_cap_never_cuts_a_character_and_says_where_it_cut(tmp_path):
         text = _files.read_text(str(path), "metadata", problems)
         assert problems == ["%s is larger than %d bytes: truncated at %d bytes" % (path, _files.CAPS["metadata"], _files.CAPS["metadata"])]
         assert text.startswith("x" * shift + head) and len(text.encode("utf-8")) > _files.CAPS["metadata"] - 4
-
