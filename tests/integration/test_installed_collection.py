@@ -98,7 +98,8 @@ def test_preflight_by_its_fully_qualified_name_over_the_fleet(user, fleet):
     said, section = summary(res.stdout)
     assert said == {bad: "NOT READY", good: "ready"}, section
     assert "1 of 2 ready; not ready: %s" % bad in section, section
-    # Read by their nodes (the play's hosts): the verdict for the one not ready, no task for the other.
+    # Read by their nodes (the play's hosts): the verdict for the one not ready, no task for the other;
+    # localhost plans the run (gpufleet_plan) and shows the summary.
     got = recap(res.stdout)
-    assert got[bad] == (0, 1) and good not in got and got["localhost"] == (1, 0), res.stdout[-3000:]
+    assert got[bad] == (0, 1) and good not in got and got["localhost"] == (2, 0), res.stdout[-3000:]
     assert "Read the containers' processes, GPUs, venvs, packages and caches on the node" in res.stdout
