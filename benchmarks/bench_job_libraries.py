@@ -94,8 +94,8 @@ def main(argv=None):
     print("| read | CPU (median) | wall (median) |")
     print("| --- | ---: | ---: |")
     for on in (True, False):
-        print("| job_libraries %s | %.2f ms | %.2f ms |" % ("on" if on else "off", statistics.median(cpu[on]) * 1e3,
-                                                         statistics.median(wall[on]) * 1e3))
+        row = ("on" if on else "off", statistics.median(cpu[on]) * 1e3, statistics.median(wall[on]) * 1e3)
+        print("| job_libraries %s | %.2f ms | %.2f ms |" % row)
     print("on/off: CPU %.3fx, wall %.3fx; the check's CPU: %.2f ms a container" % (
         statistics.median(cpu[True]) / statistics.median(cpu[False]), statistics.median(wall[True]) / statistics.median(wall[False]),
         (statistics.median(cpu[True]) - statistics.median(cpu[False])) * 1e3))
