@@ -80,3 +80,9 @@ def test_expected_cuda_ok(value, expected):
 def test_expected_cuda_bad(value):
     with pytest.raises(_cuda.CudaError, match="expected_cuda"):
         _cuda.parse_expected(value)
+
+
+@pytest.mark.parametrize("name", ["foo-cu08", "foo-cu00-libs", "cupy-cuda09x", "bar-cuda01"])
+def test_a_name_numbered_cuda_0x_is_no_evidence_since_no_cuda_0_exists(name):
+    # As a version label cu0x is none (test_label): a CUDA 0 would flag the package in every venv.
+    assert _cuda.name_cuda(_dist.canonical_name(name), "1.0") is None
