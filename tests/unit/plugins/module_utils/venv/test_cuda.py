@@ -7,9 +7,43 @@ test_dist.py, the ELF reader in test_elf.py."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import os
+import shutil
+
 import pytest
+from wheelmaker import build_shared_object
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist
+
+
+def _site(tmp_path):
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    return str(site)
+
+
+def _installed(site, name, version, files=None, requires=()):
+    """A real installed distribution, as an installer leaves it, without a venv or an installer:
+    the files, and a dist-info with METADATA and a RECORD of their digests."""
+    info = os.path.join(site, "%s-%s.dist-info" % (name.replace("-", "_"), version))
+    os.makedirs(info)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version))
+        f.write("".join("Requires-Dist: %s\n" % r for r in requires))
+    record = []
+    for rel, content in (files or {}).items():
+        path = os.path.join(site, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = content.encode() if isinstance(content, str) else content
+        with open(path, "wb") as f:
+            f.write(data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append("%s,sha256=%s,%d" % (rel, digest, len(data)))
+    with open(os.path.join(info, "RECORD"), "w") as f:
+        f.write("\n".join(record) + "\n")
+    return _dist.Distribution(site, info)
 
 
 @pytest.mark.parametrize("version, expected", [
@@ -44,6 +78,8 @@ def test_label(version, expected):
     ("nvidia-cuda-runtime", "13.0.48", 13),
     ("cuda-bindings", "13.0.1", 13),
     ("cuda-python", "12.9.0", 12),
+    ("nvidia-cublas", "9.0.176", 9),       # the oldest toolkit wheel major read: CUDA 9
+    ("nvidia-cublas", "8.0.61", None),     # below 9 a toolkit wheel's version is not read as its CUDA
     ("nvidia-cufft", "12.0.0.15", None),   # cuFFT's version does not follow CUDA
     ("nvidia-cusparse", "12.6.2.49", None),
     ("cuda-pathfinder", "1.2.3", None),
@@ -86,3 +122,151 @@ def test_expected_cuda_bad(value):
 def test_a_name_numbered_cuda_0x_is_no_evidence_since_no_cuda_0_exists(name):
     # As a version label cu0x is none (test_label): a CUDA 0 would flag the package in every venv.
     assert _cuda.name_cuda(_dist.canonical_name(name), "1.0") is None
+
+
+@pytest.mark.parametrize("version, cpu", [
+    ("2.8.0+cpu", True), ("2.8.0+CPU", True), ("1.13.1+cpuonly", True),
+    ("2.8.0", False), ("", False), (None, False), ("2.8.0+cu128", False), ("2.8.0+rocm6.4", False),
+    ("2.8.0+cpu.cxx11.abi", False),
+])
+def test_a_cpu_build_is_told_by_its_local_label_alone(version, cpu):
+    assert _cuda.is_cpu_label(version) is cpu
+
+
+def test_a_cpu_labelled_package_is_judged_a_cpu_build_not_by_its_cuda_name_nor_unknown(tmp_path):
+    site = _site(tmp_path)
+    dist = _installed(site, "nvidia-nccl-cu13", "2.27.3+cpu", {"nvidia/cu13/lib/libnccl.so.2": "x"})
+    assert _cuda.classify(dist) == (0, {})
+    contaminants, unknown, _clobbered, _shared = _cuda.scan([dist], 12)
+    assert contaminants == [] and unknown == []
+
+
+@pytest.mark.parametrize("version, cuda_text", [("1.0+cu12torch2.8", "12"), ("2.8.0+cu128", "12.8")],
+                         ids=["label_of_a_major_alone", "label_of_major_and_minor"])
+def test_a_version_label_s_evidence_names_its_cuda_never_none(tmp_path, version, cuda_text):
+    dist = _installed(_site(tmp_path), "flash-attn", version)
+    layer, majors = _cuda.classify(dist)
+    assert layer == 1
+    assert majors == {12: ["version %s carries the local label for CUDA %s" % (version, cuda_text)]}
+
+
+def _torch_site(tmp_path, version, version_py):
+    site = _site(tmp_path)
+    files = {"torch/__init__.py": ""}
+    if version_py is not None:
+        files["torch/version.py"] = version_py
+    return site, _installed(site, "torch", version, files)
+
+
+@pytest.mark.parametrize("version_py, cuda", [
+    ("__version__ = '2.8.0'\ncuda = None\n", "None"),
+    ("__version__ = '2.8.0'\ncuda: Optional[str] = None\n", "None"),
+    ("__version__ = '2.8.0+cu128'\ncuda: Optional[str] = '12.8'\n", "12.8"),
+    ("__version__ = '2.8.0'\n", None),
+], ids=["cpu_only", "cpu_only_annotated", "cuda_12_8", "says_nothing"])
+def test_torch_version_py_tells_a_cpu_only_build_from_one_that_says_nothing(tmp_path, version_py, cuda):
+    site, _torch = _torch_site(tmp_path, "2.8.0", version_py)
+    problems = []
+    info = _cuda.read_torch_version_py(site, problems)
+    assert info["cuda"] == cuda
+    assert info["version"] == version_py.split("'")[1]
+    assert problems == []
+
+
+def test_an_unreadable_torch_version_py_is_reported_once_not_lost(tmp_path):
+    site, _torch = _torch_site(tmp_path, "2.8.0", None)
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text("cuda = '13.0'\n")
+    os.symlink(str(outside), os.path.join(site, "torch", "version.py"))  # never followed
+    problems = []
+    assert _cuda.read_torch_version_py(site, problems) is None
+    assert _cuda.read_torch_version_py(site, problems) is None
+    assert len(problems) == 1 and "torch/version.py" in problems[0], problems
+    # a caller that keeps no problems gets the same answer
+    assert _cuda.read_torch_version_py(site) is None
+
+
+def test_torch_whose_version_py_says_cuda_none_is_a_cpu_build_and_asks_for_expected_cuda(tmp_path):
+    _site_dir, torch = _torch_site(tmp_path, "2.8.0", "__version__ = '2.8.0'\ncuda = None\n")
+    assert _cuda.torch_reference([torch]) == "cpu"
+    with pytest.raises(_cuda.CudaError, match="torch here is a CPU-only build; set expected_cuda"):
+        _cuda.reference([torch], None)
+
+
+def test_torch_without_a_label_is_judged_by_its_version_py(tmp_path):
+    _site_dir, torch = _torch_site(tmp_path, "2.8.0", "__version__ = '2.8.0+cu128'\ncuda = '12.8'\n")
+    assert _cuda.torch_reference([torch]) == (12, "12.8", "torch 2.8.0 (torch/version.py: cuda = '12.8')")
+
+
+@pytest.mark.parametrize("expected_cuda, warned", [("12.8", False), ("12", False), ("13.0", True)])
+def test_expected_cuda_warns_only_when_torch_is_built_for_another_major(tmp_path, expected_cuda, warned):
+    torch = _installed(_site(tmp_path), "torch", "2.8.0+cu128")
+    ref, warnings = _cuda.reference([torch], expected_cuda)
+    assert ref["cuda_major"] == int(expected_cuda.split(".")[0]) and ref["source"] == "expected_cuda"
+    if warned:
+        assert warnings == ["expected_cuda is 13.0 but torch 2.8.0+cu128 is built for CUDA 12.8: torch itself does not match"]
+    else:
+        assert warnings == []
+
+
+@pytest.fixture(scope="module")
+def links_cudart_12(tmp_path_factory):
+    """A real shared object whose DT_NEEDED names libcudart.so.12 (compiled once)."""
+    work = str(tmp_path_factory.mktemp("so"))
+    return build_shared_object(work, "_ops.so", ["libcudart.so.12"], symbol="ops")
+
+
+def test_the_binaries_layer_reads_no_more_shared_objects_once_three_link_cuda(tmp_path, links_cudart_12):
+    files = {"many_ops/_ops%d.so" % i: links_cudart_12 for i in range(5)}
+    dist = _installed(_site(tmp_path), "many-ops", "1.0", files)
+    read = []
+    layer, majors = _cuda.classify(dist, before_read=read.append)
+    assert layer == 4
+    assert majors == {12: ["many_ops/_ops%d.so links libcudart.so.12 (DT_NEEDED)" % i for i in range(3)]}
+    assert [os.path.basename(p) for p in read] == ["_ops0.so", "_ops1.so", "_ops2.so"]
+
+
+def test_a_requirement_of_an_extra_is_no_evidence_even_with_a_semicolon_in_its_marker(tmp_path):
+    # PEP 508: the marker follows the first ';' and a quoted value in it may hold one too.
+    extra = 'nvidia-nccl-cu13>=2 ; extra == "gpu" and platform_version != "a;b"'
+    plain = 'nvidia-cudnn-cu13 ; platform_version != "a;b"'
+    site = _site(tmp_path)
+    assert _cuda.classify(_installed(site, "only-extra", "1.0", requires=[extra])) == (None, {})
+    layer, majors = _cuda.classify(_installed(site, "plain", "1.0", requires=[plain, extra]))
+    assert (layer, list(majors)) == (5, [13])
+    assert majors[13] == ["requires %s (weak evidence: a requirement, not an installed file)" % plain]
+
+
+def test_a_path_only_one_package_keeps_beside_bytecode_does_not_end_the_search_for_shared_files(tmp_path):
+    """A RECORD row through __pycache__ is set aside (bytecode is rewritten freely); the same
+    file listed plainly by one other package is then shared by no one, and the files after it
+    are still judged: here y.py, which b overwrote in a."""
+    site = _site(tmp_path)
+    a = _installed(site, "a", "1.0", {"pkg/x.py": "x", "pkg/y.py": "a's y"})
+    shutil.rmtree(os.path.join(site, "pkg"))
+    b = _installed(site, "b", "1.0", {"pkg/x.py": "x", "pkg/y.py": "b's y"})
+    with open(b.info_dir + "/RECORD") as f:
+        rows = f.read().replace("pkg/x.py,", "pkg/__pycache__/../x.py,")
+    with open(b.info_dir + "/RECORD", "w") as f:
+        f.write(rows)
+    b = _dist.Distribution(site, b.info_dir)
+    clobbered, shared = _cuda.find_clobbered([a, b])
+    assert list(shared) == [os.path.join(site, "pkg", "y.py")]
+    assert [(c["path"], c["owner"], c["state"], c["overwritten_by"]) for c in clobbered] == [("pkg/y.py", "a", "overwritten", ["b"])]
+
+
+def test_a_file_one_package_lists_twice_is_not_shared_and_not_judged_clobbered(tmp_path):
+    """Only paths of two or more packages are shared (and hashed): a RECORD naming one file
+    twice does not make its own package a clobberer of itself. (Whether a package's own file
+    was changed is pip_inventory's RECORD check.)"""
+    site = _site(tmp_path)
+    a = _installed(site, "a", "1.0", {"pkg/x.py": "x"})
+    with open(a.info_dir + "/RECORD") as f:
+        rows = f.read()
+    with open(a.info_dir + "/RECORD", "w") as f:
+        f.write(rows + rows)
+    with open(os.path.join(site, "pkg", "x.py"), "w") as f:
+        f.write("changed")
+    b = _installed(site, "b", "1.0", {"pkg_b/y.py": "y"})
+    a = _dist.Distribution(site, a.info_dir)
+    assert _cuda.find_clobbered([a, b]) == ([], {})
