@@ -237,6 +237,28 @@ def test_a_requirement_of_an_extra_is_no_evidence_even_with_a_semicolon_in_its_m
     assert majors[13] == ["requires %s (weak evidence: a requirement, not an installed file)" % plain]
 
 
+def test_a_requirement_asking_for_the_dependency_s_own_extra_is_evidence(tmp_path):
+    # "[extras]" asks the dependency for its extra; only a marker naming this package's extra
+    # ("extra == ...") leaves the requirement out.
+    req = 'nvidia-cudnn-cu13[extras] ; sys_platform == "linux"'
+    layer, majors = _cuda.classify(_installed(_site(tmp_path), "wants-extras", "1.0", requires=[req]))
+    assert (layer, list(majors)) == (5, [13])
+
+
+def test_a_requirement_that_names_no_project_does_not_hide_those_after_it(tmp_path):
+    requires = ["_not_a_project_name", "nvidia-nccl-cu13>=2"]
+    layer, majors = _cuda.classify(_installed(_site(tmp_path), "odd-metadata", "1.0", requires=requires))
+    assert (layer, list(majors)) == (5, [13])
+
+
+def test_torch_is_found_wherever_it_is_in_the_list_of_packages(tmp_path):
+    # Packages are listed by name: triton, typing-extensions, xformers sort after torch.
+    site = _site(tmp_path)
+    dists = [_installed(site, name, version) for name, version in (
+        ("triton", "3.4.0"), ("xformers", "0.0.32"), ("torch", "2.8.0+cu128"), ("numpy", "2.3.2"))]
+    assert _cuda.torch_reference(dists) == (12, "12.8", "torch 2.8.0+cu128 (local version label)")
+
+
 def test_a_path_only_one_package_keeps_beside_bytecode_does_not_end_the_search_for_shared_files(tmp_path):
     """A RECORD row through __pycache__ is set aside (bytecode is rewritten freely); the same
     file listed plainly by one other package is then shared by no one, and the files after it
