@@ -15,7 +15,7 @@ import shutil
 import pytest
 from wheelmaker import build_shared_object
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist, _evcache
 
 
 def _site(tmp_path):
@@ -292,3 +292,29 @@ def test_a_file_one_package_lists_twice_is_not_shared_and_not_judged_clobbered(t
     b = _installed(site, "b", "1.0", {"pkg_b/y.py": "y"})
     a = _dist.Distribution(site, a.info_dir)
     assert _cuda.find_clobbered([a, b]) == ([], {})
+
+
+def test_what_a_shared_file_s_reading_found_is_told_again_when_taken_from_the_evidence_cache(tmp_path, monkeypatch):
+    """The paths shared by packages are kept in the evidence cache with the problems their
+    reading found (here a's RECORD, read in full because pkg/x.py is shared): a scan that takes
+    them from the cache tells those problems as the scan that read them did."""
+    monkeypatch.setattr(_evcache, "RACY_SECONDS", 0)  # keep entries at once
+    site = _site(tmp_path)
+    a = _installed(site, "a", "1.0", {"pkg/x.py": "x"})
+    with open(a.info_dir + "/RECORD", "a") as f:
+        f.write("pkg/bad.py,md5,x\n")
+    _installed(site, "b", "1.0", {"pkg/x.py": "x"})
+
+    def scanned():
+        dists, _shadowed = _dist.iter_distributions([site])
+        cache = _evcache.EvidenceCache.open(str(tmp_path / "cache" / "evidence"), str(tmp_path / "venv"))
+        try:
+            _cuda.scan(dists, 12, True, cache)
+        finally:
+            cache.close()
+        return dict((d.name, d.problems) for d in dists), cache.hits
+
+    fresh, hits = scanned()
+    assert hits == 0 and any("malformed hash" in p for p in fresh["a"]), fresh
+    kept, hits = scanned()
+    assert hits == 2 and kept == fresh
