@@ -54,6 +54,9 @@ def _installed(site, name, version, files=None, requires=()):
     ("2.8.3+pt28cu128", (12, "12.8")),
     ("1.0+cu12torch2.8", (12, None)),
     ("1.13.1+cu92", (9, "9.2")),
+    ("1.5.0+cu101", (10, "10.1")),
+    ("2.8.0+cu08", None),   # no CUDA is numbered 0: it would flag the package in every venv
+    ("2.8.0+cu00", None),
     ("2.8.0+cpu", None),
     ("2.8.0+rocm6.4", None),
     ("2.8.0", None),
@@ -98,6 +101,7 @@ def test_name_family(name, version, major):
     ("nvidia/cublas/lib/libcublasLt.so.12", 12),
     ("nvidia/cuda_nvrtc/lib/libnvrtc-builtins.so.12.8", 12),
     ("x/libnvJitLink.so.13", 13),
+    ("libcudart.so.12", 12),  # at the top of site-packages: no directory in the path
     ("nvidia/cusparse/lib/libcusparse.so.12", None),
     ("nvidia/nccl/lib/libnccl.so.2", None),
     ("torch/lib/libtorch_cuda.so", None),
