@@ -57,6 +57,7 @@ def _installed(site, name, version, files=None, requires=()):
     ("1.5.0+cu101", (10, "10.1")),
     ("2.8.0+cu08", None),   # no CUDA is numbered 0: it would flag the package in every venv
     ("2.8.0+cu00", None),
+    ("2.8.0+local+cu128", (12, "12.8")),  # the label is all after the first '+'
     ("2.8.0+cpu", None),
     ("2.8.0+rocm6.4", None),
     ("2.8.0", None),
@@ -102,6 +103,7 @@ def test_name_family(name, version, major):
     ("nvidia/cuda_nvrtc/lib/libnvrtc-builtins.so.12.8", 12),
     ("x/libnvJitLink.so.13", 13),
     ("libcudart.so.12", 12),  # at the top of site-packages: no directory in the path
+    ("nvidia/cu13/include/cublas.h", 13),  # the layout alone, no shared object
     ("nvidia/cusparse/lib/libcusparse.so.12", None),
     ("nvidia/nccl/lib/libnccl.so.2", None),
     ("torch/lib/libtorch_cuda.so", None),
@@ -131,7 +133,7 @@ def test_a_name_numbered_cuda_0x_is_no_evidence_since_no_cuda_0_exists(name):
 @pytest.mark.parametrize("version, cpu", [
     ("2.8.0+cpu", True), ("2.8.0+CPU", True), ("1.13.1+cpuonly", True),
     ("2.8.0", False), ("", False), (None, False), ("2.8.0+cu128", False), ("2.8.0+rocm6.4", False),
-    ("2.8.0+cpu.cxx11.abi", False),
+    ("2.8.0+cpu.cxx11.abi", False), ("1.0+cpu+x", False),
 ])
 def test_a_cpu_build_is_told_by_its_local_label_alone(version, cpu):
     assert _cuda.is_cpu_label(version) is cpu
@@ -214,14 +216,15 @@ def test_expected_cuda_warns_only_when_torch_is_built_for_another_major(tmp_path
 
 
 @pytest.fixture(scope="module")
-def links_cudart_12(tmp_path_factory):
-    """A real shared object whose DT_NEEDED names libcudart.so.12 (compiled once)."""
+def links_cudart(tmp_path_factory):
+    """Real shared objects whose DT_NEEDED names libcudart.so.12, or .13 (compiled once)."""
     work = str(tmp_path_factory.mktemp("so"))
-    return build_shared_object(work, "_ops.so", ["libcudart.so.12"], symbol="ops")
+    return dict((major, build_shared_object(os.path.join(work, str(major)), "_ops.so", ["libcudart.so.%d" % major], symbol="ops"))
+                for major in (12, 13))
 
 
-def test_the_binaries_layer_reads_no_more_shared_objects_once_three_link_cuda(tmp_path, links_cudart_12):
-    files = {"many_ops/_ops%d.so" % i: links_cudart_12 for i in range(5)}
+def test_the_binaries_layer_reads_no_more_shared_objects_once_three_link_cuda(tmp_path, links_cudart):
+    files = {"many_ops/_ops%d.so" % i: links_cudart[12] for i in range(5)}
     dist = _installed(_site(tmp_path), "many-ops", "1.0", files)
     read = []
     layer, majors = _cuda.classify(dist, before_read=read.append)
@@ -259,7 +262,7 @@ def test_torch_is_found_wherever_it_is_in_the_list_of_packages(tmp_path):
     # Packages are listed by name: triton, typing-extensions, xformers sort after torch.
     site = _site(tmp_path)
     dists = [_installed(site, name, version) for name, version in (
-        ("triton", "3.4.0"), ("xformers", "0.0.32"), ("torch", "2.8.0+cu128"), ("numpy", "2.3.2"))]
+        ("triton", "3.4.0"), ("numpy", "2.3.2"), ("torch", "2.8.0+cu128"), ("xformers", "0.0.32"))]
     assert _cuda.torch_reference(dists) == (12, "12.8", "torch 2.8.0+cu128 (local version label)")
 
 
@@ -322,3 +325,34 @@ def test_what_a_shared_file_s_reading_found_is_told_again_when_taken_from_the_ev
     assert hits == 0 and any("malformed hash" in p for p in fresh["a"]), fresh
     kept, hits = scanned()
     assert hits == 2 and kept == fresh
+
+
+@pytest.mark.parametrize("call, reason", [
+    (lambda: _cuda.name_cuda("nvidia-cublas", "13.0.0.19"), "toolkit wheel whose version is the CUDA version (13.0.0.19)"),
+    (lambda: _cuda.file_cuda("nvidia/cu13/lib/libx.so"), "installs nvidia/cu13/lib/libx.so (the CUDA 13 layout)"),
+    (lambda: _cuda.file_cuda("x/libnvJitLink.so.13"), "ships x/libnvJitLink.so.13"),
+], ids=["toolkit_wheel", "cu13_layout", "soname"])
+def test_each_piece_of_evidence_names_what_was_found(call, reason):
+    assert call() == (13, reason)
+
+
+def test_a_contaminant_names_the_layer_that_judged_it(tmp_path, links_cudart):
+    site = _site(tmp_path)
+    dists = [
+        _installed(site, "by-label", "1.0+cu130"),
+        _installed(site, "nvidia-nccl-cu13", "2.27.3"),
+        _installed(site, "by-files", "1.0", {"by_files/nvidia/cu13/lib/libk.so": "k"}),
+        _installed(site, "by-binaries", "1.0", {"by_binaries/_ops.so": links_cudart[13]}),
+        _installed(site, "by-requirements", "1.0", requires=["nvidia-cublas-cu13"]),
+        _installed(site, "fits", "1.0", {"fits/_ops.so": links_cudart[12]}),
+    ]
+    contaminants, unknown, _clobbered, _shared = _cuda.scan(dists, 12)
+    assert unknown == []
+    layers = {c["name"]: (c["cuda_major"], c["layer"], c["evidence"][0].rsplit(" (", 1)[1]) for c in contaminants}
+    assert layers == {
+        "by-label": (13, "version label", "version label evidence)"),
+        "nvidia-nccl-cu13": (13, "name", "name evidence)"),
+        "by-files": (13, "files", "files evidence)"),
+        "by-binaries": (13, "binaries", "binaries evidence)"),
+        "by-requirements": (13, "requirements", "requirements evidence)"),
+    }
