@@ -199,6 +199,19 @@ def test_torch_whose_version_py_says_cuda_none_is_a_cpu_build_and_asks_for_expec
         _cuda.reference([torch], None)
 
 
+@pytest.mark.parametrize("version, reference", [("2.8.0+cpu", "cpu"), ("2.8.0", None)])
+def test_torch_without_version_py_is_a_cpu_build_by_its_cpu_label_alone(tmp_path, version, reference):
+    _site_dir, torch = _torch_site(tmp_path, version, None)
+    assert _cuda.torch_reference([torch]) == reference
+
+
+def test_torch_whose_version_py_names_no_cuda_version_gives_no_reference(tmp_path):
+    _site_dir, torch = _torch_site(tmp_path, "2.8.0", "__version__ = '2.8.0'\ncuda = 'twelve'\n")
+    assert _cuda.torch_reference([torch]) is None
+    with pytest.raises(_cuda.CudaError, match="no reference CUDA: torch is not installed in this environment .or says no CUDA version"):
+        _cuda.reference([torch], None)
+
+
 def test_torch_without_a_label_is_judged_by_its_version_py(tmp_path):
     _site_dir, torch = _torch_site(tmp_path, "2.8.0", "__version__ = '2.8.0+cu128'\ncuda = '12.8'\n")
     assert _cuda.torch_reference([torch]) == (12, "12.8", "torch 2.8.0 (torch/version.py: cuda = '12.8')")
