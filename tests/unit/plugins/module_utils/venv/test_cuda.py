@@ -228,6 +228,15 @@ def test_expected_cuda_warns_only_when_torch_is_built_for_another_major(tmp_path
         assert warnings == []
 
 
+def test_the_files_layer_names_three_files_of_a_major_not_every_one(tmp_path):
+    files = dict(("nvidia/cu13/lib/libk%d.so" % i, "k") for i in range(5))
+    files["nvidia/cu12/lib/libk.so"] = "k"
+    layer, majors = _cuda.classify(_installed(_site(tmp_path), "many-files", "1.0", files))
+    assert layer == 3
+    assert majors == {13: ["installs nvidia/cu13/lib/libk%d.so (the CUDA 13 layout)" % i for i in range(3)],
+                      12: ["installs nvidia/cu12/lib/libk.so (the CUDA 12 layout)"]}
+
+
 @pytest.fixture(scope="module")
 def links_cudart(tmp_path_factory):
     """Real shared objects whose DT_NEEDED names libcudart.so.12, or .13 (compiled once)."""
