@@ -217,15 +217,21 @@ def test_torch_without_a_label_is_judged_by_its_version_py(tmp_path):
     assert _cuda.torch_reference([torch]) == (12, "12.8", "torch 2.8.0 (torch/version.py: cuda = '12.8')")
 
 
-@pytest.mark.parametrize("expected_cuda, warned", [("12.8", False), ("12", False), ("13.0", True)])
+@pytest.mark.parametrize("expected_cuda, warned", [("12.8", False), ("12", False), ("13.0", True), ("11.8", True)])
 def test_expected_cuda_warns_only_when_torch_is_built_for_another_major(tmp_path, expected_cuda, warned):
     torch = _installed(_site(tmp_path), "torch", "2.8.0+cu128")
     ref, warnings = _cuda.reference([torch], expected_cuda)
     assert ref["cuda_major"] == int(expected_cuda.split(".")[0]) and ref["source"] == "expected_cuda"
     if warned:
-        assert warnings == ["expected_cuda is 13.0 but torch 2.8.0+cu128 is built for CUDA 12.8: torch itself does not match"]
+        assert warnings == ["expected_cuda is %s but torch 2.8.0+cu128 is built for CUDA 12.8: torch itself does not match" % expected_cuda]
     else:
         assert warnings == []
+
+
+def test_without_expected_cuda_the_reference_is_torch_s_cuda(tmp_path):
+    torch = _installed(_site(tmp_path), "torch", "2.8.0+cu128")
+    assert _cuda.reference([torch], None) == (
+        {"cuda_major": 12, "cuda_version": "12.8", "source": "torch 2.8.0+cu128 (local version label)"}, [])
 
 
 def test_the_files_layer_names_three_files_of_a_major_not_every_one(tmp_path):
