@@ -234,6 +234,16 @@ def test_without_expected_cuda_the_reference_is_torch_s_cuda(tmp_path):
         {"cuda_major": 12, "cuda_version": "12.8", "source": "torch 2.8.0+cu128 (local version label)"}, [])
 
 
+def test_a_name_s_evidence_names_the_package_and_its_family(tmp_path):
+    dist = _installed(_site(tmp_path), "nvidia-nccl-cu13", "2.27.3")
+    assert _cuda.classify(dist) == (2, {13: ["name nvidia-nccl-cu13: name suffix -cu13"]})
+
+
+def test_the_files_layer_reads_a_package_of_headers_alone(tmp_path):
+    dist = _installed(_site(tmp_path), "headers-only", "1.0", {"nvidia/cu13/include/cublas.h": "h"})
+    assert _cuda.classify(dist) == (3, {13: ["installs nvidia/cu13/include/cublas.h (the CUDA 13 layout)"]})
+
+
 def test_the_files_layer_names_three_files_of_a_major_not_every_one(tmp_path):
     files = dict(("nvidia/cu13/lib/libk%d.so" % i, "k") for i in range(5))
     files["nvidia/cu12/lib/libk.so"] = "k"
