@@ -257,8 +257,10 @@ def test_the_files_layer_names_three_files_of_a_major_not_every_one(tmp_path):
 def links_cudart(tmp_path_factory):
     """Real shared objects whose DT_NEEDED names libcudart.so.12, or .13 (compiled once)."""
     work = str(tmp_path_factory.mktemp("so"))
-    return dict((major, build_shared_object(os.path.join(work, str(major)), "_ops.so", ["libcudart.so.%d" % major], symbol="ops"))
-                for major in (12, 13))
+    built = dict((major, build_shared_object(os.path.join(work, str(major)), "_ops.so", ["libcudart.so.%d" % major], symbol="ops"))
+                 for major in (12, 13))
+    built["12 twice"] = build_shared_object(os.path.join(work, "2"), "_ops.so", ["libcudart.so.12", "libcublas.so.12"], symbol="ops")
+    return built
 
 
 def test_the_binaries_layer_reads_no_more_shared_objects_once_three_link_cuda(tmp_path, links_cudart):
@@ -271,13 +273,30 @@ def test_the_binaries_layer_reads_no_more_shared_objects_once_three_link_cuda(tm
     assert [os.path.basename(p) for p in read] == ["_ops0.so", "_ops1.so", "_ops2.so"]
 
 
+def test_the_binaries_layer_counts_every_cuda_library_an_object_links_towards_three(tmp_path, links_cudart):
+    # Each object links two: after the second, four linked CUDA libraries are enough.
+    files = {"dual_ops/_ops%d.so" % i: links_cudart["12 twice"] for i in range(4)}
+    read = []
+    layer, majors = _cuda.classify(_installed(_site(tmp_path), "dual-ops", "1.0", files), before_read=read.append)
+    assert layer == 4 and len(majors[12]) == 4
+    assert [os.path.basename(p) for p in read] == ["_ops0.so", "_ops1.so"]
+
+
+def test_only_shared_objects_are_read_for_the_binaries_layer(tmp_path, links_cudart):
+    files = {"ops/resort.py": "", "ops/notes.so.txt": "", "ops/_ops.so": links_cudart[13], "ops/_ops.so.1": links_cudart[13]}
+    read = []
+    layer, majors = _cuda.classify(_installed(_site(tmp_path), "ops", "1.0", files), before_read=read.append)
+    assert (layer, list(majors)) == (4, [13])
+    assert [os.path.basename(p) for p in read] == ["_ops.so", "_ops.so.1"]
+
+
 def test_a_requirement_of_an_extra_is_no_evidence_even_with_a_semicolon_in_its_marker(tmp_path):
     # PEP 508: the marker follows the first ';' and a quoted value in it may hold one too.
     extra = 'nvidia-nccl-cu13>=2 ; extra == "gpu" and platform_version != "a;b"'
     plain = 'nvidia-cudnn-cu13 ; platform_version != "a;b"'
     site = _site(tmp_path)
     assert _cuda.classify(_installed(site, "only-extra", "1.0", requires=[extra])) == (None, {})
-    layer, majors = _cuda.classify(_installed(site, "plain", "1.0", requires=[plain, extra]))
+    layer, majors = _cuda.classify(_installed(site, "plain", "1.0", requires=[extra, plain]))
     assert (layer, list(majors)) == (5, [13])
     assert majors[13] == ["requires %s (weak evidence: a requirement, not an installed file)" % plain]
 
@@ -394,3 +413,27 @@ def test_a_contaminant_names_the_layer_that_judged_it(tmp_path, links_cudart):
         "by-binaries": (13, "binaries", "binaries evidence)"),
         "by-requirements": (13, "requirements", "requirements evidence)"),
     }
+
+
+def test_a_shared_file_is_judged_by_each_owner_s_own_record_row(tmp_path):
+    """a's RECORD lists pkg/z.py before the shared pkg/x.py: x is checked against x's digest
+    (unchanged, so not clobbered), never against the digest of a row beside it."""
+    site = _site(tmp_path)
+    a = _installed(site, "a", "1.0", {"pkg/z.py": "z", "pkg/x.py": "x"})
+    b = _installed(site, "b", "1.0", {"pkg/x.py": "x"})
+    clobbered, shared = _cuda.find_clobbered([a, b])
+    assert list(shared) == [os.path.join(site, "pkg", "x.py")] and clobbered == []
+
+
+def test_a_record_row_of_an_unknown_hash_is_no_match_and_no_crash(tmp_path):
+    site = _site(tmp_path)
+    a = _installed(site, "a", "1.0", {"pkg/x.py": "x"})
+    b = _installed(site, "b", "1.0", {"pkg/x.py": "x"})
+    with open(a.info_dir + "/RECORD") as f:
+        rows = f.read().replace(",sha256=", ",nosuchhash=")
+    with open(a.info_dir + "/RECORD", "w") as f:
+        f.write(rows)
+    a = _dist.Distribution(site, a.info_dir)
+    clobbered, _shared = _cuda.find_clobbered([a, b])
+    assert [(c["owner"], c["state"], c["overwritten_by"]) for c in clobbered] == [("a", "overwritten", ["b"])]
+
