@@ -298,7 +298,7 @@ def shared_paths(dists):
         for dist in dists:
             for abs_path, rel in dist.paths:
                 if abs_path in twice and not (rel.endswith(".pyc") or "/__pycache__/" in rel):
-                    owners.setdefault(abs_path, []).append(dist)
+                    owners.setdefault(abs_path, {})[dist] = dist  # once, if RECORD names it twice
     shared = {}
     for abs_path, group in owners.items():
         if len(group) < 2:

@@ -437,3 +437,15 @@ def test_a_record_row_of_an_unknown_hash_is_no_match_and_no_crash(tmp_path):
     clobbered, _shared = _cuda.find_clobbered([a, b])
     assert [(c["owner"], c["state"], c["overwritten_by"]) for c in clobbered] == [("a", "overwritten", ["b"])]
 
+
+def test_a_clobbered_file_listed_twice_by_its_owner_is_reported_once(tmp_path):
+    site = _site(tmp_path)
+    a = _installed(site, "a", "1.0", {"pkg/x.py": "a's x"})
+    with open(a.info_dir + "/RECORD") as f:
+        rows = f.read()
+    with open(a.info_dir + "/RECORD", "w") as f:
+        f.write(rows + rows)
+    b = _installed(site, "b", "1.0", {"pkg/x.py": "b's x"})
+    a = _dist.Distribution(site, a.info_dir)
+    clobbered, _shared = _cuda.find_clobbered([a, b])
+    assert [(c["owner"], c["state"], c["overwritten_by"]) for c in clobbered] == [("a", "overwritten", ["b"])]
