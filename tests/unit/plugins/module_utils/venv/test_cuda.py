@@ -396,12 +396,12 @@ def test_each_piece_of_evidence_names_what_was_found(call, reason):
 def test_a_contaminant_names_the_layer_that_judged_it(tmp_path, links_cudart):
     site = _site(tmp_path)
     dists = [
+        _installed(site, "fits", "1.0", {"fits/_ops.so": links_cudart[12]}),  # judged, then the rest still are
         _installed(site, "by-label", "1.0+cu130"),
         _installed(site, "nvidia-nccl-cu13", "2.27.3"),
         _installed(site, "by-files", "1.0", {"by_files/nvidia/cu13/lib/libk.so": "k"}),
         _installed(site, "by-binaries", "1.0", {"by_binaries/_ops.so": links_cudart[13]}),
         _installed(site, "by-requirements", "1.0", requires=["nvidia-cublas-cu13"]),
-        _installed(site, "fits", "1.0", {"fits/_ops.so": links_cudart[12]}),
     ]
     contaminants, unknown, _clobbered, _shared = _cuda.scan(dists, 12)
     assert unknown == []
@@ -449,3 +449,36 @@ def test_a_clobbered_file_listed_twice_by_its_owner_is_reported_once(tmp_path):
     a = _dist.Distribution(site, a.info_dir)
     clobbered, _shared = _cuda.find_clobbered([a, b])
     assert [(c["owner"], c["state"], c["overwritten_by"]) for c in clobbered] == [("a", "overwritten", ["b"])]
+
+
+def test_a_contaminant_that_overwrote_another_package_s_file_says_so_in_its_evidence(tmp_path):
+    site = _site(tmp_path)
+    a = _installed(site, "a", "1.0", {"a/_impl.py": "a's"})
+    nccl = _installed(site, "nvidia-nccl-cu13", "2.27.3", {"a/_impl.py": "nccl's"})
+    contaminants, _unknown, clobbered, _shared = _cuda.scan([a, nccl], 12)
+    assert [c["owner"] for c in clobbered] == ["a"]
+    assert contaminants[0]["evidence"] == ["name nvidia-nccl-cu13: name suffix -cu13 (name evidence)", "overwrote a/_impl.py of a 1.0"]
+
+
+def test_the_evidence_cache_keys_a_package_on_the_shared_objects_it_read(tmp_path, monkeypatch, links_cudart):
+    """What the binaries layer read is kept with each file's identity as read (fstat), and an
+    unchanged venv is then judged from the cache without reading them again."""
+    monkeypatch.setattr(_evcache, "RACY_SECONDS", 0)
+    site = _site(tmp_path)
+    _installed(site, "ops", "1.0", {"ops/_ops.so": links_cudart[13]})
+    so = os.path.join(site, "ops", "_ops.so")
+
+    def scanned():
+        dists, _shadowed = _dist.iter_distributions([site])
+        cache = _evcache.EvidenceCache.open(str(tmp_path / "cache" / "evidence"), str(tmp_path / "venv"))
+        try:
+            contaminants = _cuda.scan(dists, 12, True, cache)[0]
+        finally:
+            cache.close()
+        return [c["name"] for c in contaminants], cache
+
+    names, cache = scanned()
+    assert names == ["ops"] and cache.hits == 0
+    assert [entry["read"] for entry in cache.packages.values()] == [[[so, _dist.file_identity(os.stat(so))]]]
+    names, cache = scanned()
+    assert names == ["ops"] and cache.hits == 1
