@@ -482,3 +482,13 @@ def test_the_evidence_cache_keys_a_package_on_the_shared_objects_it_read(tmp_pat
     assert [entry["read"] for entry in cache.packages.values()] == [[[so, _dist.file_identity(os.stat(so))]]]
     names, cache = scanned()
     assert names == ["ops"] and cache.hits == 1
+
+
+def test_every_owner_of_a_file_another_overwrote_is_named_whatever_their_order(tmp_path):
+    site = _site(tmp_path)
+    a = _installed(site, "a", "1.0", {"pkg/x.py": "a's"})
+    c = _installed(site, "c", "1.0", {"pkg/x.py": "c's"})
+    b = _installed(site, "b", "1.0", {"pkg/x.py": "b's"})  # installed last: the file is b's
+    clobbered, shared = _cuda.find_clobbered([b, a, c])
+    assert [len(group) for group in shared.values()] == [3]
+    assert [(x["owner"], x["state"], x["overwritten_by"]) for x in clobbered] == [("a", "overwritten", ["b"]), ("c", "overwritten", ["b"])]
