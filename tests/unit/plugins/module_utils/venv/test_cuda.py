@@ -192,8 +192,9 @@ def test_an_unreadable_torch_version_py_is_reported_once_not_lost(tmp_path):
     assert _cuda.read_torch_version_py(site) is None
 
 
-def test_torch_whose_version_py_says_cuda_none_is_a_cpu_build_and_asks_for_expected_cuda(tmp_path):
-    _site_dir, torch = _torch_site(tmp_path, "2.8.0", "__version__ = '2.8.0'\ncuda = None\n")
+@pytest.mark.parametrize("cuda", ["None", "'None'"], ids=["none", "the_text_none"])
+def test_torch_whose_version_py_says_cuda_none_is_a_cpu_build_and_asks_for_expected_cuda(tmp_path, cuda):
+    _site_dir, torch = _torch_site(tmp_path, "2.8.0", "__version__ = '2.8.0'\ncuda = %s\n" % cuda)
     assert _cuda.torch_reference([torch]) == "cpu"
     with pytest.raises(_cuda.CudaError, match="torch here is a CPU-only build; set expected_cuda"):
         _cuda.reference([torch], None)
