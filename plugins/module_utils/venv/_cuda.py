@@ -28,14 +28,14 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._elf import dt_needed
 
 # Name families, kept as data: (regular expression on the canonical name, what it is).
-# The named group ``cuda`` holds the digits: "12" is CUDA 12, "128" is CUDA 12.8.
+# Group ``cuda``: "12" is CUDA 12, "128" is 12.8; never "0x" (a CUDA 0 would flag it in every venv).
 NAME_FAMILIES = (
-    (r"^cupy-cuda(?P<cuda>\d{2,3})x?$", "CuPy build for CUDA {cuda}"),
-    (r"^jax-cuda(?P<cuda>\d{2})-(plugin|pjrt)$", "JAX CUDA {cuda} plugin"),
-    (r"^jaxlib-cuda(?P<cuda>\d{2})$", "jaxlib CUDA {cuda} build"),
-    (r"^tensorrt-cu(?P<cuda>\d{2})(-.+)?$", "TensorRT for CUDA {cuda}"),
-    (r"^(?:.+-)?cu(?P<cuda>\d{2,3})(?:-.+)?$", "name suffix -cu{cuda_digits}"),
-    (r"^(?P<base>.+)-cuda(?P<cuda>\d{2,3})x?$", "name suffix -cuda{cuda_digits}"),
+    (r"^cupy-cuda(?P<cuda>[1-9]\d{1,2})x?$", "CuPy build for CUDA {cuda}"),
+    (r"^jax-cuda(?P<cuda>[1-9]\d)-(plugin|pjrt)$", "JAX CUDA {cuda} plugin"),
+    (r"^jaxlib-cuda(?P<cuda>[1-9]\d)$", "jaxlib CUDA {cuda} build"),
+    (r"^tensorrt-cu(?P<cuda>[1-9]\d)(-.+)?$", "TensorRT for CUDA {cuda}"),
+    (r"^(?:.+-)?cu(?P<cuda>[1-9]\d{1,2})(?:-.+)?$", "name suffix -cu{cuda_digits}"),
+    (r"^(?P<base>.+)-cuda(?P<cuda>[1-9]\d{1,2})x?$", "name suffix -cuda{cuda_digits}"),
 )
 _NAME_FAMILIES = tuple((re.compile(p), text) for p, text in NAME_FAMILIES)
 
@@ -298,7 +298,7 @@ def shared_paths(dists):
         for dist in dists:
             for abs_path, rel in dist.paths:
                 if abs_path in twice and not (rel.endswith(".pyc") or "/__pycache__/" in rel):
-                    owners.setdefault(abs_path, []).append(dist)
+                    owners.setdefault(abs_path, {})[dist] = dist  # once, if RECORD names it twice
     shared = {}
     for abs_path, group in owners.items():
         if len(group) < 2:
