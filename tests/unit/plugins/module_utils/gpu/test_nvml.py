@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import types
 
+from gpufakes import StubNvml, codes, no_nvml  # tests/lib, on pytest's pythonpath
+
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _health, _nvml
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._nvml import kernel_module_version
@@ -88,71 +90,11 @@ def fixture(name):
         return f.read()
 
 
-def codes(findings):
-    return [f["code"] for f in findings]
-
-
 def test_the_kernel_module_version_of_the_real_h200(tmp_path):
     path = tmp_path / "version"
     path.write_text(fixture("proc-driver-nvidia-version.txt"))
     assert kernel_module_version(str(path)) == "580.159.04"
     assert kernel_module_version(str(tmp_path / "absent")) is None
-
-
-def no_nvml(name):
-    raise OSError("%s: cannot open shared object file" % name)
-
-
-class StubNvml(object):
-    """A library object as ctypes.CDLL gives one: attributes are functions returning NVML codes."""
-
-    def __init__(self, rcs=None, missing=(), mig=False):
-        self.rcs = dict(rcs or {})
-        self.missing = set(missing)
-        self.mig = mig
-        self.calls = []
-
-    def __getattr__(self, name):
-        if name.startswith("_") or name in self.missing:
-            raise AttributeError(name)
-
-        def fn(*args):
-            self.calls.append(name)
-            rc = self.rcs.get(name, 0)
-            if rc == 0:
-                self.answer(name, args)
-            return rc
-        return fn
-
-    def answer(self, name, args):
-        def out(i, value):
-            args[i]._obj.value = value
-        if name == "nvmlSystemGetDriverVersion":
-            args[0].value = b"580.159.04"
-        elif name in ("nvmlDeviceGetCount_v2", "nvmlDeviceGetMaxMigDeviceCount"):
-            out(-1, 1 if name == "nvmlDeviceGetCount_v2" else 2)
-        elif name in ("nvmlDeviceGetUUID", "nvmlDeviceGetName"):
-            args[1].value = b"GPU-stub" if name.endswith("UUID") else b"NVIDIA H200"
-        elif name == "nvmlDeviceGetPciInfo_v3":
-            args[1]._obj.bus, args[1]._obj.device = 0, 6
-        elif name == "nvmlDeviceGetTotalEccErrors":
-            out(3, 4 if (args[1].value, args[2].value) == (1, 0) else 0)
-        elif name == "nvmlDeviceGetRemappedRows":
-            for i, v in zip(range(1, 5), (0, 1, 1, 0)):
-                out(i, v)
-        elif name == "nvmlDeviceGetCurrentClocksEventReasons":
-            out(1, 0x1 | 0x40)
-        elif name in ("nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration"):
-            out(1, 5)
-        elif name in ("nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth"):
-            out(1, 16)
-        elif name == "nvmlDeviceGetPersistenceMode":
-            out(1, 1)
-        elif name == "nvmlDeviceGetMigMode":
-            out(1, int(self.mig))
-            out(2, int(self.mig))
-        elif name == "nvmlDeviceGetMemoryInfo":
-            args[1]._obj.total, args[1]._obj.used = 71040 * 1048576, 0
 
 
 def test_nvml_reads_every_field_and_judges_it():

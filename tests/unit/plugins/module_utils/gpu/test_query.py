@@ -8,12 +8,12 @@ cheap health read (--query-gpu, --query-remapped-rows), mocked and through the s
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import time
 import types
 
 import pytest
+from gpufakes import codes, fake_smi, no_nvml  # tests/lib, on pytest's pythonpath
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query, _smi
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_health
@@ -249,21 +249,6 @@ def test_the_process_list_is_asked_for_as_a_function_decides_while_the_gpu_query
     with pytest.raises(OSError, match="the scan failed"):
         read_gpus("nvidia-smi", smi, 30, apps=scan_failed)
     assert standins_running(state) == set()
-
-
-def codes(findings):
-    return [f["code"] for f in findings]
-
-
-def fake_smi(tmp_path, body):
-    path = tmp_path / "nvidia-smi"
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    return str(path)
-
-
-def no_nvml(name):
-    raise OSError("%s: cannot open shared object file" % name)
 
 
 def test_the_query_reads_the_cheap_fields(tmp_path):

@@ -12,6 +12,7 @@ import os
 import re
 
 import pytest
+from gpufakes import codes  # tests/lib, on pytest's pythonpath
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _findings
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._xml import parse_xml
@@ -25,10 +26,6 @@ def fixture(name):
 
 
 H200_XML = fixture("nvidia-smi-q-x.xml")
-
-
-def codes(findings):
-    return [f["code"] for f in findings]
 
 
 def health_of_xml(text, pin=None, events=None, problem=None, kernel_log=False):
