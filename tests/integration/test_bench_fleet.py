@@ -15,7 +15,7 @@ import sys
 from conftest import REPO, VENV_BIN
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-import bench_fleet  # noqa: E402  (benchmarks/ is no package)
+import bench_fleet  # noqa: E402 - benchmarks/ is no package: its directory is put on sys.path above
 
 STATE = "/var/tmp/gpufleet-sim-bench-test"  # a fleet of its own: never the session's, never the benchmark's
 

@@ -259,7 +259,7 @@ def _nvml_mig(nv, gpu, handle):
 def import_pynvml():
     try:
         import pynvml  # pylint: disable=import-error
-    except Exception:  # noqa: BLE001  ImportError, or a broken install: NVML is optional
+    except Exception:  # noqa: BLE001 - ImportError, or any error of a broken install: NVML is optional, the read goes on without it
         return None
     return pynvml
 

@@ -41,7 +41,7 @@ class Option(namedtuple("Option", _FIELDS)):
 
     __slots__ = ()
 
-    def __new__(cls, name, type, elements=None, default=_NONE, role=None, inventory=None, given=None,  # noqa: A002 - the spec's own word
+    def __new__(cls, name, type, elements=None, default=_NONE, role=None, inventory=None, given=None,
                 version_added=None, group="readiness", no_log=None, description=()):
         return super(Option, cls).__new__(cls, name, type, elements, default, role, inventory, given, version_added,
                                           group, no_log, tuple(description))
