@@ -462,7 +462,12 @@ def test_with_record_unreachable_stays_unreachable_and_refused_options_fail_the_
     gone_bootstrap, gone_module, bad = json.loads((tmp_path / "out.json").read_text())
     for rec in (gone_bootstrap, gone_module):
         assert rec["unreachable"] is True and rec["failed"] is False, rec  # failed: the failed_when's, which does not count first
-        assert "Connection refused" in rec["msg"] and rec["error"] == rec["msg"]
+        # ansible-core's ssh plugin says one of two things, by a race it does not control: ssh's own
+        # "Connection refused", or - where ssh exits before the module is written to its stdin
+        # (pipelining) - that the data could not be sent, with the broken pipe.
+        assert re.search(r"Connection refused|Data could not be sent to remote host '127\.0\.0\.1'.*Broken pipe",
+                         rec["msg"]), rec["msg"]
+        assert rec["error"] == rec["msg"]
         assert (rec["host"], rec["node"], rec["vmid"], rec["ready"], rec["running_job"]) == (rec["host"], "pve9", 900, False, False)
         assert rec["checks"] == rec["gpus"] == rec["contaminants"] == rec["caches"] == []
     assert bad["failed"] is True and "checks" not in bad, bad
