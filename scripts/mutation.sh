@@ -12,8 +12,10 @@
 #   scripts/mutation.sh                 # every module of the table below
 #   scripts/mutation.sh liveness xid    # some of them
 #
-# The mutants are made in a copy of the checkout (build/mutation/tree: the files git tracks plus
-# the collection link), never in the working tree, and the venv is the checkout's. Results per
+# The mutants are made in copies of the checkout (build/mutation/tree.<n>: the files git tracks
+# plus the collection link), never in the working tree, and the venv is the checkout's. Each copy
+# has its own cosmic-ray http-worker on a loopback port, and cosmic-ray's http distributor hands
+# every worker one mutant at a time: MUTATION_WORKERS of them (default: one per CPU). Results per
 # module under build/mutation/<name>/: session.sqlite, report.txt (cr-report), survivors.txt.
 # Exit status 0 only when no mutant survived (or a survivor is listed in
 # docs/reliability.md's table of explained survivors, by module, line and operator).
@@ -40,18 +42,48 @@ xid|gpu/_xid.py|tests/unit/plugins/module_utils/gpu/test_xid.py tests/unit/plugi
 "
 
 [ -x "$CR" ] || { echo "cosmic-ray not found at $CR: run make setup (requirements/dev.txt pins it)" >&2; exit 2; }
-want=" $* "
-rows=$(printf '%s\n' "$TABLE" | grep '|' | while IFS='|' read -r name _m _t; do
-    if [ "$#" -eq 0 ] || [[ "$want" == *" $name "* ]]; then printf '%s\n' "$name"; fi; done)
-[ -n "$rows" ] || { echo "no such module; choose from: $(printf '%s\n' "$TABLE" | cut -d'|' -f1 | xargs)" >&2; exit 2; }
+# The modules named, in the order given (every one of the table's, in its order, when none is).
+names=$(printf '%s\n' "$TABLE" | grep '|' | cut -d'|' -f1 | xargs)
+rows=${*:-$names}
+for name in $rows; do
+    [[ " $names " == *" $name "* ]] || { echo "no such module: $name; choose from: $names" >&2; exit 2; }
+done
 
-# The copy the mutants are made in.
-rm -rf "$TREE"
-mkdir -p "$TREE"
-git ls-files -z | (cd "$ROOT" && xargs -0 cp --parents -t "$TREE")
-ln -s "$ROOT/.venv" "$TREE/.venv"
-mkdir -p "$TREE/.ansible/collections/ansible_collections/gpufleet"
-ln -s ../../../.. "$TREE/.ansible/collections/ansible_collections/gpufleet/hygiene"
+WORKERS="${MUTATION_WORKERS:-$(nproc)}"
+[[ "$WORKERS" =~ ^[1-9][0-9]*$ ]] || { echo "MUTATION_WORKERS must be a whole number above 0, not '$WORKERS'" >&2; exit 2; }
+
+# The copies the mutants are made in, one per worker (a worker mutates its copy's file in place
+# for the length of one test run). tree.0 also makes the session and runs the baseline.
+rm -rf "$BUILD"/tree "$BUILD"/tree.*
+for i in $(seq 0 $((WORKERS - 1))); do
+    tree="$BUILD/tree.$i"
+    mkdir -p "$tree"
+    git ls-files -z | (cd "$ROOT" && xargs -0 cp --parents -t "$tree")
+    ln -s "$ROOT/.venv" "$tree/.venv"
+    mkdir -p "$tree/.ansible/collections/ansible_collections/gpufleet"
+    ln -s ../../../.. "$tree/.ansible/collections/ansible_collections/gpufleet/hygiene"
+done
+TREE="$BUILD/tree.0"
+
+# The workers: each serves one mutate-and-test request at a time, in its own copy. Ports are
+# the kernel's free ones on loopback; the workers end with this script.
+worker_pids=()
+urls=()
+trap 'if [ "${#worker_pids[@]}" -gt 0 ]; then kill "${worker_pids[@]}" 2>/dev/null; wait "${worker_pids[@]}" 2>/dev/null; fi; true' EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+for i in $(seq 0 $((WORKERS - 1))); do
+    port=$("$BIN/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    (cd "$BUILD/tree.$i" && exec "$CR" http-worker --port "$port" >"$BUILD/worker.$i.log" 2>&1) &
+    worker_pids+=("$!")
+    urls+=("'http://127.0.0.1:$port'")
+    for _ in $(seq 100); do
+        "$BIN/python" -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close()' "$port" 2>/dev/null && break
+        kill -0 "$!" 2>/dev/null || { echo "cosmic-ray http-worker $i did not start: $(cat "$BUILD/worker.$i.log")" >&2; exit 2; }
+        sleep 0.1
+    done
+done
+WORKER_URLS=$(IFS=,; echo "${urls[*]}")
 
 sqlite3_count() {  # session [pending]: its mutants, or those not run yet
     "$BIN/python" - "$@" <<'PY'
@@ -93,6 +125,21 @@ for name in $rows; do
     module="plugins/module_utils/$(echo "$line" | cut -d'|' -f2)"
     tests="$(echo "$line" | cut -d'|' -f3)"
     out="$BUILD/$name"
+    write_config() {  # timeout: the session's config, with the workers of this sitting
+        cat >"$out/config.toml" <<TOML
+[cosmic-ray]
+module-path = "$module"
+timeout = $1
+excluded-modules = []
+test-command = "$BIN/pytest -p no:cacheprovider -p no:randomly -x -q $tests"
+
+[cosmic-ray.distributor]
+name = "http"
+
+[cosmic-ray.distributor.http]
+worker-urls = [$WORKER_URLS]
+TOML
+    }
     # What the session's mutants were made from: a resumed run must see the same module and tests.
     read -r -a test_files <<< "$tests"
     fingerprint=$(cd "$ROOT" && sha256sum "$module" "${test_files[@]}" | sha256sum | cut -d' ' -f1)
@@ -102,6 +149,7 @@ for name in $rows; do
             exit 2
         fi
         echo "== $name: resuming, $(sqlite3_count "$out/session.sqlite" pending) of $(sqlite3_count "$out/session.sqlite") mutants left"
+        write_config "$(cat "$out/timeout")"  # the stopped run's timeout; this sitting's workers
         started=$(date +%s)
         (cd "$TREE" && "$CR" exec "$out/config.toml" "$out/session.sqlite")
         echo "run time (this sitting): $(( $(date +%s) - started )) s"
@@ -110,18 +158,6 @@ for name in $rows; do
     fi
     rm -rf "$out" && mkdir -p "$out"
     echo "$fingerprint" >"$out/fingerprint"
-    write_config() {
-        cat >"$out/config.toml" <<TOML
-[cosmic-ray]
-module-path = "$module"
-timeout = $1
-excluded-modules = []
-test-command = "$BIN/pytest -p no:cacheprovider -p no:randomly -x -q $tests"
-
-[cosmic-ray.distributor]
-name = "local"
-TOML
-    }
     echo "== $name: $module against $tests"
     started=$(date +%s)
     write_config 600.0
@@ -129,8 +165,12 @@ TOML
     # A mutant that makes a test wait forever (a read without O_NONBLOCK, a loop that no longer
     # ends) is killed by the timeout: ten times the unmutated run, at least 30 s, not a fixed
     # 300 s that a module with a few such mutants would spend most of its run waiting on.
+    # At most 280 s: the http distributor's request gives up after 300 s (aiohttp's default) and
+    # would hand the next mutant to a worker still running the last one.
     baseline=$(( $(date +%s) - started ))
     timeout=$(( baseline * 10 > 30 ? baseline * 10 : 30 ))
+    timeout=$(( timeout > 280 ? 280 : timeout ))
+    echo "$timeout.0" >"$out/timeout"
     write_config "$timeout.0"
     echo "$(sqlite3_count "$out/session.sqlite") mutants; baseline ${baseline} s, timeout ${timeout} s"
     (cd "$TREE" && "$CR" exec "$out/config.toml" "$out/session.sqlite")
