@@ -12,32 +12,11 @@ import os
 import re
 
 import pytest
-from gpufakes import codes  # tests/lib, on pytest's pythonpath
+from gpufakes import H200_XML, codes, edit, health_of_xml  # tests/lib, on pytest's pythonpath
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _findings, _xid
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._findings import check_record
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._xml import parse_xml
-
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "h200")
-
-
-def fixture(name):
-    with open(os.path.join(FIXTURES, name)) as f:
-        return f.read()
-
-
-H200_XML = fixture("nvidia-smi-q-x.xml")
-
-
-def health_of_xml(text, pin=None, events=None, problem=None, kernel_log=False):
-    driver, gpus = parse_xml(text)
-    host = _findings.assess(gpus, driver, pin, events, problem, kernel_log)
-    return driver, gpus, host
-
-
-def edit(old, new, text=H200_XML):
-    assert old in text, old
-    return text.replace(old, new)
 
 
 def test_volatile_uncorrectable_ecc_fails_the_gpu_aggregate_alone_warns():

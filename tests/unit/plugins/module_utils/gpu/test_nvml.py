@@ -8,10 +8,9 @@ kernel module and the library."""
 
 from __future__ import annotations
 
-import os
 import types
 
-from gpufakes import StubNvml, codes, no_nvml  # tests/lib, on pytest's pythonpath
+from gpufakes import StubNvml, codes, fake_pynvml, fixture, no_nvml  # tests/lib, on pytest's pythonpath
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _health, _nvml
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_health
@@ -19,41 +18,6 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._nvml import 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import (
     read_gpus,
 )
-
-
-class _NVMLError(Exception):
-    pass
-
-
-class _DriverNotLoaded(_NVMLError):
-    pass
-
-
-def fake_pynvml(fail_init=None):
-    calls = []
-    mod = types.SimpleNamespace(NVMLError=_NVMLError, NVMLError_DriverNotLoaded=_DriverNotLoaded)
-
-    def init():
-        calls.append("init")
-        if fail_init:
-            raise fail_init
-    mod.nvmlInit = init
-    mod.nvmlShutdown = lambda: calls.append("shutdown")
-    mod.nvmlDeviceGetCount = lambda: 1
-    mod.nvmlDeviceGetHandleByIndex = lambda i: "h%d" % i
-    mod.nvmlDeviceGetUUID = lambda h: b"GPU-aaa"
-    mod.nvmlDeviceGetName = lambda h: "NVIDIA H200"
-    mod.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=41498 * 1048576 + 5, total=143771 * 1048576)
-
-    def util(h):
-        raise _NVMLError("Not Supported")
-    mod.nvmlDeviceGetUtilizationRates = util
-    mod.nvmlDeviceGetComputeRunningProcesses = lambda h: [
-        types.SimpleNamespace(pid=48211, usedGpuMemory=41488 * 1048576),
-        types.SimpleNamespace(pid=48212, usedGpuMemory=None)]
-    mod.nvmlSystemGetProcessName = lambda pid: b"python3"
-    mod.calls = calls
-    return mod
 
 
 def test_nvml_reader():
@@ -80,14 +44,6 @@ def test_nvml_memory_excludes_the_drivers_reservation():
     lib.nvmlDeviceGetMemoryInfo = memory
     gpus, _apps, _backend, _s = read_gpus("nvml", "/usr/bin/nvidia-smi", 5, pynvml=lib)
     assert gpus[0]["memory_used_mib"] == 0 and gpus[0]["memory_total_mib"] == 143771
-
-
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "h200")
-
-
-def fixture(name):
-    with open(os.path.join(FIXTURES, name)) as f:
-        return f.read()
 
 
 def test_the_kernel_module_version_of_the_real_h200(tmp_path):

@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-import types
 
 import pytest
-from gpufakes import codes, fake_smi, no_nvml  # tests/lib, on pytest's pythonpath
+from gpufakes import DriverNotLoaded, codes, fake_pynvml, fake_smi, no_nvml  # tests/lib, on pytest's pythonpath
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query, _smi
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import (
     parse_apps,
@@ -100,31 +99,6 @@ def test_parse_apps_names_with_commas_and_spaces():
     ]
 
 
-class FakePopen(object):
-    """Records argv; answers with canned (rc, stdout) per query kind."""
-
-    calls = []
-    answers = {}
-
-    def __init__(self, argv, **kwargs):
-        FakePopen.calls.append(list(argv))
-        assert kwargs["start_new_session"] is True
-        assert kwargs["env"]["LC_ALL"] == "C"
-        kind = "gpu" if argv[1].startswith("--query-gpu") else "apps"
-        self.returncode, self._out = FakePopen.answers[kind]
-        self.pid = 999999
-
-    def communicate(self, timeout=None):
-        return self._out.encode(), b""
-
-
-@pytest.fixture
-def fake_popen(monkeypatch):
-    FakePopen.calls = []
-    monkeypatch.setattr(_smi.subprocess, "Popen", FakePopen)
-    return FakePopen
-
-
 def test_read_gpus_mocked(fake_popen):
     fake_popen.answers = {
         "gpu": (0, "0, GPU-aaa, NVIDIA H200, 41498, 143771, 87\n"),
@@ -172,44 +146,11 @@ def test_standin_header_units_and_field_order(standin):
     assert bad.returncode == 2 and b'Field "bogus" is not a valid field' in bad.stdout
 
 
-class _NVMLError(Exception):
-    pass
-
-
-class _DriverNotLoaded(_NVMLError):
-    pass
-
-
-def fake_pynvml(fail_init=None):
-    calls = []
-    mod = types.SimpleNamespace(NVMLError=_NVMLError, NVMLError_DriverNotLoaded=_DriverNotLoaded)
-
-    def init():
-        calls.append("init")
-        if fail_init:
-            raise fail_init
-    mod.nvmlInit = init
-    mod.nvmlShutdown = lambda: calls.append("shutdown")
-    mod.nvmlDeviceGetCount = lambda: 1
-    mod.nvmlDeviceGetHandleByIndex = lambda i: "h%d" % i
-    mod.nvmlDeviceGetUUID = lambda h: b"GPU-aaa"
-    mod.nvmlDeviceGetName = lambda h: "NVIDIA H200"
-    mod.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=41498 * 1048576 + 5, total=143771 * 1048576)
-
-    def util(h):
-        raise _NVMLError("Not Supported")
-    mod.nvmlDeviceGetUtilizationRates = util
-    mod.nvmlDeviceGetComputeRunningProcesses = lambda h: [
-        types.SimpleNamespace(pid=48211, usedGpuMemory=41488 * 1048576),
-        types.SimpleNamespace(pid=48212, usedGpuMemory=None)]
-    mod.nvmlSystemGetProcessName = lambda pid: b"python3"
-    mod.calls = calls
-    return mod
 
 
 def test_nvml_failure_falls_back_to_nvidia_smi_in_auto(fake_popen):
     fake_popen.answers = {"gpu": (9, "NVIDIA-SMI has failed"), "apps": (0, "")}
-    lib = fake_pynvml(fail_init=_DriverNotLoaded("Driver Not Loaded"))
+    lib = fake_pynvml(fail_init=DriverNotLoaded("Driver Not Loaded"))
     with pytest.raises(GpuError) as exc:
         read_gpus("auto", "/usr/bin/nvidia-smi", 5, pynvml=lib)
     assert exc.value.kind == "driver" and exc.value.rc == 9  # nvidia-smi's word, with its exit code

@@ -12,37 +12,11 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _smi
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import (
     read_gpus,
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._smi import GpuError
 from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
-
-
-class FakePopen(object):
-    """Records argv; answers with canned (rc, stdout) per query kind."""
-
-    calls = []
-    answers = {}
-
-    def __init__(self, argv, **kwargs):
-        FakePopen.calls.append(list(argv))
-        assert kwargs["start_new_session"] is True
-        assert kwargs["env"]["LC_ALL"] == "C"
-        kind = "gpu" if argv[1].startswith("--query-gpu") else "apps"
-        self.returncode, self._out = FakePopen.answers[kind]
-        self.pid = 999999
-
-    def communicate(self, timeout=None):
-        return self._out.encode(), b""
-
-
-@pytest.fixture
-def fake_popen(monkeypatch):
-    FakePopen.calls = []
-    monkeypatch.setattr(_smi.subprocess, "Popen", FakePopen)
-    return FakePopen
 
 
 @pytest.mark.parametrize("rc, kind, words", [

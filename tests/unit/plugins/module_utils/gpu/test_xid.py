@@ -23,15 +23,13 @@ import sys
 import time
 
 import pytest
+from gpufakes import H200_XML  # tests/lib, on pytest's pythonpath
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _findings, _health, _xid, _xml
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _node
 
 STANDINS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "standins"))
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "h200")
-with open(os.path.join(FIXTURES, "nvidia-smi-q-x.xml"), encoding="utf-8") as _f:
-    H200_XML = _f.read()
 NOW = datetime.datetime(2026, 12, 1, 16, 0, 0, tzinfo=datetime.timezone.utc)
 BOOT = (NOW - datetime.timedelta(days=3)).timestamp()  # booted three days before NOW
 

@@ -12,31 +12,10 @@ import os
 import re
 
 import pytest
-from gpufakes import codes  # tests/lib, on pytest's pythonpath
+from gpufakes import H200_XML, codes, edit, health_of_xml  # tests/lib, on pytest's pythonpath
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _findings
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._xml import parse_xml
-
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "h200")
-
-
-def fixture(name):
-    with open(os.path.join(FIXTURES, name)) as f:
-        return f.read()
-
-
-H200_XML = fixture("nvidia-smi-q-x.xml")
-
-
-def health_of_xml(text, pin=None, events=None, problem=None, kernel_log=False):
-    driver, gpus = parse_xml(text)
-    host = _findings.assess(gpus, driver, pin, events, problem, kernel_log)
-    return driver, gpus, host
-
-
-def edit(old, new, text=H200_XML):
-    assert old in text, old
-    return text.replace(old, new)
 
 
 def test_the_real_h200_reads_healthy_with_its_values():
