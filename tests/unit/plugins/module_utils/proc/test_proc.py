@@ -23,11 +23,14 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
     detect_vantage,
     device_minor,
     driver_minor_uuids,
+    open_files,
     parse_stat,
     parse_status,
     scan_device_holders,
     start_time,
     terminate,
+    tmux_name_problem,
+    tmux_pane_pids,
     vmid_from_cgroup,
 )
 from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
@@ -96,6 +99,26 @@ def test_scan_device_holders_fake_proc(tmp_path):
         == [3, None, None, 12]
 
 
+def test_mapped_files_are_the_maps_lines_that_name_a_path_and_no_others(tmp_path):
+    """/proc/<pid>/maps as the kernel writes it: an anonymous mapping has five fields (no name),
+    a pseudo-mapping names itself in brackets, a path may hold spaces and end in " (deleted)".
+    Only real paths count, whole; and only when mapped files are asked for."""
+    d = _fake_proc(tmp_path, 10)
+    os.symlink("/dev/nvidia0", str(d / "fd" / "3"))
+    os.symlink("/home/u/run", str(d / "cwd"))
+    (d / "maps").write_bytes(
+        b"55d0c0a00000-55d0c0a21000 r--p 00000000 fd:01 131                        /venv/lib/libcudart.so.12\n"
+        b"7f0000000000-7f0000021000 rw-p 00000000 00:00 0 \n"
+        b"7f0000022000-7f0000043000 rw-p 00000000 00:00 0                          [heap]\n"
+        b"7f0000044000-7f0000045000 r--p 00000000 fd:01 132                        /opt/my venv/libnccl.so.2 (deleted)\n"
+        b"7f0000046000-7f0000047000 r--p 00000000 fd:01 133                        /opt/caf\xe9/libcudnn.so.9\n"
+        b"7ffd00000000-7ffd00001000 r-xp 00000000 00:00 0                          [vdso]")
+    assert list(open_files(str(tmp_path), maps=True)) == [
+        (10, ["/dev/nvidia0", "/venv/lib/libcudart.so.12", "/opt/my venv/libnccl.so.2", "/opt/caf\ufffd/libcudnn.so.9"], False)]
+    assert list(open_files(str(tmp_path))) == [(10, ["/dev/nvidia0"], False)]  # neither cwd nor maps unless asked
+    assert list(open_files(str(tmp_path), cwd=True)) == [(10, ["/home/u/run", "/dev/nvidia0"], False)]
+
+
 def test_driver_minor_uuids(tmp_path):
     info = tmp_path / "driver" / "nvidia" / "gpus" / "0000:18:00.0"
     info.mkdir(parents=True)
@@ -162,11 +185,13 @@ def test_terminate_escalates_to_sigkill(gpu):
     assert 0.3 <= time.monotonic() - started < 5
 
 
-def test_terminate_refuses_a_reused_pid(gpu):
-    """A PID whose start time is not the one recorded names another process: no signal."""
+@pytest.mark.parametrize("offset", [-1, 1], ids=["recorded_before_it_started", "recorded_after_it_started"])
+def test_terminate_refuses_a_reused_pid(gpu, offset):
+    """A PID whose start time is not the one recorded names another process: no signal, whichever
+    side of the recorded time it started on (a start time given from elsewhere can be later)."""
     _state, trainers = gpu
     p = trainers.start()
-    res = terminate([{"pid": p.pid, "start_time": start_time(p.pid) - 1}], grace=0.2)
+    res = terminate([{"pid": p.pid, "start_time": start_time(p.pid) + offset}], grace=0.2)
     assert res[p.pid] == {"signals": [], "outcome": "pid_reused"}
     time.sleep(0.1)
     assert p.poll() is None  # still running
@@ -210,6 +235,46 @@ def test_scope_criteria_are_anded(gpu):
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize("entry", [{"pid": 5}, {"start_time": 9}, {"pid": "five", "start_time": 9}, None, [5, 9]],
+                         ids=["no_start_time", "no_pid", "pid_not_a_number", "null", "a_list"])
+def test_a_pids_entry_without_an_integer_pid_and_start_time_is_refused_naming_it(entry):
+    with pytest.raises(ProcError) as err:
+        Scope(pids=[{"pid": 4, "start_time": 8}, entry])
+    assert str(err.value) == "scope.pids: each entry needs an integer pid and start_time, got %r" % (entry,)
+
+
+@pytest.mark.parametrize("entry", [{"pid": 0, "start_time": 9}, {"pid": 5, "start_time": -1}])
+def test_a_pids_entry_out_of_range_is_refused_naming_it(entry):
+    with pytest.raises(ProcError) as err:
+        Scope(pids=[entry])
+    assert str(err.value) == "scope.pids: pid must be at least 1 and start_time at least 0, got %r" % (entry,)
+
+
+@pytest.mark.parametrize("name, bad", [
+    ("train", None), ("train-2_b", None), ("tr\u00e4ning", None),  # letters beyond ASCII are a name's own
+    ("train:0", "':'"), ("train.1", "'.'"), ("train\x7f", "'\\x7f'"), ("train\t", "'\\t'"), ("a\x1fb", "'\\x1f'"),
+])
+def test_a_tmux_name_is_refused_for_separators_and_control_characters_only(name, bad):
+    why = tmux_name_problem(name)
+    if bad is None:
+        assert why is None
+    else:
+        assert why.startswith("contains %s, which tmux reads" % bad), why
+
+
+def test_a_tmux_that_does_not_answer_is_named_with_its_timeout(tmp_path, monkeypatch):
+    fake = tmp_path / "bin" / "tmux"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexec sleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (fake.parent, os.environ["PATH"]))
+    started = time.monotonic()
+    with pytest.raises(ProcError) as err:
+        tmux_pane_pids("train", timeout=0.3)
+    assert str(err.value) == "tmux did not answer within 0.3s"
+    assert time.monotonic() - started < 10
+
+
 def test_scope_tmux_session(gpu, tmp_path):
     state, trainers = gpu
     sock = str(tmp_path / "tmux.sock")
