@@ -26,6 +26,7 @@ import pytest
 from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound, AnsibleOptionsError
 from ansible.playbook.play_context import PlayContext
 from ansible.plugins.loader import become_loader, connection_loader
+from loopback import loopback_server  # tests/lib, on pytest's pythonpath
 
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".ansible", "collections"))
 HOSTILE = [
@@ -938,26 +939,14 @@ def test_a_user_s_own_ssh_log_still_gets_ssh_s_messages(popen, tmp_path):
 def refusing_node():
     """A TCP port that closes every connection at once, as sshd past MaxStartups does before the
     identification exchange; yields (port, connections seen)."""
-    import socket
-
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
     seen = []
 
-    def serve():
-        while True:
-            try:
-                client, _addr = server.accept()
-            except OSError:
-                return
-            seen.append(1)
-            client.close()
+    def refuse(client):
+        seen.append(1)
+        client.close()
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], seen
-    server.close()
+    with loopback_server(refuse) as port:
+        yield port, seen
 
 
 def test_the_real_ssh_says_a_refusal_in_its_own_log_and_it_is_tried_again(refusing_node, tmp_path, no_pause):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import threading
 
 import paramiko
 import pytest
@@ -19,6 +18,7 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.inventory.data import InventoryData
 from ansible.playbook.play_context import PlayContext
 from ansible.plugins.loader import connection_loader, inventory_loader
+from loopback import loopback_server  # tests/lib, on pytest's pythonpath
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils import _ssh
@@ -159,31 +159,21 @@ def ssh_server(tmp_path_factory):
         def check_auth_publickey(self, username, key):
             return paramiko.AUTH_FAILED
 
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
     transports = []
 
-    def serve():
-        while True:
-            try:
-                client, _addr = server.accept()
-            except OSError:
-                return
-            transport = paramiko.Transport(client)
-            transport.add_server_key(host_key)
-            transports.append(transport)
-            try:
-                transport.start_server(server=Refuse())
-            except (paramiko.SSHException, EOFError, OSError):
-                transport.close()
+    def serve(client):
+        transport = paramiko.Transport(client)
+        transport.add_server_key(host_key)
+        transports.append(transport)
+        try:
+            transport.start_server(server=Refuse())
+        except (paramiko.SSHException, EOFError, OSError):
+            transport.close()
 
-    threading.Thread(target=serve, daemon=True).start()
-    port = server.getsockname()[1]
-    with open(str(d / "host.pub")) as f:
-        line = "[127.0.0.1]:%d %s" % (port, " ".join(f.read().split()[:2]))
-    yield port, line
-    server.close()
+    with loopback_server(serve) as port:
+        with open(str(d / "host.pub")) as f:
+            line = "[127.0.0.1]:%d %s" % (port, " ".join(f.read().split()[:2]))
+        yield port, line
     for transport in transports:
         transport.close()
 
