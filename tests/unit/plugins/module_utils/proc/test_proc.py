@@ -48,6 +48,29 @@ def test_parse_status():
     assert parse_status(text) == (100000, [48211, 1731])
 
 
+@pytest.mark.parametrize("uid_line, uid", [
+    ("Uid:\t1000\t0\t0\t0", 1000),        # the real uid, not the effective one (a setuid program)
+    ("Uid:\t1000", 1000),                   # one field is enough
+    ("Uid:", None),
+    ("Uid:\tx\t5\t5\t5", None),            # the real uid is what must be a number
+    ("Uid:\t\u0661\u0662\t5\t5\t5", None),  # digits, but not ASCII ones: int() would take them
+])
+def test_the_uid_is_the_first_field_read_only_as_ascii_digits(uid_line, uid):
+    assert parse_status("Name:\tpython3\n%s\nNSpid:\t7\n" % uid_line) == (uid, [7])
+
+
+@pytest.mark.parametrize("info, why", [
+    ({"pid": 1, "container_pid": 1}, "the node's PID namespace"),
+    ({"pid": 4100, "container_pid": 1}, "its container's PID namespace"),
+    ({"pid": 4100, "container_pid": None, "kthread": False}, None),  # no NSpid line (kernels before 4.1)
+    ({"pid": 4100, "container_pid": 2, "kthread": False}, None),
+    ({"pid": 2, "container_pid": 2, "kthread": True}, "a kernel thread"),
+])
+def test_protection_is_pid_1_of_any_namespace_or_a_kernel_thread(info, why):
+    got = _proc.protection(info)
+    assert (got is None) if why is None else (why in got), got
+
+
 @pytest.mark.parametrize("text, vmid", [
     ("0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope\n", 200),      # PVE, cgroup v2
     ("12:pids:/lxc/105/ns\n11:memory:/lxc/105/ns\n0::/lxc/105/ns/init.scope\n", 105),
@@ -59,6 +82,34 @@ def test_parse_status():
 ])
 def test_vmid_from_cgroup(text, vmid):
     assert vmid_from_cgroup(text) == vmid
+
+
+def test_a_colon_in_a_cgroup_name_does_not_move_a_process_to_another_container():
+    """A cgroup path is everything after the second colon: a user may name a cgroup of its own
+    (delegated) with colons, and the rest of the name must not be read as another container's."""
+    assert vmid_from_cgroup("0::/lxc/100/ns/user.slice/x:/lxc/200/ns/init.scope\n") == 100
+
+
+@pytest.mark.parametrize("text", ["1 (x) S 0 1", "1 (x) S 0 1 1 0 -1 notanumber", "no parens"])
+def test_flags_that_cannot_be_read_are_none(text):
+    assert _proc.stat_flags(text) is None
+
+
+def test_a_job_s_workers_are_found_to_the_last_generation_but_not_inside_a_namespace_it_started(tmp_path):
+    """with_descendants: the job (100), its worker (101) and the worker's child (102); the init
+    of a container the job started (103, NSpid ending in 1) is refused, and nothing below it
+    (104) is walked."""
+    _fake_proc(tmp_path, 100, cmdline=b"python3\0train_dflash.py\0")
+    _fake_proc(tmp_path, 101, ppid=100, cmdline=b"python3\0-c\0worker\0")
+    _fake_proc(tmp_path, 102, ppid=101, cmdline=b"python3\0-c\0loader\0")
+    _fake_proc(tmp_path, 103, ppid=100, nspid=(103, 1), cmdline=b"/sbin/init\0")
+    _fake_proc(tmp_path, 104, ppid=103, nspid=(104, 2), cmdline=b"python3\0other.py\0")
+    refused = []
+    found = _proc.find_processes(Scope(cmdline=["train_dflash"]), proc=str(tmp_path), with_descendants=True,
+                                 protected=refused)
+    assert [(f["pid"], f["descendant_of"]) for f in found] == [(100, None), (101, 100), (102, 100)]
+    assert [(r["pid"], r["descendant_of"]) for r in refused] == [(103, 100)]
+    assert "its container's PID namespace" in refused[0]["reason"]
 
 
 def _fake_proc(root, pid, comm="python3", ppid=1, started=777, cgroup="0::/lxc/200/ns/init.scope\n",
@@ -117,6 +168,9 @@ def test_mapped_files_are_the_maps_lines_that_name_a_path_and_no_others(tmp_path
         (10, ["/dev/nvidia0", "/venv/lib/libcudart.so.12", "/opt/my venv/libnccl.so.2", "/opt/caf\ufffd/libcudnn.so.9"], False)]
     assert list(open_files(str(tmp_path))) == [(10, ["/dev/nvidia0"], False)]  # neither cwd nor maps unless asked
     assert list(open_files(str(tmp_path), cwd=True)) == [(10, ["/home/u/run", "/dev/nvidia0"], False)]
+    os.unlink(str(d / "cwd"))  # gone, as for a process that exited between the listing and the read
+    os.unlink(str(d / "maps"))
+    assert list(open_files(str(tmp_path), cwd=True, maps=True)) == [(10, ["/dev/nvidia0"], False)]
 
 
 def test_driver_minor_uuids(tmp_path):
@@ -136,6 +190,34 @@ def test_detect_vantage(tmp_path):
     (other / "run" / "systemd").mkdir(parents=True)
     (other / "run" / "systemd" / "container").write_text("lxc\n")
     assert detect_vantage(str(other)) == "container"
+
+
+def test_the_walk_below_roots_gives_each_descendant_once_under_its_root_and_leaves_out_skip(tmp_path):
+    """Roots 10 and 20 (20 a child of 10), 30 skipped: 10's tree is 11 and its child 12; 20 is a
+    root, so it is walked as its own and 21 comes under it; 30 and its child 31 are left out.
+    A pruned PID is given, its children are not."""
+    for pid, ppid in ((10, 1), (11, 10), (12, 11), (20, 10), (21, 20), (30, 10), (31, 30)):
+        _fake_proc(tmp_path, pid, ppid=ppid)
+    walked = sorted(_proc.walk_descendants([10, 20], str(tmp_path), skip=[30]))
+    assert walked == [(11, 10), (12, 10), (21, 20)]
+    assert sorted(_proc.walk_descendants([10], str(tmp_path), prune=lambda pid: pid == 11)) == [
+        (11, 10), (20, 10), (21, 10), (30, 10), (31, 10)]
+    assert _proc.descendants([11], str(tmp_path)) == {11, 12}
+
+
+def test_everyday_rows_take_roots_daemons_past_a_process_gone_meanwhile(tmp_path, monkeypatch):
+    """A process that ended between the listing and the read of its name is passed over, not
+    the end of the list: root's sshd listed after it still gives its row."""
+    gone = _fake_proc(tmp_path, 40, comm="sshd")
+    (gone / "comm").mkdir()  # reading it fails, as a vanished process's does
+    _fake_proc(tmp_path, 41, comm="sshd", uid=0, cmdline=b"sshd: /etc/ssh/sshd_config [listener]\0")
+    (tmp_path / "41" / "comm").write_text("sshd\n")
+    _fake_proc(tmp_path, 42, comm="sshd", uid=1000, cmdline=b"sshd: fake [listener]\0")  # not root's
+    (tmp_path / "42" / "comm").write_text("sshd\n")
+    monkeypatch.setattr(_proc, "all_pids", lambda proc=None: [40, 41, 42])
+    rows = _proc.ordinary_processes(str(tmp_path))
+    assert rows[:len(_proc.ORDINARY)] == list(_proc.ORDINARY)
+    assert rows[len(_proc.ORDINARY):] == [("sshd", "sshd: /etc/ssh/sshd_config [listener]")]
 
 
 def test_ancestors_contain_self_and_parent():
@@ -273,6 +355,22 @@ def test_a_tmux_that_does_not_answer_is_named_with_its_timeout(tmp_path, monkeyp
         tmux_pane_pids("train", timeout=0.3)
     assert str(err.value) == "tmux did not answer within 0.3s"
     assert time.monotonic() - started < 10
+
+
+def test_a_tmux_session_that_is_not_there_holds_nothing_and_says_so(tmp_path, monkeypatch):
+    fake = tmp_path / "bin" / "tmux"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'no server running' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (fake.parent, os.environ["PATH"]))
+    scope = Scope(tmux_session="train")
+    assert scope.matches(describe(os.getpid())) == (False, "not in tmux session train")
+    assert scope.notes == ["tmux session 'train' was not found: nothing is in it"]
+
+
+def test_a_pid_not_listed_is_named_out_of_scope():
+    scope = Scope(pids=[{"pid": 4, "start_time": 8}])
+    assert scope.matches({"pid": 5, "start_time": 8}) == (False, "pid 5 is not in scope.pids")
 
 
 def test_scope_tmux_session(gpu, tmp_path):
