@@ -228,6 +228,9 @@ def test_pids_combine_with_the_other_criteria_and_are_checked(run_module, tag, p
     assert [p["pid"] for p in q["processes"]] == [job.pid]
     bad = run_module(processes.main, {"scope": {"pids": [{"pid": 0, "start_time": 5}]}})
     assert bad["failed"] and "pid must be at least 1" in bad["msg"]
-    missing = run_module(processes.main, {"scope": {"pids": [{"pid": job.pid}]}})
-    assert missing["failed"] and "start_time" in missing["msg"]
+    missing = run_module(processes.main, {"scope": {"pids": [{"pid": job.pid}]}, "state": "absent"})
+    # The argument spec's own message: the entry is refused before any process is looked at.
+    assert missing["failed"] and missing["msg"] == "missing required arguments: start_time found in scope -> pids", missing
     assert job.poll() is None
+    missing = run_module(processes.main, {"scope": {"pids": [{"start_time": 5}]}, "state": "absent"})
+    assert missing["failed"] and missing["msg"] == "missing required arguments: pid found in scope -> pids", missing

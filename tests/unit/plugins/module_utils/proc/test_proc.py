@@ -95,7 +95,7 @@ def test_flags_that_cannot_be_read_are_none(text):
     assert _proc.stat_flags(text) is None
 
 
-def test_a_job_s_workers_are_found_to_the_last_generation_but_not_inside_a_namespace_it_started(tmp_path):
+def test_a_job_s_workers_are_found_to_the_last_generation_but_not_inside_a_namespace_it_started(tmp_path, monkeypatch):
     """with_descendants: the job (100), its worker (101) and the worker's child (102); the init
     of a container the job started (103, NSpid ending in 1) is refused, and nothing below it
     (104) is walked."""
@@ -104,6 +104,9 @@ def test_a_job_s_workers_are_found_to_the_last_generation_but_not_inside_a_names
     _fake_proc(tmp_path, 102, ppid=101, cmdline=b"python3\0-c\0loader\0")
     _fake_proc(tmp_path, 103, ppid=100, nspid=(103, 1), cmdline=b"/sbin/init\0")
     _fake_proc(tmp_path, 104, ppid=103, nspid=(104, 2), cmdline=b"python3\0other.py\0")
+    zombie = _fake_proc(tmp_path, 105, ppid=100)  # walked first (the highest PID): passed over, not the end
+    (zombie / "stat").write_text("105 (python3) Z 100 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0")
+    monkeypatch.setattr(_proc, "all_pids", lambda proc=None: sorted(int(e) for e in os.listdir(str(tmp_path))))
     refused = []
     found = _proc.find_processes(Scope(cmdline=["train_dflash"]), proc=str(tmp_path), with_descendants=True,
                                  protected=refused)
@@ -218,6 +221,16 @@ def test_everyday_rows_take_roots_daemons_past_a_process_gone_meanwhile(tmp_path
     rows = _proc.ordinary_processes(str(tmp_path))
     assert rows[:len(_proc.ORDINARY)] == list(_proc.ORDINARY)
     assert rows[len(_proc.ORDINARY):] == [("sshd", "sshd: /etc/ssh/sshd_config [listener]")]
+
+
+def test_everyday_rows_end_with_this_module_s_own_process():
+    """This process's own (comm, command line) is a row, so that no scope pattern matches the
+    module that reads it."""
+    with open("/proc/self/comm") as f:
+        comm = f.read().rstrip("\n")
+    with open("/proc/self/cmdline", "rb") as f:
+        cmdline = " ".join(a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a)
+    assert _proc.ordinary_processes()[-1] == (comm, cmdline)
 
 
 def test_ancestors_contain_self_and_parent():
