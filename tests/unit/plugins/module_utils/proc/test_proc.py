@@ -113,6 +113,12 @@ def test_a_job_s_workers_are_found_to_the_last_generation_but_not_inside_a_names
     assert [(f["pid"], f["descendant_of"]) for f in found] == [(100, None), (101, 100), (102, 100)]
     assert [(r["pid"], r["descendant_of"]) for r in refused] == [(103, 100)]
     assert "its container's PID namespace" in refused[0]["reason"]
+    # With scope.users, a descendant of another user met first is passed over, not the end of the walk.
+    other = _fake_proc(tmp_path, 106, ppid=100, uid=0, cmdline=b"python3\0-c\0helper\0")
+    (other / "status").write_text("Name:\tpython3\nUid:\t0\t0\t0\t0\nNSpid:\t106\t9\n")
+    found = _proc.find_processes(Scope(cmdline=["train_dflash"], users=["100000"]), proc=str(tmp_path),
+                                 with_descendants=True)
+    assert [f["pid"] for f in found] == [100, 101, 102]
 
 
 def _fake_proc(root, pid, comm="python3", ppid=1, started=777, cgroup="0::/lxc/200/ns/init.scope\n",
@@ -181,6 +187,12 @@ def test_driver_minor_uuids(tmp_path):
     info.mkdir(parents=True)
     (info / "information").write_text("Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-aaa\nDevice Minor: \t 2\n")
     assert driver_minor_uuids(str(tmp_path)) == {2: "GPU-aaa"}
+    # The driver's whole file (its lines in its order): only the two keys are read.
+    (info / "information").write_text(
+        "Model: \t\t NVIDIA H200\nIRQ:   \t\t 0\nGPU UUID: \t GPU-2d4c8d1f-9a0b-4c4e-8f3a-1b2c3d4e5f60\n"
+        "Video BIOS: \t 96.00.af.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n"
+        "Bus Location: \t 0000:18:00.0\nDevice Minor: \t 2\nGPU Firmware: \t 580.159.04\nGPU Excluded:\t No\n")
+    assert driver_minor_uuids(str(tmp_path)) == {2: "GPU-2d4c8d1f-9a0b-4c4e-8f3a-1b2c3d4e5f60"}
     assert driver_minor_uuids(str(tmp_path / "nowhere")) == {}
 
 
@@ -221,6 +233,36 @@ def test_everyday_rows_take_roots_daemons_past_a_process_gone_meanwhile(tmp_path
     rows = _proc.ordinary_processes(str(tmp_path))
     assert rows[:len(_proc.ORDINARY)] == list(_proc.ORDINARY)
     assert rows[len(_proc.ORDINARY):] == [("sshd", "sshd: /etc/ssh/sshd_config [listener]")]
+
+
+def test_pid_1_is_no_everyday_row_even_under_a_daemon_s_name(tmp_path, monkeypatch):
+    """In a one-process container PID 1 may be the job itself; a pattern that names it is right."""
+    _fake_proc(tmp_path, 1, comm="sshd", ppid=0, uid=0, cmdline=b"sshd: /etc/ssh/sshd_config [listener]\0")
+    (tmp_path / "1" / "comm").write_text("sshd\n")
+    monkeypatch.setattr(_proc, "all_pids", lambda proc=None: [1])
+    assert _proc.ordinary_processes(str(tmp_path)) == list(_proc.ORDINARY)
+
+
+def test_user_names():
+    import pwd
+    assert _proc.user_name(None) is None
+    assert _proc.user_name(os.getuid()) == pwd.getpwuid(os.getuid()).pw_name
+    assert describe(os.getpid())["user"] == pwd.getpwuid(os.getuid()).pw_name
+    unknown = max(p.pw_uid for p in pwd.getpwall() if p.pw_uid < 4000000000) + 4242
+    assert _proc.user_name(unknown) == str(unknown)
+
+
+def test_a_process_is_the_one_chosen_only_at_its_own_start_time():
+    """A start time recorded before or after the process's own names another process."""
+    now = start_time(os.getpid())
+    assert _proc.is_alive(os.getpid(), now)
+    assert not _proc.is_alive(os.getpid(), now - 1) and not _proc.is_alive(os.getpid(), now + 1)
+    for started, valid in ((now, True), (now - 1, False), (now + 1, False)):
+        handle = _proc._Handle(os.getpid(), started)
+        try:
+            assert handle.valid() is valid
+        finally:
+            handle.close()
 
 
 def test_everyday_rows_end_with_this_module_s_own_process():
@@ -343,6 +385,11 @@ def test_a_pids_entry_out_of_range_is_refused_naming_it(entry):
     with pytest.raises(ProcError) as err:
         Scope(pids=[entry])
     assert str(err.value) == "scope.pids: pid must be at least 1 and start_time at least 0, got %r" % (entry,)
+
+
+def test_a_start_time_of_0_is_a_start_time():
+    """Clock ticks since boot: a process started in the boot's first tick has 0."""
+    assert Scope(pids=[{"pid": 5, "start_time": 0}]).pids == {5: 0}
 
 
 @pytest.mark.parametrize("name, bad", [

@@ -77,6 +77,34 @@ def test_its_proc_is_the_nodes_with_pids_and_users_as_the_container_sees_them(tm
         view.close()
 
 
+def test_a_process_described_in_the_view_is_text_with_the_container_s_names(tmp_path):
+    """proc/_proc through the view as the node read runs it: describe() gives text (the view
+    hands bytes), the user named from the container's /etc/passwd, and a uid it does not list
+    by its number."""
+    os.makedirs(tmp_path / "etc")
+    (tmp_path / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\ntrainer:x:1000:1000::/home/trainer:/bin/bash\n")
+    job_fd = fake_proc(tmp_path, 4200, "4200 (python3) R 4100 4200 4200 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 777 0\n",
+                       "Name:\tpython3\nUid:\t101000\t101000\t101000\t101000\nNSpid:\t4200\t7\n", "0::/lxc/123/ns/user.slice\n")
+    other_fd = fake_proc(tmp_path, 4300, "4300 (sleep) S 4100 4300 4300 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 900 0\n",
+                         "Name:\tsleep\nUid:\t104242\t104242\t104242\t104242\nNSpid:\t4300\t9\n", "0::/lxc/123/ns/user.slice\n")
+    root_fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    view = _view.ContainerView(123, 4100, root_fd, {7: job_fd, 9: other_fd}, {4200: 7, 4300: 9},
+                               _view.parse_id_map(UNPRIVILEGED), _view.parse_id_map(UNPRIVILEGED), "/lxc/123/ns")
+    seen = {}
+
+    def work():
+        seen["job"] = _proc.describe(7)
+        seen["other"] = _proc.describe(9)
+
+    try:
+        _view.run_in(view, work)
+    finally:
+        view.close()
+    job, other = seen["job"], seen["other"]
+    assert (job["comm"], job["state"], job["cmdline"], job["uid"], job["user"]) == ("python3", "R", "python3 train.py", 1000, "trainer")
+    assert (other["comm"], other["uid"], other["user"]) == ("sleep", 4242, "4242")
+
+
 def test_its_accounts_are_its_own_passwd(tmp_path):
     os.makedirs(tmp_path / "etc")
     (tmp_path / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n# a comment\nbroken line\n"
