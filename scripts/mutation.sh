@@ -11,12 +11,17 @@
 #
 #   scripts/mutation.sh                 # every module of the table below
 #   scripts/mutation.sh liveness xid    # some of them
+#   MUTATION_RESUME=1 scripts/mutation.sh verdict   # go on with a stopped run (nothing changed)
+#   MUTATION_RECHECK=1 scripts/mutation.sh scope    # a run's survivors (and the mutants it had
+#       not reached) against the tests as they are now; the module must be the one the run
+#       mutated, so that every mutant keeps its line and occurrence
 #
-# The mutants are made in copies of the checkout (build/mutation/tree.<n>: the files git tracks
+# The mutants are made in copies of the checkout (build/mutation/trees.<pid>/<n>: the files git tracks
 # plus the collection link), never in the working tree, and the venv is the checkout's. Each copy
 # has its own cosmic-ray http-worker on a loopback port, and cosmic-ray's http distributor hands
 # every worker one mutant at a time: MUTATION_WORKERS of them (default: one per CPU). Results per
-# module under build/mutation/<name>/: session.sqlite, report.txt (cr-report), survivors.txt.
+# module under build/mutation/<name>/: session.sqlite, session-report.txt (cr-report),
+# session-survivors.txt; a recheck writes recheck.sqlite and recheck-*.txt beside them.
 # Exit status 0 only when no mutant survived (or a survivor is listed in
 # docs/reliability.md's table of explained survivors, by module, line and operator).
 
@@ -24,19 +29,19 @@ set -eu -o pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 BUILD="$ROOT/build/mutation"
-TREE="$BUILD/tree"
 BIN="$ROOT/.venv/bin"
 CR="${COSMIC_RAY:-$BIN/cosmic-ray}"
 CR_REPORT="${CR_REPORT:-$(dirname "$CR")/cr-report}"
 
-# name | module under plugins/module_utils | the unit tests that pin it
+# name | module under plugins/module_utils | the unit tests that pin it, the quickest first (each
+# mutant's run stops at the first failure, and most mutants are killed by the first file)
 TABLE="
 contamination|venv/_contamination.py|tests/unit/plugins/modules/test_cuda_contamination.py
 verdict|venv/_cuda.py|tests/unit/plugins/module_utils/venv/test_cuda.py tests/unit/plugins/modules/test_cuda_mixed_major.py tests/unit/plugins/modules/test_cuda_contamination.py
 record|venv/_dist.py|tests/unit/plugins/module_utils/venv/test_dist.py tests/unit/plugins/module_utils/venv/test_dist_hostile.py tests/unit/plugins/modules/test_pip_inventory.py
-scope|proc/_proc.py|tests/unit/plugins/module_utils/proc/test_proc_scope.py tests/unit/plugins/module_utils/proc/test_proc.py tests/unit/plugins/modules/test_processes.py
+scope|proc/_proc.py|tests/unit/plugins/module_utils/proc/test_proc.py tests/unit/plugins/module_utils/proxmox/test_view.py tests/unit/plugins/module_utils/proc/test_proc_scope.py tests/unit/plugins/modules/test_processes.py
 ordinary|proc/_ordinary.py|tests/unit/plugins/module_utils/proc/test_proc_scope.py
-throughput|job/_throughput.py|tests/unit/plugins/module_utils/job/test_throughput.py tests/unit/plugins/module_utils/job/test_throughput_since.py tests/unit/plugins/modules/test_host_lock_throughput.py tests/unit/plugins/filter/test_log_search.py
+throughput|job/_throughput.py|tests/unit/plugins/module_utils/job/test_throughput_since.py tests/unit/plugins/module_utils/job/test_throughput.py tests/unit/plugins/filter/test_log_search.py tests/unit/plugins/modules/test_host_lock_throughput.py
 liveness|job/_liveness.py|tests/unit/plugins/module_utils/job/test_liveness.py tests/unit/plugins/module_utils/job/test_liveness_thresholds.py tests/unit/plugins/module_utils/job/test_liveness_paths.py tests/unit/plugins/module_utils/job/test_liveness_leftovers.py
 xid|gpu/_xid.py|tests/unit/plugins/module_utils/gpu/test_xid.py tests/unit/plugins/module_utils/gpu/test_findings.py tests/unit/plugins/module_utils/gpu/test_health.py
 "
@@ -53,33 +58,34 @@ WORKERS="${MUTATION_WORKERS:-$(nproc)}"
 [[ "$WORKERS" =~ ^[1-9][0-9]*$ ]] || { echo "MUTATION_WORKERS must be a whole number above 0, not '$WORKERS'" >&2; exit 2; }
 
 # The copies the mutants are made in, one per worker (a worker mutates its copy's file in place
-# for the length of one test run). tree.0 also makes the session and runs the baseline.
-rm -rf "$BUILD"/tree "$BUILD"/tree.*
+# for the length of one test run), this run's own: two runs of different modules can go at once.
+# Copy 0 also makes the session and runs the baseline. All go when the run ends.
+TREES="$BUILD/trees.$$"
+worker_pids=()
+trap 'if [ "${#worker_pids[@]}" -gt 0 ]; then kill "${worker_pids[@]}" 2>/dev/null; wait "${worker_pids[@]}" 2>/dev/null; fi; rm -rf "$TREES"' EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 for i in $(seq 0 $((WORKERS - 1))); do
-    tree="$BUILD/tree.$i"
+    tree="$TREES/$i"
     mkdir -p "$tree"
     git ls-files -z | (cd "$ROOT" && xargs -0 cp --parents -t "$tree")
     ln -s "$ROOT/.venv" "$tree/.venv"
     mkdir -p "$tree/.ansible/collections/ansible_collections/gpufleet"
     ln -s ../../../.. "$tree/.ansible/collections/ansible_collections/gpufleet/hygiene"
 done
-TREE="$BUILD/tree.0"
+TREE="$TREES/0"
 
 # The workers: each serves one mutate-and-test request at a time, in its own copy. Ports are
 # the kernel's free ones on loopback; the workers end with this script.
-worker_pids=()
 urls=()
-trap 'if [ "${#worker_pids[@]}" -gt 0 ]; then kill "${worker_pids[@]}" 2>/dev/null; wait "${worker_pids[@]}" 2>/dev/null; fi; true' EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
 for i in $(seq 0 $((WORKERS - 1))); do
     port=$("$BIN/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    (cd "$BUILD/tree.$i" && exec "$CR" http-worker --port "$port" >"$BUILD/worker.$i.log" 2>&1) &
+    (cd "$TREES/$i" && exec "$CR" http-worker --port "$port" >"$TREES/worker.$i.log" 2>&1) &
     worker_pids+=("$!")
     urls+=("'http://127.0.0.1:$port'")
     for _ in $(seq 100); do
         "$BIN/python" -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close()' "$port" 2>/dev/null && break
-        kill -0 "$!" 2>/dev/null || { echo "cosmic-ray http-worker $i did not start: $(cat "$BUILD/worker.$i.log")" >&2; exit 2; }
+        kill -0 "$!" 2>/dev/null || { echo "cosmic-ray http-worker $i did not start: $(cat "$TREES/worker.$i.log")" >&2; exit 2; }
         sleep 0.1
     done
 done
@@ -94,11 +100,11 @@ print(db.execute("SELECT count(*) FROM mutation_specs" + where).fetchone()[0])
 PY
 }
 
-report() {  # name module out: the report, the survivors, and whether each is explained
-    local name=$1 module=$2 out=$3
-    "$CR_REPORT" --show-pending "$out/session.sqlite" >"$out/report.txt"
+report() {  # name module out [session]: the report, the survivors, and whether each is explained
+    local name=$1 module=$2 out=$3 session=${4:-session}
+    "$CR_REPORT" --show-pending "$out/$session.sqlite" >"$out/$session-report.txt"
     # One line per survivor: module, line, operator, occurrence.
-    "$TREE/.venv/bin/python" - "$out/session.sqlite" "$module" >"$out/survivors.txt" <<'PY'
+    "$TREE/.venv/bin/python" - "$out/$session.sqlite" "$module" >"$out/$session-survivors.txt" <<'PY'
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 rows = db.execute(
@@ -107,7 +113,7 @@ rows = db.execute(
 for path, row, op, occ in rows:
     print("%s:%s %s #%s" % (path, row, op, occ))
 PY
-    tail -3 "$out/report.txt"
+    tail -3 "$out/$session-report.txt"
     while read -r survivor; do
         [ -n "$survivor" ] || continue
         if grep -qF "\`$survivor\`" docs/reliability.md; then
@@ -116,7 +122,7 @@ PY
             echo "SURVIVED: $survivor"
             status=1
         fi
-    done <"$out/survivors.txt"
+    done <"$out/$session-survivors.txt"
 }
 
 status=0
@@ -143,6 +149,29 @@ TOML
     # What the session's mutants were made from: a resumed run must see the same module and tests.
     read -r -a test_files <<< "$tests"
     fingerprint=$(cd "$ROOT" && sha256sum "$module" "${test_files[@]}" | sha256sum | cut -d' ' -f1)
+    if [ "${MUTATION_RECHECK:-}" = 1 ]; then
+        [ -f "$out/session.sqlite" ] || { echo "$name: no run to recheck in $out" >&2; exit 2; }
+        if [ "$(cat "$out/module.sha256" 2>/dev/null)" != "$(sha256sum <"$module" | cut -d' ' -f1)" ]; then
+            echo "$name: $module changed since its run: the run's mutants no longer fit it; run it again in full" >&2
+            exit 2
+        fi
+        # The run's session is kept; the copy forgets its survivors' results, so that they (and
+        # the mutants never reached) are what cosmic-ray runs now.
+        cp "$out/session.sqlite" "$out/recheck.sqlite"
+        "$BIN/python" - "$out/recheck.sqlite" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED' OR test_outcome IS NULL")
+db.commit()
+PY
+        echo "== $name: recheck, $(sqlite3_count "$out/recheck.sqlite" pending) of $(sqlite3_count "$out/recheck.sqlite") mutants against $tests"
+        write_config "$(cat "$out/timeout")"
+        started=$(date +%s)
+        (cd "$TREE" && "$CR" exec "$out/config.toml" "$out/recheck.sqlite")
+        echo "run time (recheck): $(( $(date +%s) - started )) s"
+        report "$name" "$module" "$out" recheck
+        continue
+    fi
     if [ "${MUTATION_RESUME:-}" = 1 ] && [ -f "$out/session.sqlite" ]; then
         if [ "$(cat "$out/fingerprint" 2>/dev/null)" != "$fingerprint" ]; then
             echo "$name: $module or its tests changed since the stopped run began: run it again without MUTATION_RESUME" >&2
@@ -158,6 +187,7 @@ TOML
     fi
     rm -rf "$out" && mkdir -p "$out"
     echo "$fingerprint" >"$out/fingerprint"
+    sha256sum <"$module" | cut -d' ' -f1 >"$out/module.sha256"
     echo "== $name: $module against $tests"
     started=$(date +%s)
     write_config 600.0

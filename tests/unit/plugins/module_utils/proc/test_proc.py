@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -332,6 +333,54 @@ def test_terminate_refuses_a_reused_pid(gpu, offset):
     assert res[p.pid] == {"signals": [], "outcome": "pid_reused"}
     time.sleep(0.1)
     assert p.poll() is None  # still running
+
+
+def test_a_process_that_ends_between_the_check_and_the_signal_is_already_gone(gpu, monkeypatch):
+    """The race terminate() guards against: the target passed its start-time check, then ended
+    (and was reaped) before the signal. Nothing is sent and it counts as gone, not reused."""
+    _state, trainers = gpu
+    p = trainers.start()
+    target = _target(p)
+    real_send = _proc._Handle.send
+
+    def ending_first(handle, sig):
+        p.kill()
+        p.wait()
+        return real_send(handle, sig)
+
+    monkeypatch.setattr(_proc._Handle, "send", ending_first)
+    assert terminate([target], grace=0.2)[p.pid] == {"signals": [], "outcome": "already_gone"}
+
+
+def test_the_kill_handle_sends_nothing_to_a_pid_that_names_another_process_or_none(gpu, monkeypatch):
+    _state, trainers = gpu
+    p = trainers.start(ignore_sigterm=False)
+    handle = _proc._Handle(p.pid, start_time(p.pid) + 1)
+    try:
+        assert handle.send(signal.SIGTERM) is False
+    finally:
+        handle.close()
+    time.sleep(0.1)
+    assert p.poll() is None  # nothing was sent
+    # Valid when checked, gone when signalled (ended and reaped in between): not sent.
+    handle = _proc._Handle(p.pid, start_time(p.pid))
+    try:
+        p.kill()
+        p.wait()
+        monkeypatch.setattr(_proc._Handle, "valid", lambda self: True)
+        assert handle.send(signal.SIGTERM) is False
+    finally:
+        handle.close()
+
+
+@pytest.mark.parametrize("cmdline, pattern, hit", [
+    ("/opt/venv/bin/dflash-train run.py --steps 9", "^dflash-train$", True),  # argv[0]'s basename
+    ("/opt/venv/bin/dflash-train run.py --steps 9", "^9$", False),            # the last argument is no name
+    ("/opt/venv/bin/dflash-train run.py --steps 9", "^run.py$", False),
+])
+def test_a_name_is_searched_in_comm_and_argv_0_s_basename_only(cmdline, pattern, hit):
+    info = {"pid": 4200, "comm": "pt_main_thread", "cmdline": cmdline}
+    assert Scope(name=[pattern]).matches(info)[0] is hit
 
 
 def test_terminate_gone_and_zombie(gpu):
