@@ -383,6 +383,23 @@ def test_a_name_is_searched_in_comm_and_argv_0_s_basename_only(cmdline, pattern,
     assert Scope(name=[pattern]).matches(info)[0] is hit
 
 
+def test_each_target_is_judged_on_its_own_and_no_descriptor_is_left_open(gpu):
+    """A reused PID and a gone one listed first do not end the list: the live target after
+    them is stopped; the PIDs pinned for the run (pidfds) are all closed at its end."""
+    _state, trainers = gpu
+    reused, gone, live = trainers.start(), trainers.start(), trainers.start()
+    stale = {"pid": reused.pid, "start_time": start_time(reused.pid) - 1}
+    ended = _target(gone)
+    gone.kill()
+    gone.wait()
+    before = sorted(os.listdir("/proc/self/fd"))
+    res = terminate([stale, ended, _target(live)], grace=5)
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert (res[reused.pid]["outcome"], res[gone.pid]["outcome"], res[live.pid]["outcome"]) == (
+        "pid_reused", "already_gone", "terminated")
+    assert reused.poll() is None and gpu_standin.wait_exit(live) == 0
+
+
 def test_terminate_gone_and_zombie(gpu):
     _state, trainers = gpu
     p = trainers.start()
