@@ -113,6 +113,7 @@ def test_a_job_s_workers_are_found_to_the_last_generation_but_not_inside_a_names
                                  protected=refused)
     assert [(f["pid"], f["descendant_of"]) for f in found] == [(100, None), (101, 100), (102, 100)]
     assert [(r["pid"], r["descendant_of"]) for r in refused] == [(103, 100)]
+    assert [f["pid"] for f in _proc.find_processes(Scope(cmdline=["train_dflash"]), proc=str(tmp_path))] == [100]
     assert "its container's PID namespace" in refused[0]["reason"]
     # With scope.users, a descendant of another user met first is passed over, not the end of the walk.
     other = _fake_proc(tmp_path, 106, ppid=100, uid=0, cmdline=b"python3\0-c\0helper\0")
@@ -181,6 +182,31 @@ def test_mapped_files_are_the_maps_lines_that_name_a_path_and_no_others(tmp_path
     os.unlink(str(d / "cwd"))  # gone, as for a process that exited between the listing and the read
     os.unlink(str(d / "maps"))
     assert list(open_files(str(tmp_path), cwd=True, maps=True)) == [(10, ["/dev/nvidia0"], False)]
+
+
+def test_fds_that_cannot_be_listed_say_denied_only_when_permission_was_refused(tmp_path, monkeypatch):
+    d = _fake_proc(tmp_path, 10)
+    os.rmdir(str(d / "fd"))  # gone meanwhile: nothing to read, nothing refused
+    assert list(open_files(str(tmp_path))) == [(10, [], False)]
+    real_listdir = _proc._listdir
+
+    def refused(path):
+        if path.endswith("/fd"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_listdir(path)
+
+    monkeypatch.setattr(_proc, "_listdir", refused)
+    assert list(open_files(str(tmp_path))) == [(10, [], True)]
+
+
+def test_a_gpu_whose_driver_file_cannot_be_read_is_passed_over(tmp_path, monkeypatch):
+    gpus = tmp_path / "driver" / "nvidia" / "gpus"
+    (gpus / "0000:18:00.0" / "information").mkdir(parents=True)  # unreadable, and listed first
+    (gpus / "0000:2a:00.0").mkdir()
+    (gpus / "0000:2a:00.0" / "information").write_text("GPU UUID: \t GPU-bbb\nDevice Minor: \t 1\n")
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path: sorted(real_listdir(path)))
+    assert driver_minor_uuids(str(tmp_path)) == {1: "GPU-bbb"}
 
 
 def test_driver_minor_uuids(tmp_path):
@@ -492,6 +518,10 @@ def test_a_tmux_session_that_is_not_there_holds_nothing_and_says_so(tmp_path, mo
     scope = Scope(tmux_session="train")
     assert scope.matches(describe(os.getpid())) == (False, "not in tmux session train")
     assert scope.notes == ["tmux session 'train' was not found: nothing is in it"]
+
+
+def test_a_user_not_listed_is_named_out_of_scope():
+    assert Scope(users=["alice"]).matches({"pid": 5, "uid": 1001, "user": "bob"}) == (False, "user bob is not in scope.users")
 
 
 def test_a_pid_not_listed_is_named_out_of_scope():
