@@ -426,6 +426,20 @@ def test_each_target_is_judged_on_its_own_and_no_descriptor_is_left_open(gpu):
     assert reused.poll() is None and gpu_standin.wait_exit(live) == 0
 
 
+def test_a_process_that_outlives_sigkill_is_reported_after_the_kill_wait(gpu, monkeypatch):
+    """A process stuck in the kernel (state D) outlives SIGKILL: terminate waits ``kill_wait``
+    seconds for it, then reports it survived. The kernel's side is what is faked: the process
+    still counts as alive after its SIGKILL."""
+    _state, trainers = gpu
+    p = trainers.start(ignore_sigterm=True)
+    monkeypatch.setattr(_proc._Handle, "alive", lambda handle: handle.pid == p.pid)
+    started = time.monotonic()
+    res = terminate([_target(p)], grace=0.2, kill_wait=0.5)
+    assert res[p.pid] == {"signals": ["SIGTERM", "SIGKILL"], "outcome": "survived"}
+    assert 0.7 <= time.monotonic() - started < 10
+    assert gpu_standin.wait_exit(p) == -9
+
+
 def test_terminate_gone_and_zombie(gpu):
     _state, trainers = gpu
     p = trainers.start()
