@@ -184,6 +184,20 @@ def test_mapped_files_are_the_maps_lines_that_name_a_path_and_no_others(tmp_path
     assert list(open_files(str(tmp_path), cwd=True, maps=True)) == [(10, ["/dev/nvidia0"], False)]
 
 
+def test_maps_that_cannot_be_read_say_denied_only_when_permission_was_refused(tmp_path, monkeypatch):
+    d = _fake_proc(tmp_path, 10)
+    (d / "maps").write_bytes(b"")
+    real_read = _proc._read
+
+    def refused(path, binary=False):
+        if path.endswith("/maps"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_read(path, binary)
+
+    monkeypatch.setattr(_proc, "_read", refused)
+    assert list(open_files(str(tmp_path), maps=True)) == [(10, [], True)]
+
+
 def test_fds_that_cannot_be_listed_say_denied_only_when_permission_was_refused(tmp_path, monkeypatch):
     d = _fake_proc(tmp_path, 10)
     os.rmdir(str(d / "fd"))  # gone meanwhile: nothing to read, nothing refused
@@ -234,12 +248,15 @@ def test_detect_vantage(tmp_path):
     assert detect_vantage(str(other)) == "container"
 
 
-def test_the_walk_below_roots_gives_each_descendant_once_under_its_root_and_leaves_out_skip(tmp_path):
+def test_the_walk_below_roots_gives_each_descendant_once_under_its_root_and_leaves_out_skip(tmp_path, monkeypatch):
     """Roots 10 and 20 (20 a child of 10), 30 skipped: 10's tree is 11 and its child 12; 20 is a
     root, so it is walked as its own and 21 comes under it; 30 and its child 31 are left out.
     A pruned PID is given, its children are not."""
     for pid, ppid in ((10, 1), (11, 10), (12, 11), (20, 10), (21, 20), (30, 10), (31, 30)):
         _fake_proc(tmp_path, pid, ppid=ppid)
+    # In PID order, so that 10's children are popped 30 (skipped), 20 (a root), then 11: a PID
+    # passed over must not end the walk of its siblings.
+    monkeypatch.setattr(_proc, "all_pids", lambda proc=None: sorted(int(e) for e in os.listdir(str(tmp_path))))
     walked = sorted(_proc.walk_descendants([10, 20], str(tmp_path), skip=[30]))
     assert walked == [(11, 10), (12, 10), (21, 20)]
     assert sorted(_proc.walk_descendants([10], str(tmp_path), prune=lambda pid: pid == 11)) == [
@@ -304,7 +321,16 @@ def test_everyday_rows_end_with_this_module_s_own_process():
 
 def test_ancestors_contain_self_and_parent():
     own = ancestors()
-    assert os.getpid() in own and os.getppid() in own
+    assert os.getpid() in own and os.getppid() in own and 1 in own
+    assert 0 not in own  # PID 1's parent, which is no process
+
+
+def test_ancestors_end_on_a_loop_that_a_reused_pid_can_make(tmp_path):
+    """The chain is read one /proc file at a time: a parent that ended and whose PID was taken by
+    a descendant makes a loop, which must end the walk."""
+    _fake_proc(tmp_path, 10, ppid=11)
+    _fake_proc(tmp_path, 11, ppid=10)
+    assert ancestors(10, str(tmp_path)) == {10, 11}
 
 
 # ----------------------------------------------------------------------------- real processes
@@ -521,6 +547,24 @@ def test_a_tmux_that_does_not_answer_is_named_with_its_timeout(tmp_path, monkeyp
         tmux_pane_pids("train", timeout=0.3)
     assert str(err.value) == "tmux did not answer within 0.3s"
     assert time.monotonic() - started < 10
+
+
+def test_a_tmux_session_with_no_tmux_installed_is_an_error_that_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no tmux anywhere on it
+    with pytest.raises(ProcError) as err:
+        tmux_pane_pids("train")
+    assert str(err.value) == "scope.tmux_session is set but tmux is not installed on the target"
+
+
+def test_a_tmux_killed_by_a_signal_gives_no_panes(tmp_path, monkeypatch):
+    """What a tmux that died printed is not trusted: its exit status is not 0 (a signal's is
+    negative), so the session holds nothing."""
+    fake = tmp_path / "bin" / "tmux"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 4242\nkill -KILL $$\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (fake.parent, os.environ["PATH"]))
+    assert tmux_pane_pids("train") is None
 
 
 def test_a_tmux_session_that_is_not_there_holds_nothing_and_says_so(tmp_path, monkeypatch):
