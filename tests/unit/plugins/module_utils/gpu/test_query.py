@@ -146,8 +146,6 @@ def test_standin_header_units_and_field_order(standin):
     assert bad.returncode == 2 and b'Field "bogus" is not a valid field' in bad.stdout
 
 
-
-
 def test_nvml_failure_falls_back_to_nvidia_smi_in_auto(fake_popen):
     fake_popen.answers = {"gpu": (9, "NVIDIA-SMI has failed"), "apps": (0, "")}
     lib = fake_pynvml(fail_init=DriverNotLoaded("Driver Not Loaded"))
