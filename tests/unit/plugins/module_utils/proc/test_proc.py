@@ -60,6 +60,15 @@ def test_the_uid_is_the_first_field_read_only_as_ascii_digits(uid_line, uid):
     assert parse_status("Name:\tpython3\n%s\nNSpid:\t7\n" % uid_line) == (uid, [7])
 
 
+@pytest.mark.parametrize("nspid_line, nspid", [
+    ("NSpid:\t48211\t7", [48211, 7]),
+    ("NSpid:\t48211\tx", []),            # every entry must be a number, or none is taken
+    ("NSpid:\t48211\t\u0667", []),        # a digit, but not an ASCII one
+])
+def test_nspid_is_taken_only_when_every_entry_is_ascii_digits(nspid_line, nspid):
+    assert parse_status("Uid:\t5\t5\t5\t5\n%s\n" % nspid_line) == (5, nspid)
+
+
 @pytest.mark.parametrize("info, why", [
     ({"pid": 1, "container_pid": 1}, "the node's PID namespace"),
     ({"pid": 4100, "container_pid": 1}, "its container's PID namespace"),
