@@ -100,6 +100,17 @@ def test_a_colon_in_a_cgroup_name_does_not_move_a_process_to_another_container()
     assert vmid_from_cgroup("0::/lxc/100/ns/user.slice/x:/lxc/200/ns/init.scope\n") == 100
 
 
+@pytest.mark.parametrize("flags, kthread", [
+    (0x00200000, True),            # PF_KTHREAD alone
+    (0x00208040, True),            # kthreadd's flags as the kernel writes them
+    (0x00400100, False),           # an ordinary process (PF_FORKNOEXEC | PF_SUPERPRIV)
+    (0x00000001, False),           # the bits beside PF_KTHREAD say nothing of it
+    (0x001FFFFF | 0x00400000, False),
+])
+def test_a_kernel_thread_is_the_pf_kthread_bit_alone(flags, kthread):
+    assert _proc.is_kernel_thread(flags, "python3 job.py", 1) is kthread
+
+
 @pytest.mark.parametrize("text", ["1 (x) S 0 1", "1 (x) S 0 1 1 0 -1 notanumber", "no parens"])
 def test_flags_that_cannot_be_read_are_none(text):
     assert _proc.stat_flags(text) is None
