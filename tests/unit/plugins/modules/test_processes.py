@@ -216,6 +216,13 @@ def test_a_listed_pid_whose_start_time_differs_is_not_signalled(run_module, tag,
     assert other.poll() is None
 
 
+def test_scope_vmids_is_gpu_state_s_alone_processes_refuses_it(run_module):
+    """Inside a container a process has no vmid: processes' scope has no vmids option (gpu_state's,
+    which reads from the node, has)."""
+    bad = run_module(processes.main, {"scope": {"cmdline": ["train_dflash\\.py"], "vmids": [100]}})
+    assert bad["failed"] and "vmids" in bad["msg"] and "Unsupported parameters" in bad["msg"], bad["msg"]
+
+
 def test_pids_combine_with_the_other_criteria_and_are_checked(run_module, tag, procs):
     job = spawn(tag)
     procs.append(job)

@@ -233,6 +233,15 @@ def test_fds_that_cannot_be_listed_say_denied_only_when_permission_was_refused(t
     assert list(open_files(str(tmp_path))) == [(10, [], True)]
 
 
+def test_a_gpu_whose_driver_file_lacks_its_minor_or_its_uuid_is_left_out(tmp_path):
+    gpus = tmp_path / "driver" / "nvidia" / "gpus"
+    for bus, text in (("0000:18:00.0", "Device Minor: \t 0\n"), ("0000:2a:00.0", "GPU UUID: \t GPU-bbb\n"),
+                      ("0000:3b:00.0", "GPU UUID: \t \nDevice Minor: \t 2\n")):
+        (gpus / bus).mkdir(parents=True)
+        (gpus / bus / "information").write_text(text)
+    assert driver_minor_uuids(str(tmp_path)) == {}
+
+
 def test_a_gpu_whose_driver_file_cannot_be_read_is_passed_over(tmp_path, monkeypatch):
     gpus = tmp_path / "driver" / "nvidia" / "gpus"
     (gpus / "0000:18:00.0" / "information").mkdir(parents=True)  # unreadable, and listed first
