@@ -348,6 +348,19 @@ def test_everyday_rows_end_with_this_module_s_own_process():
     assert _proc.ordinary_processes()[-1] == (comm, cmdline)
 
 
+@pytest.mark.parametrize("wchan_text, where, stuck", [
+    ("nfs_wait_bit_killable", "nfs_wait_bit_killable", "state D (uninterruptible sleep, in nfs_wait_bit_killable)"),
+    ("0", None, "state D (uninterruptible sleep)"),  # the kernel's "no symbol"
+    ("", None, "state D (uninterruptible sleep)"),
+])
+def test_a_stuck_process_names_where_it_waits_only_when_the_kernel_says(tmp_path, wchan_text, where, stuck):
+    d = _fake_proc(tmp_path, 10)
+    (d / "stat").write_text("10 (python3) D 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0")
+    (d / "wchan").write_text(wchan_text)
+    assert _proc.wchan(10, str(tmp_path)) == where
+    assert _proc.stuck_text(10, str(tmp_path)) == stuck
+
+
 def test_ancestors_contain_self_and_parent():
     own = ancestors()
     assert os.getpid() in own and os.getppid() in own and 1 in own
@@ -555,6 +568,7 @@ def test_a_start_time_of_0_is_a_start_time():
 
 @pytest.mark.parametrize("name, bad", [
     ("train", None), ("train-2_b", None), ("tr\u00e4ning", None),  # letters beyond ASCII are a name's own
+    ("train run", None),  # a space is no separator: the target is one argument
     ("train:0", "':'"), ("train.1", "'.'"), ("train\x7f", "'\\x7f'"), ("train\t", "'\\t'"), ("a\x1fb", "'\\x1f'"),
 ])
 def test_a_tmux_name_is_refused_for_separators_and_control_characters_only(name, bad):
