@@ -63,6 +63,7 @@ def test_the_uid_is_the_first_field_read_only_as_ascii_digits(uid_line, uid):
 @pytest.mark.parametrize("nspid_line, nspid", [
     ("NSpid:\t48211\t7", [48211, 7]),
     ("NSpid:\t48211\tx", []),            # every entry must be a number, or none is taken
+    ("NSpid:\tx\t7", []),                # the first one too
     ("NSpid:\t48211\t\u0667", []),        # a digit, but not an ASCII one
 ])
 def test_nspid_is_taken_only_when_every_entry_is_ascii_digits(nspid_line, nspid):
@@ -71,6 +72,7 @@ def test_nspid_is_taken_only_when_every_entry_is_ascii_digits(nspid_line, nspid)
 
 @pytest.mark.parametrize("info, why", [
     ({"pid": 1, "container_pid": 1}, "the node's PID namespace"),
+    ({"pid": 1, "container_pid": None}, "the node's PID namespace"),  # no NSpid line (kernels before 4.1)
     ({"pid": 4100, "container_pid": 1}, "its container's PID namespace"),
     ({"pid": 4100, "container_pid": None, "kthread": False}, None),  # no NSpid line (kernels before 4.1)
     ({"pid": 4100, "container_pid": 2, "kthread": False}, None),
@@ -121,7 +123,7 @@ def test_a_job_s_workers_are_found_to_the_last_generation_but_not_inside_a_names
     of a container the job started (103, NSpid ending in 1) is refused, and nothing below it
     (104) is walked."""
     _fake_proc(tmp_path, 100, cmdline=b"python3\0train_dflash.py\0")
-    _fake_proc(tmp_path, 101, ppid=100, cmdline=b"python3\0-c\0worker\0")
+    _fake_proc(tmp_path, 101, ppid=100, nspid=(), cmdline=b"python3\0-c\0worker\0")  # no NSpid entries
     _fake_proc(tmp_path, 102, ppid=101, cmdline=b"python3\0-c\0loader\0")
     _fake_proc(tmp_path, 103, ppid=100, nspid=(103, 1), cmdline=b"/sbin/init\0")
     _fake_proc(tmp_path, 104, ppid=103, nspid=(104, 2), cmdline=b"python3\0other.py\0")
@@ -291,6 +293,8 @@ def test_the_walk_below_roots_gives_each_descendant_once_under_its_root_and_leav
     assert sorted(_proc.walk_descendants([10], str(tmp_path), prune=lambda pid: pid == 11)) == [
         (11, 10), (20, 10), (21, 10), (30, 10), (31, 10)]
     assert _proc.descendants([11], str(tmp_path)) == {11, 12}
+    # A root that is also in skip is still neither given nor walked from another root.
+    assert sorted(_proc.walk_descendants([10, 20], str(tmp_path), skip=[20])) == [(11, 10), (12, 10), (21, 20), (30, 10), (31, 10)]
 
 
 def test_everyday_rows_take_roots_daemons_past_a_process_gone_meanwhile(tmp_path, monkeypatch):
