@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(ROOT, ".ansible", "collections"))
 
 import cuda_fixtures  # noqa: E402 - tests/lib, put on the path above
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness  # noqa: E402 - the collection link
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness  # noqa: E402 - importable only once .ansible/collections (the collection link) is on sys.path, above
 
 JOB = "import ctypes, sys, time\n[ctypes.CDLL(p) for p in sys.argv[2:]]\ntime.sleep(3600)\n"
 TAG = "gpufleet_bench_job_zq7"

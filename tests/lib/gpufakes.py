@@ -14,6 +14,7 @@ import types
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _findings
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._xml import parse_xml
+from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "h200")
 
@@ -158,3 +159,21 @@ def fake_pynvml(fail_init=None):
     mod.nvmlSystemGetProcessName = lambda pid: b"python3"
     mod.calls = calls
     return mod
+
+
+def standins_running(state):
+    """PIDs of the nvidia-smi stand-ins running on this state directory (it is in their
+    environment, not on their command line)."""
+    mark = ("%s=%s" % (gpu_standin.STATE_ENV, state)).encode()
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+            with open("/proc/%s/stat" % pid, "rb") as f:
+                zombie = f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+        except OSError:
+            continue
+        if mark in env and not zombie:
+            found.add(int(pid))
+    return found

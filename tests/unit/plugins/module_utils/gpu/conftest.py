@@ -9,6 +9,7 @@ import pytest
 from gpufakes import FakePopen  # tests/lib, on pytest's pythonpath
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _smi
+from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
 
 
 @pytest.fixture
@@ -19,3 +20,10 @@ def fake_popen(monkeypatch):
     FakePopen.answers = {}
     monkeypatch.setattr(_smi.subprocess, "Popen", FakePopen)
     return FakePopen
+
+
+@pytest.fixture
+def standin(tmp_path):
+    """(state directory, path of the nvidia-smi stand-in) for two GPUs."""
+    state = gpu_standin.make_state(tmp_path / "gpu", gpus=2)
+    return state, gpu_standin.install_nvidia_smi(tmp_path / "bin", state)

@@ -7,12 +7,11 @@ cheap health read (--query-gpu, --query-remapped-rows), mocked and through the s
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 
 import pytest
-from gpufakes import DriverNotLoaded, codes, fake_pynvml, fake_smi, no_nvml  # tests/lib, on pytest's pythonpath
+from gpufakes import DriverNotLoaded, codes, fake_pynvml, fake_smi, no_nvml, standins_running  # tests/lib, on pytest's pythonpath
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_health
@@ -110,30 +109,6 @@ def test_read_gpus_mocked(fake_popen):
     assert gpus == [{"index": 0, "uuid": "GPU-aaa", "name": "NVIDIA H200", "memory_used_mib": 41498,
                      "memory_total_mib": 143771, "utilization_pct": 87}]
     assert apps == [{"gpu_uuid": "GPU-aaa", "pid": 48211, "used_memory_mib": 41488, "name": "python3"}]
-
-
-@pytest.fixture
-def standin(tmp_path):
-    state = gpu_standin.make_state(tmp_path / "gpu", gpus=2)
-    return state, gpu_standin.install_nvidia_smi(tmp_path / "bin", state)
-
-
-def standins_running(state):
-    """PIDs of the nvidia-smi stand-ins running on this state directory (it is in their
-    environment, not on their command line)."""
-    mark = ("%s=%s" % (gpu_standin.STATE_ENV, state)).encode()
-    found = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as f:
-                env = f.read().split(b"\0")
-            with open("/proc/%s/stat" % pid, "rb") as f:
-                zombie = f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-        except OSError:
-            continue
-        if mark in env and not zombie:
-            found.add(int(pid))
-    return found
 
 
 def test_standin_header_units_and_field_order(standin):

@@ -7,10 +7,10 @@ bounded and killed, mocked and through the nvidia-smi stand-in."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
+from gpufakes import standins_running  # tests/lib, on pytest's pythonpath
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import (
     read_gpus,
@@ -41,30 +41,6 @@ def test_missing_binary_is_kind_missing(tmp_path):
     with pytest.raises(GpuError, match="not found on PATH") as exc:
         read_gpus("nvidia-smi", None, 5)
     assert exc.value.kind == "missing"
-
-
-@pytest.fixture
-def standin(tmp_path):
-    state = gpu_standin.make_state(tmp_path / "gpu", gpus=2)
-    return state, gpu_standin.install_nvidia_smi(tmp_path / "bin", state)
-
-
-def standins_running(state):
-    """PIDs of the nvidia-smi stand-ins running on this state directory (it is in their
-    environment, not on their command line)."""
-    mark = ("%s=%s" % (gpu_standin.STATE_ENV, state)).encode()
-    found = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as f:
-                env = f.read().split(b"\0")
-            with open("/proc/%s/stat" % pid, "rb") as f:
-                zombie = f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-        except OSError:
-            continue
-        if mark in env and not zombie:
-            found.add(int(pid))
-    return found
 
 
 @pytest.mark.parametrize("rc, kind", [(9, "driver"), (12, "nvml"), (15, "bus")])

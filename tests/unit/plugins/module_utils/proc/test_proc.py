@@ -570,6 +570,15 @@ def test_a_start_time_of_0_is_a_start_time():
     assert Scope(pids=[{"pid": 5, "start_time": 0}]).pids == {5: 0}
 
 
+def fake_tmux(tmp_path, monkeypatch, script):
+    """A tmux first on PATH that runs ``script`` (sh)."""
+    fake = tmp_path / "bin" / "tmux"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (fake.parent, os.environ["PATH"]))
+
+
 @pytest.mark.parametrize("name, bad", [
     ("train", None), ("train-2_b", None), ("tr\u00e4ning", None),  # letters beyond ASCII are a name's own
     ("train run", None),  # a space is no separator: the target is one argument
@@ -584,11 +593,7 @@ def test_a_tmux_name_is_refused_for_separators_and_control_characters_only(name,
 
 
 def test_a_tmux_that_does_not_answer_is_named_with_its_timeout(tmp_path, monkeypatch):
-    fake = tmp_path / "bin" / "tmux"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\nexec sleep 30\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", "%s:%s" % (fake.parent, os.environ["PATH"]))
+    fake_tmux(tmp_path, monkeypatch, "exec sleep 30\n")
     started = time.monotonic()
     with pytest.raises(ProcError) as err:
         tmux_pane_pids("train", timeout=0.3)
@@ -606,20 +611,12 @@ def test_a_tmux_session_with_no_tmux_installed_is_an_error_that_says_so(tmp_path
 def test_a_tmux_killed_by_a_signal_gives_no_panes(tmp_path, monkeypatch):
     """What a tmux that died printed is not trusted: its exit status is not 0 (a signal's is
     negative), so the session holds nothing."""
-    fake = tmp_path / "bin" / "tmux"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\necho 4242\nkill -KILL $$\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", "%s:%s" % (fake.parent, os.environ["PATH"]))
+    fake_tmux(tmp_path, monkeypatch, "echo 4242\nkill -KILL $$\n")
     assert tmux_pane_pids("train") is None
 
 
 def test_a_tmux_session_that_is_not_there_holds_nothing_and_says_so(tmp_path, monkeypatch):
-    fake = tmp_path / "bin" / "tmux"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\necho 'no server running' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", "%s:%s" % (fake.parent, os.environ["PATH"]))
+    fake_tmux(tmp_path, monkeypatch, "echo 'no server running' >&2\nexit 1\n")
     scope = Scope(tmux_session="train")
     assert scope.matches(describe(os.getpid())) == (False, "not in tmux session train")
     assert scope.notes == ["tmux session 'train' was not found: nothing is in it"]
