@@ -33,12 +33,14 @@ BIN="$ROOT/.venv/bin"
 CR="${COSMIC_RAY:-$BIN/cosmic-ray}"
 CR_REPORT="${CR_REPORT:-$(dirname "$CR")/cr-report}"
 
-# name | module under plugins/module_utils | the unit tests that pin it, the quickest first (each
-# mutant's run stops at the first failure, and most mutants are killed by the first file)
+# name | module under plugins/module_utils | the unit tests that pin it, the quickest first. Each
+# mutant's tests run in two steps, the first file alone and then the others, each stopping at its
+# first failure: most mutants are killed by the first file, and pytest's start (the collection of
+# every file it is given) is paid for the others only by the mutants the first lets through.
 TABLE="
-contamination|venv/_contamination.py|tests/unit/plugins/modules/test_cuda_contamination.py
+contamination|venv/_contamination.py|tests/unit/plugins/module_utils/venv/test_contamination.py tests/unit/plugins/modules/test_cuda_contamination.py
 verdict|venv/_cuda.py|tests/unit/plugins/module_utils/venv/test_cuda.py tests/unit/plugins/modules/test_cuda_mixed_major.py tests/unit/plugins/modules/test_cuda_contamination.py
-record|venv/_dist.py|tests/unit/plugins/module_utils/venv/test_dist.py tests/unit/plugins/module_utils/venv/test_dist_hostile.py tests/unit/plugins/modules/test_pip_inventory.py
+record|venv/_dist.py|tests/unit/plugins/module_utils/venv/test_dist_functions.py tests/unit/plugins/module_utils/venv/test_dist.py tests/unit/plugins/module_utils/venv/test_dist_hostile.py tests/unit/plugins/modules/test_pip_inventory.py
 scope|proc/_proc.py|tests/unit/plugins/module_utils/proc/test_proc.py tests/unit/plugins/module_utils/proxmox/test_view.py tests/unit/plugins/module_utils/proc/test_proc_scope.py tests/unit/plugins/modules/test_processes.py
 ordinary|proc/_ordinary.py|tests/unit/plugins/module_utils/proc/test_proc_scope.py
 throughput|job/_throughput.py|tests/unit/plugins/module_utils/job/test_throughput_since.py tests/unit/plugins/module_utils/job/test_throughput.py tests/unit/plugins/filter/test_log_search.py tests/unit/plugins/modules/test_host_lock_throughput.py
@@ -125,19 +127,33 @@ PY
     done <"$out/$session-survivors.txt"
 }
 
+crun() {  # cosmic-ray in copy 0, waited for in the background: a signal to this script
+    # (TERM, INT) runs the trap at once, ending the run and its workers, not after the session
+    (cd "$TREE" && exec "$CR" "$@") &
+    cr_pid=$!
+    worker_pids+=("$cr_pid")
+    wait "$cr_pid"
+}
+
 status=0
 for name in $rows; do
     line=$(printf '%s\n' "$TABLE" | grep "^$name|")
     module="plugins/module_utils/$(echo "$line" | cut -d'|' -f2)"
     tests="$(echo "$line" | cut -d'|' -f3)"
     out="$BUILD/$name"
+    # pytest without the plugins no test here needs (their imports are most of its start: the
+    # hypothesis plugin imports all of hypothesis), stopping at the first failure.
+    pytest="$BIN/pytest -p no:cacheprovider -p no:randomly -p no:xdist -p no:xdist.looponfail -p no:hypothesispytest -p no:platformdirs -x -q"
+    read -r first others <<< "$tests"
+    test_command="$pytest $first"
+    [ -z "${others:-}" ] || test_command="bash -c '$pytest $first && $pytest $others'"
     write_config() {  # timeout: the session's config, with the workers of this sitting
         cat >"$out/config.toml" <<TOML
 [cosmic-ray]
 module-path = "$module"
 timeout = $1
 excluded-modules = []
-test-command = "$BIN/pytest -p no:cacheprovider -p no:randomly -x -q $tests"
+test-command = "$test_command"
 
 [cosmic-ray.distributor]
 name = "http"
@@ -167,7 +183,7 @@ PY
         echo "== $name: recheck, $(sqlite3_count "$out/recheck.sqlite" pending) of $(sqlite3_count "$out/recheck.sqlite") mutants against $tests"
         write_config "$(cat "$out/timeout")"
         started=$(date +%s)
-        (cd "$TREE" && "$CR" exec "$out/config.toml" "$out/recheck.sqlite")
+        crun exec "$out/config.toml" "$out/recheck.sqlite"
         echo "run time (recheck): $(( $(date +%s) - started )) s"
         report "$name" "$module" "$out" recheck
         continue
@@ -180,7 +196,7 @@ PY
         echo "== $name: resuming, $(sqlite3_count "$out/session.sqlite" pending) of $(sqlite3_count "$out/session.sqlite") mutants left"
         write_config "$(cat "$out/timeout")"  # the stopped run's timeout; this sitting's workers
         started=$(date +%s)
-        (cd "$TREE" && "$CR" exec "$out/config.toml" "$out/session.sqlite")
+        crun exec "$out/config.toml" "$out/session.sqlite"
         echo "run time (this sitting): $(( $(date +%s) - started )) s"
         report "$name" "$module" "$out"
         continue
@@ -191,7 +207,7 @@ PY
     echo "== $name: $module against $tests"
     started=$(date +%s)
     write_config 600.0
-    (cd "$TREE" && "$CR" init "$out/config.toml" "$out/session.sqlite" && "$CR" baseline "$out/config.toml")
+    crun init "$out/config.toml" "$out/session.sqlite" && crun baseline "$out/config.toml"
     # A mutant that makes a test wait forever (a read without O_NONBLOCK, a loop that no longer
     # ends) is killed by the timeout: ten times the unmutated run, at least 30 s, not a fixed
     # 300 s that a module with a few such mutants would spend most of its run waiting on.
@@ -203,7 +219,7 @@ PY
     echo "$timeout.0" >"$out/timeout"
     write_config "$timeout.0"
     echo "$(sqlite3_count "$out/session.sqlite") mutants; baseline ${baseline} s, timeout ${timeout} s"
-    (cd "$TREE" && "$CR" exec "$out/config.toml" "$out/session.sqlite")
+    crun exec "$out/config.toml" "$out/session.sqlite"
     echo "run time: $(( $(date +%s) - started )) s"
     report "$name" "$module" "$out"
 done

@@ -1,0 +1,810 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""venv/_dist, one function at a time, on files made in a temporary directory (no venv is built
+and nothing is installed, so the whole file runs in a second or two): names and versions an
+installer may be given, METADATA's and RECORD's rows, the environment's prefix and the rows
+refused outside it, digests, a distribution's files, the venv's layout (interpreter, site
+directories, pyvenv.cfg, .pth, the base installation), the baseline's drift and the inventory.
+Hostile venvs are in test_dist_hostile.py, the cheap RECORD pass against the full parser in
+test_dist.py."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist
+
+SITE_REL = os.path.join("lib", "python3.11", "site-packages")
+
+
+def _write(path, data=b""):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+    return path
+
+
+def _digest(data, algo="sha256"):
+    return base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b"=").decode("ascii")
+
+
+def _venv(root, python="python"):
+    """A venv's layout on disk: bin/<python> (executable), pyvenv.cfg, lib/python3.11/site-packages."""
+    _write(os.path.join(root, "bin", python), "#!/bin/sh\n")
+    os.chmod(os.path.join(root, "bin", python), 0o755)
+    _write(os.path.join(root, "pyvenv.cfg"), "home = /usr/bin\nversion_info = 3.11.2\n")
+    site = os.path.join(root, SITE_REL)
+    os.makedirs(site, exist_ok=True)
+    return site
+
+
+def _dist_info(site, name, version, files=None, installer=None, metadata=None, record=True):
+    """A dist-info directory with METADATA, INSTALLER and a RECORD of ``files`` (rel -> bytes),
+    each row with its hash and size, as pip writes it."""
+    info = os.path.join(site, "%s-%s.dist-info" % (name, version))
+    _write(os.path.join(info, "METADATA"),
+           metadata if metadata is not None else "Metadata-Version: 2.1\nName: %s\nVersion: %s\n\n" % (name, version))
+    if installer is not None:
+        _write(os.path.join(info, "INSTALLER"), installer)
+    rows = []
+    for rel, data in (files or {}).items():
+        _write(os.path.join(site, rel), data)
+        rows.append("%s,sha256=%s,%d" % (rel, _digest(data), len(data)))
+    rows.append("%s-%s.dist-info/RECORD,," % (name, version))
+    if record:
+        _write(os.path.join(info, "RECORD"), "\n".join(rows) + "\n")
+    return info
+
+
+# ----------------------------------------------------------------- names and versions for installers
+
+
+@pytest.mark.parametrize("name, ok", [
+    ("torch", True), ("a", True), ("7", True), ("nvidia-cudnn-cu13", True), ("Flash_Attn.x2", True),
+    ("", False), (None, False), (3, False), ("-e", False), ("--index-url", False), ("torch-", False),
+    (".torch", False), ("torch.", False), ("_x", False), ("a b", False), ("a;b", False), ("a/b", False),
+    ("a=b", False), ("tôrch", False),
+])
+def test_a_project_name_is_what_pep_508_allows_and_never_an_option(name, ok):
+    assert _dist.valid_project_name(name) is ok
+
+
+@pytest.mark.parametrize("version, ok", [
+    ("2.9.1", True), ("2.9.1+cu128", True), ("1!2.0", True), ("1.0_post1", True), ("0", True), ("v1", True),
+    ("1.0-1", True), ("", False), (None, False), (1.0, False), ("-1", False), ("+cu128", False), (".1", False),
+    ("!1", False), ("_1", False), ("1 0", False), ("1.0;rm", False), ("1/0", False), ("1,0", False),
+])
+def test_a_version_is_pep_440_characters_and_never_an_option(version, ok):
+    assert _dist.valid_version(version) is ok
+
+
+# ------------------------------------------------------------------------------------- METADATA
+
+
+def test_metadata_headers_stop_at_the_first_blank_line_of_any_line_ending():
+    for blank in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        nl = blank[:len(blank) // 2]
+        data = b"Name: a" + nl + b"Version: 1" + blank + b"Requires-Dist: body" + nl + b"Name: b" + nl
+        fields = _dist.parse_metadata(data, "M", [])
+        assert (fields["name"], fields["version"], fields["requires_dist"]) == ("a", "1", []), blank
+
+
+def test_metadata_a_blank_line_of_spaces_ends_the_headers_too():
+    fields = _dist.parse_metadata(b"Name: a\n \t \nVersion: 9\nRequires-Dist: x\n", "M", [])
+    assert fields == {"name": "a", "requires_dist": []}
+
+
+def test_metadata_first_name_and_version_win_keys_any_case_every_requirement_kept():
+    problems = []
+    data = (b"Metadata-Version: 2.1\nNAME:  Torch \nname: other\nversion:2.9.1+cu128\nVersion: 0\n"
+            b"Requires-Dist: nvidia-nccl-cu12 ; platform_system == 'Linux'\nrequires-dist:numpy\nSummary: a: b\n")
+    fields = _dist.parse_metadata(data, "M", problems)
+    assert fields == {"name": "Torch", "version": "2.9.1+cu128",
+                      "requires_dist": ["nvidia-nccl-cu12 ; platform_system == 'Linux'", "numpy"]}
+    assert problems == []
+
+
+def test_metadata_without_a_problems_list_still_parses():
+    assert _dist.parse_metadata(b"Name: a\nbroken\n")["name"] == "a"
+
+
+def test_metadata_a_folded_line_is_skipped_but_an_indented_first_or_after_garbage_line_is_read():
+    # A continuation (indented) line belongs to the header before it, and is skipped ...
+    assert "version" not in _dist.parse_metadata(b"Name: a\n Version: 2\n", "M", [])
+    # ... but with no header before it (the first line, or after a malformed one) it is a header.
+    assert _dist.parse_metadata(b" Name: a\n", "M", [])["name"] == "a"
+    problems = []
+    assert _dist.parse_metadata(b"Name: a\nbroken\n Version: 3\n", "M", problems)["version"] == "3"
+    assert problems == ["M has a malformed header line: 'broken'"]
+
+
+def test_metadata_malformed_lines_three_listed_cut_at_80_the_rest_counted():
+    problems = []
+    lines = [b"x" * 100] + [b"bad%d" % i for i in range(5)]
+    _dist.parse_metadata(b"\n".join(lines) + b"\nName: a\n", "pkg/METADATA", problems)
+    assert problems == [
+        "pkg/METADATA has a malformed header line: %r" % ("x" * 80),
+        "pkg/METADATA has a malformed header line: 'bad0'",
+        "pkg/METADATA has a malformed header line: 'bad1'",
+        "pkg/METADATA has 3 more malformed header lines",
+    ]
+    problems = []
+    _dist.parse_metadata(b"a\nb\nc\nName: x\n", "M", problems)
+    assert len(problems) == 3 and not any("more" in p for p in problems)
+
+
+# --------------------------------------------------------------------------------------- RECORD
+
+
+@pytest.mark.parametrize("text, lines", [
+    ("", []),
+    ("a", ["a"]),
+    ("a\n", ["a"]),
+    ("a\r\nb\r\n", ["a", "b"]),
+    ("a\nb", ["a", "b"]),
+    ("a\n\n", ["a", ""]),
+    ("a\rb\n", ["a\rb"]),
+    ("a\x85b\u2028c\x0cd\n", ["a\x85b\u2028c\x0cd"]),
+    ("a\r\r\n", ["a\r"]),
+])
+def test_record_lines_end_with_lf_or_crlf_only(text, lines):
+    assert _dist.record_lines(text) == lines
+
+
+def test_record_rows_hash_and_size_each_read_or_named():
+    problems = []
+    data = (b"a.py,sha256=AAA,3\n"  # a full row
+            b"b.py,,\n"  # no hash, no size
+            b"c.py\n"  # the path alone
+            b"\n"  # an empty line: skipped, but counted
+            b",sha256=BBB,1\n"  # no path: skipped
+            b"d.py,sha256,4\n"  # a hash without '='
+            b"e.py,sha256=,5\n"  # a hash without a digest
+            b"f.py,sha256=FFF,-5\n"  # a size that is no number
+            b"g.py,md5=GGG,\n")
+    rows = _dist.parse_record(data, "pkg/RECORD", problems)
+    assert rows == [("a.py", "sha256", "AAA", 3), ("b.py", None, None, None), ("c.py", None, None, None),
+                    ("d.py", None, None, 4), ("e.py", None, None, 5), ("f.py", "sha256", "FFF", None),
+                    ("g.py", "md5", "GGG", None)]
+    assert problems == [
+        "pkg/RECORD line 6 has a malformed hash 'sha256'",
+        "pkg/RECORD line 7 has a malformed hash 'sha256='",
+        "pkg/RECORD line 8 has a malformed size '-5'",
+    ]
+
+
+def test_record_garbage_three_listed_cut_the_rest_counted():
+    problems = []
+    rows = "\n".join(["a.py,%s,1" % ("x" * 60)] + ["b%d.py,sha,%s" % (i, "9" * 3 + "z" * 30) for i in range(4)])
+    _dist.parse_record(rows.encode(), "R", problems)
+    assert problems[0] == "R line 1 has a malformed hash %r" % ("x" * 40)
+    assert problems[1] == "R line 2 has a malformed hash 'sha'"
+    assert problems[2] == "R line 2 has a malformed size %r" % ("999" + "z" * 17)
+    # Nine bad fields: three listed, six counted.
+    assert problems[3:] == ["R has 6 more malformed hashes or sizes"]
+    problems = []
+    _dist.parse_record(b"a,b,c\nd,e,f\n", "R", problems)  # four bad: three listed, one counted
+    assert len(problems) == 4 and problems[3] == "R has 1 more malformed hashes or sizes"
+
+
+def test_record_quoted_rows_are_unquoted_by_csv():
+    problems = []
+    rows = _dist.parse_record(b'"a,b.py",sha256=AAA,3\nc.py,,\n', "R", problems)
+    assert rows == [("a,b.py", "sha256", "AAA", 3), ("c.py", None, None, None)] and problems == []
+
+
+def test_record_that_csv_cannot_read_is_named_and_the_rows_before_kept():
+    problems = []
+    rows = _dist.parse_record(b'a.py,,\n"' + b"x" * 200000 + b'",,\nc.py,,\n', "R", problems)
+    assert rows == [("a.py", None, None, None)]
+    assert len(problems) == 1 and problems[0].startswith("R is not valid CSV: ")
+
+
+def test_record_rows_below_a_site_directory_are_absolute_and_normal():
+    site = "/srv/env/lib/python3.11/site-packages"
+    problems = []
+    data = (b"torch/__init__.py,sha256=AAA,3\n../../../bin/torchrun,,\n./pkg/x.py,,\npkg//y.py,,\n"
+            b"pkg/../z.py,,\n")
+    rows = _dist.parse_record(data, "R", problems, site_dir=site + "/")
+    assert rows == [
+        (site + "/torch/__init__.py", "torch/__init__.py", "sha256", "AAA", 3),
+        ("/srv/env/bin/torchrun", "../../../bin/torchrun", None, None, None),
+        (site + "/pkg/x.py", "./pkg/x.py", None, None, None),
+        (site + "/pkg/y.py", "pkg//y.py", None, None, None),
+        (site + "/z.py", "pkg/../z.py", None, None, None),
+    ]
+    assert problems == []
+
+
+def test_record_rows_outside_the_environment_three_named_the_rest_counted():
+    site = "/srv/env/lib/python3.11/site-packages"
+    problems = []
+    bad = ["/etc/passwd", "../../../../etc/shadow", "../../../../envy/x", "/root/.ssh/authorized_keys", "/a" * 150]
+    rows = _dist.parse_record(("ok.py,,\n" + "".join(b + ",,\n" for b in bad)).encode(), "R", problems, site_dir=site)
+    assert rows == [(site + "/ok.py", "ok.py", None, None, None)]
+    assert len(problems) == 4
+    assert problems[0] == _dist._REFUSED % ("R", 2, "/etc/passwd", "an absolute path")
+    assert problems[1] == _dist._REFUSED % ("R", 3, "../../../../etc/shadow", "which resolves outside the environment /srv/env")
+    # /srv/envy is beside /srv/env, not below it.
+    assert problems[2] == _dist._REFUSED % ("R", 4, "../../../../envy/x", "which resolves outside the environment /srv/env")
+    assert problems[3] == "R has 2 more rows naming a file outside the environment (refused)"
+    problems = []
+    _dist.parse_record(("/" + "a" * 300 + ",,\n").encode(), "R", problems, site_dir=site)
+    assert problems == [_dist._REFUSED % ("R", 1, "/" + "a" * 199, "an absolute path")]
+
+
+@pytest.mark.parametrize("site, prefix", [
+    ("/p/lib/python3.11/site-packages", "/p"),
+    ("/p/lib/python3.11/site-packages/", "/p"),
+    ("/p/lib64/python3.12/site-packages", "/p"),
+    ("/p/lib/python3.11/dist-packages", "/p"),
+    ("/usr/lib/python3/dist-packages", "/usr"),
+    ("/p/Lib/site-packages", "/p"),
+    ("/p/lib/site-packages", "/p"),
+    ("/p/share/python3.11/site-packages", "/p/share"),
+    ("/p/other/site-packages", "/p/other"),
+    ("/p/lib/python3.11", "/p/lib/python3.11"),
+    ("/p/extra", "/p/extra"),
+    ("/p/./lib//python3.11/site-packages", "/p"),
+])
+def test_environment_prefix_is_what_the_installer_writes_below(site, prefix):
+    assert _dist.environment_prefix(site) == prefix
+
+
+def test_outside_row_names_why():
+    site = "/p/lib/python3.11/site-packages"
+    assert _dist.outside_row(site, "/p/bin/x", "/p/bin/x") == "an absolute path"
+    assert _dist.outside_row(site, "../../../bin/x", "/p/bin/x") is None
+    assert _dist.outside_row(site, "../../../../q/x", "/q/x") == "which resolves outside the environment /p"
+    assert _dist.outside_row(site, "../../../../p2/x", "/p2/x") == "which resolves outside the environment /p"
+    assert _dist.outside_row(site, "../../../..", "/") == "which resolves outside the environment /p"
+
+
+# -------------------------------------------------------------------------------------- digests
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, 3 * (1 << 20) + 7])
+def test_file_digest_is_record_s_hash_whatever_the_size(tmp_path, size):
+    data = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+    path = _write(str(tmp_path / "f"), data)
+    assert _dist.file_digest(path) == _digest(data)
+    assert "=" not in _dist.file_digest(path)
+    assert _dist.file_digest(path, "sha1") == _digest(data, "sha1")
+
+
+def test_file_digest_refuses_a_link_a_fifo_and_a_missing_file(tmp_path):
+    target = _write(str(tmp_path / "target"), b"data")
+    os.symlink(target, str(tmp_path / "link"))
+    os.mkfifo(str(tmp_path / "fifo"))
+    for name, words in (("link", "symbolic link"), ("fifo", "not a regular file"), ("missing", "does not exist")):
+        with pytest.raises(OSError) as err:
+            _dist.file_digest(str(tmp_path / name))
+        assert err.value.errno == 22 and words in err.value.strerror, name
+
+
+def test_identity_of_a_file_and_of_a_link_itself(tmp_path):
+    path = _write(str(tmp_path / "f"), b"12345")
+    st = os.stat(path)
+    assert _dist.file_identity(st) == [st.st_dev, st.st_ino, 5, st.st_mtime_ns, st.st_ctime_ns]
+    os.symlink(path, str(tmp_path / "l"))
+    assert _dist.path_identity(path) == _dist.file_identity(st)
+    assert _dist.path_identity(str(tmp_path / "l"))[1] == os.lstat(str(tmp_path / "l")).st_ino != st.st_ino
+    assert _dist.path_identity(str(tmp_path / "nothing")) is None
+
+
+# -------------------------------------------------------------------------------- distributions
+
+
+def test_a_distribution_read_through_its_anchor(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "Flash_Attn", "2.8.3", {"flash_attn/__init__.py": b"x = 1\n"}, installer="uv\n")
+    anchor = _dist.Anchor(site)
+    assert anchor.chain is not None and anchor.real == os.path.realpath(site)
+    dist = _dist.Distribution(site, info, anchor)
+    assert (dist.name, dist.version, dist.key, dist.installer, dist.problems) == ("Flash_Attn", "2.8.3", "flash-attn", "uv", [])
+    assert dist.as_dict() == {"name": "Flash_Attn", "version": "2.8.3", "location": site, "installer": "uv"}
+    assert [rel for _abs, rel in dist.paths] == ["flash_attn/__init__.py", "Flash_Attn-2.8.3.dist-info/RECORD"]
+    assert dist.record[0] == (os.path.join(site, "flash_attn/__init__.py"), "flash_attn/__init__.py", "sha256",
+                              _digest(b"x = 1\n"), 6)
+    assert dist.verify() == ([], [], 1)
+    chain, info_id, record_id, meta_id = dist.identities()
+    assert chain == anchor.chain
+    assert info_id == _dist.file_identity(os.stat(info))
+    assert record_id == _dist.file_identity(os.stat(os.path.join(info, "RECORD")))
+    assert meta_id == _dist.file_identity(os.stat(os.path.join(info, "METADATA")))
+    anchor.close()
+    anchor.close()
+    assert anchor.dir is None
+
+
+def test_identities_of_an_unread_record_are_taken_by_fstat(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "a", "1")
+    dist = _dist.Distribution(site, info, _dist.Anchor(site))
+    assert "RECORD" not in dist.read_identities
+    assert dist.identities()[2] == _dist.file_identity(os.stat(os.path.join(info, "RECORD")))
+    os.unlink(os.path.join(info, "RECORD"))
+    assert dist.identities()[2] is None
+
+
+def test_a_distribution_without_an_anchor_is_read_by_path_and_has_no_identities(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "a", "1", {"a.py": b"1"})
+    for anchor in (None, _dist.Anchor(str(tmp_path / "missing"))):
+        dist = _dist.Distribution(site, info, anchor)
+        assert dist.anchor is None and dist.steady is False
+        assert (dist.name, dist.version) == ("a", "1")
+        assert dist.identities() == [None, None, None, None]
+        assert dist.verify() == ([], [], 1)
+
+
+def test_metadata_missing_names_the_package_from_its_directory(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    os.makedirs(os.path.join(site, "Some_Pkg-3.1.dist-info"))
+    for anchor in (None, _dist.Anchor(site)):
+        dist = _dist.Distribution(site, os.path.join(site, "Some_Pkg-3.1.dist-info"), anchor)
+        assert (dist.name, dist.version, dist.key) == ("Some_Pkg", "3.1", "some-pkg")
+        assert dist.problems[0] == "Some_Pkg-3.1.dist-info/METADATA does not exist"
+        assert "Some_Pkg-3.1.dist-info lacks Name or Version; taken from the directory name" in dist.problems
+        # RECORD is not optional for a dist-info directory; INSTALLER is.
+        assert dist.installer is None and dist.record == []
+        assert dist.problems[-1] == "Some_Pkg-3.1.dist-info/RECORD does not exist"
+
+
+def test_metadata_lacking_a_version_takes_the_directory_s_or_none(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "b", "2.0", metadata="Name: b\n\n")
+    dist = _dist.Distribution(site, info, _dist.Anchor(site))
+    assert dist.version == "2.0" and dist.problems == ["b-2.0.dist-info lacks Name or Version; taken from the directory name"]
+    bare = os.path.join(site, "c.dist-info")
+    _write(os.path.join(bare, "METADATA"), "Version: 1\n\n")
+    dist = _dist.Distribution(site, bare)
+    assert (dist.name, dist.version) == ("c", "1")
+    bare = os.path.join(site, "d.dist-info")
+    _write(os.path.join(bare, "METADATA"), "Name: D\n\n")
+    assert _dist.Distribution(site, bare).version is None
+
+
+def test_an_egg_info_reads_pkg_info_and_needs_no_record(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    egg = os.path.join(site, "legacy-0.1.egg-info")
+    _write(os.path.join(egg, "PKG-INFO"), "Metadata-Version: 1.0\nName: legacy\nVersion: 0.1\n\n")
+    _write(os.path.join(egg, "METADATA"), "Name: wrong\nVersion: 9\n\n")
+    for anchor in (None, _dist.Anchor(site)):
+        dist = _dist.Distribution(site, egg, anchor)
+        assert dist.is_egg_info and (dist.name, dist.version) == ("legacy", "0.1")
+        assert dist.record == [] and dist.paths == [] and dist.problems == []
+
+
+def test_installer_is_its_first_word_stripped_or_none(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    for text, want in ((b"pip\n", "pip"), (b"  \n", None), (b"", None), (b"\xff\xfepip", "\ufffd\ufffdpip")):
+        info = _dist_info(site, "p", "1", installer=text)
+        assert _dist.Distribution(site, info, _dist.Anchor(site)).installer == want
+        assert _dist.Distribution(site, info).installer == want
+
+
+def test_verify_tells_missing_from_modified_by_size_and_by_hash(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    files = {"p/ok.py": b"same", "p/gone.py": b"x", "p/longer.py": b"abc", "p/samesize.py": b"abc",
+             "p/dir.py": b"abc", "p/link.py": b"abc"}
+    info = _dist_info(site, "p", "1", files)
+    with open(os.path.join(info, "RECORD"), "a") as f:
+        f.write("p/nosize.py,sha256=%s,\np/nohash.py,,\n" % _digest(b"orig"))
+    _write(os.path.join(site, "p/nosize.py"), b"edit")
+    os.unlink(os.path.join(site, "p/gone.py"))
+    _write(os.path.join(site, "p/longer.py"), b"abcd")
+    _write(os.path.join(site, "p/samesize.py"), b"abd")
+    os.unlink(os.path.join(site, "p/dir.py"))
+    os.makedirs(os.path.join(site, "p/dir.py"))
+    os.unlink(os.path.join(site, "p/link.py"))
+    os.symlink(os.path.join(site, "p/ok.py"), os.path.join(site, "p/link.py"))
+    dist = _dist.Distribution(site, info, _dist.Anchor(site))
+    missing, modified, checked = dist.verify()
+    assert missing == ["p/gone.py"]
+    # A directory has another size; a link to a file of the right size is still no regular file.
+    assert sorted(modified) == ["p/dir.py", "p/link.py", "p/longer.py", "p/nosize.py", "p/samesize.py"]
+    assert checked == 7
+
+
+def test_a_dist_info_directory_exchanged_between_reads_is_named_and_unsteady(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "p", "1", {"p.py": b"1"})
+    dist = _dist.Distribution(site, info, _dist.Anchor(site))
+    assert dist.steady and dist.info_identity is not None
+    os.rename(info, info + ".old")
+    _dist_info(site, "p", "1", {"p.py": b"1"})
+    assert dist.record == []
+    assert dist.steady is False
+    assert dist.problems == ["p-1.dist-info/RECORD was not read: %s is another directory than when it was first read "
+                             "(it was exchanged meanwhile)" % info]
+    assert dist.identities() == [None, None, None, None]
+
+
+def test_a_dist_info_directory_gone_or_a_link_when_read_again(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "p", "1")
+    dist = _dist.Distribution(site, info, _dist.Anchor(site))
+    os.rename(info, str(tmp_path / "away"))
+    assert dist.installer is None and dist.problems == ["p-1.dist-info/INSTALLER does not exist"]
+    assert dist.steady is True
+    os.symlink(str(tmp_path / "away"), info)
+    assert dist.record == []
+    assert dist.steady is False
+    assert dist.problems[1].startswith("p-1.dist-info/RECORD was not read: ")
+
+
+def test_replayed_problems_are_not_told_twice(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "p", "1")
+    _write(os.path.join(info, "RECORD"), "a.py,sha,1\nb.py,,x\n")
+    dist = _dist.Distribution(site, info, _dist.Anchor(site))
+    dist.replay(["p-1.dist-info/RECORD line 1 has a malformed hash 'sha'", "an older problem"])
+    rows = dist.record
+    assert len(rows) == 2
+    assert dist.problems == ["p-1.dist-info/RECORD line 1 has a malformed hash 'sha'", "an older problem",
+                             "p-1.dist-info/RECORD line 2 has a malformed size 'x'"]
+    assert dist.paths == [(r[0], r[1]) for r in rows]
+    # Another read, told one of the two before it parses: each is in its problems once.
+    dist2 = _dist.Distribution(site, info, _dist.Anchor(site))
+    dist2.replay(["p-1.dist-info/RECORD line 2 has a malformed size 'x'"])
+    assert len(dist2.record) == 2
+    assert dist2.problems.count("p-1.dist-info/RECORD line 2 has a malformed size 'x'") == 1
+    assert dist2.problems.count("p-1.dist-info/RECORD line 1 has a malformed hash 'sha'") == 1
+
+
+def test_the_cheap_paths_of_a_record_already_parsed_are_its_rows(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "p", "1", {"p.py": b"1"})
+    dist = _dist.Distribution(site, info)
+    rows = dist.record
+    os.unlink(os.path.join(info, "RECORD"))
+    assert dist.paths == [(r[0], r[1]) for r in rows]
+
+
+@pytest.mark.parametrize("record, problem", [
+    (b"ok.py,,\n\xff\xfe.py,,\n", "not valid UTF-8"),
+    (b"ok.py,,\n/etc/passwd,,\n", "'/etc/passwd', an absolute path"),
+    (b'ok.py,,\n"q,uoted.py",,\n', None),
+    (b"ok.py,,\n../../../../../x,,\n", "which resolves outside the environment"),
+])
+def test_cheap_paths_fall_back_to_the_full_parser_which_names_the_problem(tmp_path, record, problem):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "p", "1")
+    _write(os.path.join(info, "RECORD"), record)
+    cheap = _dist.Distribution(site, info)
+    full = _dist.Distribution(site, info)
+    assert cheap.paths == [(r[0], r[1]) for r in full.record]
+    assert cheap.paths[0] == (os.path.join(site, "ok.py"), "ok.py")
+    assert cheap.problems == full.problems
+    assert (problem is None) == (cheap.problems == []) and (problem is None or problem in cheap.problems[0])
+
+
+def test_cheap_paths_normalise_inside_rows_and_skip_empty_ones(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "p", "1")
+    _write(os.path.join(info, "RECORD"), b"a/./b.py,,\n\n../../../bin/x,,\nc//d.py,,\n,,\n")
+    dist = _dist.Distribution(site, info)
+    assert dist.paths == [(os.path.join(site, "a/b.py"), "a/./b.py"), (str(tmp_path / "env" / "bin" / "x"), "../../../bin/x"),
+                          (os.path.join(site, "c/d.py"), "c//d.py")]
+    assert dist.problems == []
+    _write(os.path.join(info, "RECORD"), b"a.py,,\n\n,x,\nb.py,,\n")
+    assert _dist.Distribution(site, info).paths == [(os.path.join(site, "a.py"), "a.py"), (os.path.join(site, "b.py"), "b.py")]
+
+
+# ---------------------------------------------------------------------------------- venv layout
+
+
+def test_venv_python_says_what_is_wrong(tmp_path):
+    with pytest.raises(_dist.DistError, match="^venv is empty: give the path of a virtual environment$"):
+        _dist.venv_python("")
+    with pytest.raises(_dist.DistError, match="^venv %s does not exist$" % (tmp_path / "none")):
+        _dist.venv_python(str(tmp_path / "none"))
+    _write(str(tmp_path / "file"))
+    with pytest.raises(_dist.DistError, match="is not a directory"):
+        _dist.venv_python(str(tmp_path / "file"))
+    env = str(tmp_path / "env")
+    _write(os.path.join(env, "bin", "python"), "not executable")
+    with pytest.raises(_dist.DistError) as err:
+        _dist.venv_python(env)
+    assert str(err.value) == ("venv %s has no bin/python: it is not a virtual environment, or it is broken "
+                              "(recreate it with 'python3 -m venv %s' or 'uv venv %s')" % (env, env, env))
+    _venv(env, "python3")
+    assert _dist.venv_python(env) == os.path.join(env, "bin", "python3")
+    os.chmod(os.path.join(env, "bin", "python"), 0o755)
+    assert _dist.venv_python(env) == os.path.join(env, "bin", "python")
+
+
+def test_pyvenv_cfg_keys_lower_values_stripped(tmp_path):
+    _write(str(tmp_path / "pyvenv.cfg"), "Home = /usr/bin \nno equals sign\ninclude-system-site-packages=True\nx = a = b\n")
+    assert _dist.read_pyvenv_cfg(str(tmp_path)) == {"home": "/usr/bin", "include-system-site-packages": "True", "x": "a = b"}
+    problems = []
+    assert _dist.read_pyvenv_cfg(str(tmp_path / "none"), problems) == {} and problems == []
+    os.mkfifo(str(tmp_path / "fifo"))
+    os.makedirs(str(tmp_path / "f"))
+    os.symlink(str(tmp_path / "fifo"), str(tmp_path / "f" / "pyvenv.cfg"))
+    assert _dist.read_pyvenv_cfg(str(tmp_path / "f"), problems) == {}
+    assert problems == ["pyvenv.cfg is a symbolic link: not followed, not read"]
+
+
+def test_venv_site_dirs_in_order_once_each(tmp_path):
+    env = str(tmp_path / "env")
+    for rel in ("lib/python3.12/site-packages", "lib/python3.11/site-packages", "lib/pythonX/other",
+                "lib/other/site-packages", "Lib/site-packages"):
+        os.makedirs(os.path.join(env, rel))
+    os.symlink("lib", os.path.join(env, "lib64"))  # as venv makes it: the same directories again
+    assert _dist.venv_site_dirs(env) == [os.path.join(env, "lib/python3.11/site-packages"),
+                                         os.path.join(env, "lib/python3.12/site-packages"),
+                                         os.path.join(env, "Lib/site-packages")]
+    assert _dist.venv_site_dirs(str(tmp_path / "none")) == []
+    env2 = str(tmp_path / "env2")
+    os.makedirs(os.path.join(env2, "lib64/python3.11/site-packages"))
+    assert _dist.venv_site_dirs(env2) == [os.path.join(env2, "lib64/python3.11/site-packages")]
+
+
+def _run_printing(out, rc=0, err=""):
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return rc, out, err
+    return run, calls
+
+
+def test_an_interpreter_is_asked_its_sys_path_once_without_pythonpath(tmp_path):
+    python = _write(str(tmp_path / "python"), "#!/bin/sh\n")
+    os.chmod(python, 0o755)
+    there = str(tmp_path / "there")
+    os.makedirs(there)
+    run, calls = _run_printing("warning: noise\n" + json.dumps(["", there, str(tmp_path / "gone"), there]) + "\n")
+    assert _dist.interpreter_site_dirs(python, run) == [there, there]
+    assert calls == [[python, "-E", "-c", _dist._SYS_PATH_CODE]]
+
+
+@pytest.mark.parametrize("out, rc, err, message", [
+    ("", 1, "Traceback: boom\n", "could not be run (rc=1): Traceback: boom"),
+    ("partial\n", 2, "", "could not be run (rc=2): partial"),
+    ("", 3, "", "could not be run (rc=3): $"),
+    ("x" * 500, 1, "", "could not be run \\(rc=1\\): x{400}$"),
+    ("not json\n", 0, "", "printed no sys.path: 'not json\\\\n'"),
+    ("", 0, "", "printed no sys.path: ''"),
+    ("y" * 300, 0, "", "printed no sys.path: 'y{200}'$"),
+])
+def test_an_interpreter_that_fails_is_a_clear_error(tmp_path, out, rc, err, message):
+    python = _write(str(tmp_path / "python"), "#!/bin/sh\n")
+    os.chmod(python, 0o755)
+    with pytest.raises(_dist.DistError, match=message.replace("(rc=", "\\(rc=").replace("): ", "\\): ")
+                       if "\\(" not in message else message):
+        _dist.interpreter_site_dirs(python, _run_printing(out, rc, err)[0])
+
+
+def test_an_interpreter_that_is_not_there_or_not_executable_is_never_run(tmp_path):
+    run, calls = _run_printing("[]")
+    _write(str(tmp_path / "plain"))
+    for python in (str(tmp_path / "none"), str(tmp_path / "plain"), str(tmp_path)):
+        with pytest.raises(_dist.DistError, match="^python %s does not exist or is not executable$" % python):
+            _dist.interpreter_site_dirs(python, run)
+    assert calls == []
+
+
+def test_interpreter_dirs_are_its_installation_s_layout(tmp_path):
+    prefix = tmp_path / "opt[1]"
+    for rel in ("lib/python3.11/site-packages", "lib/python3.11/dist-packages", "lib64/python3.11",
+                "local/lib/python3.11/site-packages", "local/lib/python3.11/dist-packages", "lib/other"):
+        os.makedirs(str(prefix / rel))
+    _write(str(prefix / "lib" / "python3.12"))  # a file, not a directory
+    python = _write(str(prefix / "bin" / "python3.11"), "")
+    os.symlink("python3.11", str(prefix / "bin" / "python"))
+    p = str(prefix)
+    assert _dist.interpreter_dirs(str(prefix / "bin" / "python")) == [
+        p + "/lib/python3.11", p + "/lib64/python3.11", p + "/lib/python3.11/site-packages",
+        p + "/lib/python3.11/dist-packages", p + "/local/lib/python3.11/site-packages",
+        p + "/local/lib/python3.11/dist-packages"]
+    assert python
+
+
+@pytest.mark.parametrize("cfg, xy", [
+    ({"version_info": "3.12.1.final.0", "version": "3.11.2"}, "3.12"),
+    ({"version": "3.11.2"}, "3.11"),
+    ({"version_info": "x", "version": "3.10"}, "3.10"),
+    ({"version": "3"}, None),
+    ({"version": " 3.11"}, None),
+    ({}, None),
+])
+def test_python_x_y_from_pyvenv_cfg(cfg, xy):
+    assert _dist._python_xy(cfg) == xy
+
+
+def test_base_site_dirs_in_the_order_the_interpreter_reads_them(tmp_path):
+    prefix = str(tmp_path / "usr")
+    order = ["local/lib/python3.11/dist-packages", "lib/python3/dist-packages", "lib/python3.11/dist-packages",
+             "lib/python3.11/site-packages", "lib64/python3.11/dist-packages", "lib64/python3.11/site-packages",
+             "lib/python3.11t/dist-packages", "lib/python3.11t/site-packages", "lib64/python3.11t/dist-packages",
+             "lib64/python3.11t/site-packages"]
+    for rel in order + ["local/lib/python3.11t/dist-packages", "lib/python3.12/site-packages"]:
+        os.makedirs(os.path.join(prefix, rel))
+    found, problem = _dist.base_site_dirs({"home": prefix + "/bin/", "version_info": "3.11.2"})
+    assert problem is None
+    assert found == [os.path.join(prefix, rel) for rel in order]
+
+
+@pytest.mark.parametrize("cfg, words", [
+    ({"version": "3.11.2"}, "gives no absolute home ('')"),
+    ({"home": "usr/bin", "version": "3.11.2"}, "gives no absolute home ('usr/bin')"),
+    ({"home": "/usr/bin"}, "or no version (None)"),
+    ({"home": "/usr/bin", "version": "three"}, "or no version ('three')"),
+])
+def test_base_site_dirs_without_home_or_version_read_nothing_and_say_so(cfg, words):
+    found, problem = _dist.base_site_dirs(cfg)
+    assert found == [] and problem.startswith("pyvenv.cfg says include-system-site-packages = true but ")
+    assert words in problem and problem.endswith("the base installation's packages are not read")
+
+
+def test_base_site_dirs_none_there_is_said(tmp_path):
+    found, problem = _dist.base_site_dirs({"home": str(tmp_path / "bin"), "version": "3.11.2"})
+    assert found == [] and problem == ("pyvenv.cfg's home %s has no site-packages or dist-packages beside it: "
+                                       "the base installation's packages are not read" % (tmp_path / "bin"))
+
+
+def test_pth_dirs_as_site_py_reads_them(tmp_path):
+    site = str(tmp_path / "site")
+    for d in ("a", "b", "c", "d e", "../outside"):
+        os.makedirs(os.path.normpath(os.path.join(site, d)))
+    _write(os.path.join(site, "2.pth"), "# a comment\nb\n\nimport os; os.system('x')\nimport\tsys\nmissing\n  \n")
+    _write(os.path.join(site, "1.pth"), "a\r\nd e  \n../outside\n%s\n" % os.path.join(site, "c"))
+    _write(os.path.join(site, "3.pth.txt"), "c\n")
+    assert _dist.pth_dirs(site) == [os.path.join(site, "a"), os.path.join(site, "d e"), str(tmp_path / "outside"),
+                                    os.path.join(site, "c"), os.path.join(site, "b")]
+    assert _dist.pth_dirs(str(tmp_path / "none")) == []
+    problems = []
+    os.symlink(os.path.join(site, "1.pth"), os.path.join(site, "0.pth"))
+    assert _dist.pth_dirs(site, problems)[0] == os.path.join(site, "a")
+    assert problems == ["0.pth is a symbolic link: not followed, not read"]
+
+
+def test_environment_site_dirs_own_then_pth_then_the_base(tmp_path):
+    env = str(tmp_path / "env")
+    site = _venv(env)
+    extra = str(tmp_path / "extra")
+    base = str(tmp_path / "usr")
+    os.makedirs(extra)
+    os.makedirs(os.path.join(base, "lib/python3.11/site-packages"))
+    os.makedirs(os.path.join(base, "lib/python3/dist-packages"))
+    _write(os.path.join(site, "x.pth"), "%s\n%s\n%s\n" % (extra, extra, site))
+    _write(os.path.join(env, "pyvenv.cfg"), "home = %s/bin\nversion = 3.11.2\ninclude-system-site-packages = TRUE\n" % base)
+    os.symlink(os.path.join(base, "lib/python3.11/site-packages"), os.path.join(extra, "base-link"))
+    _write(os.path.join(site, "y.pth"), os.path.join(extra, "base-link") + "\n")
+    problems = []
+    assert _dist.environment_site_dirs(env, problems=problems) == [
+        site, extra, os.path.join(extra, "base-link"), os.path.join(base, "lib/python3/dist-packages")]
+    assert problems == []
+    _write(os.path.join(env, "pyvenv.cfg"), "home = %s/bin\nversion = 3.11.2\ninclude-system-site-packages = false\n" % base)
+    assert _dist.environment_site_dirs(env, [site]) == [site, extra, os.path.join(extra, "base-link")]
+    _write(os.path.join(env, "pyvenv.cfg"), "version = 3.11.2\ninclude-system-site-packages = true\n")
+    assert _dist.environment_site_dirs(env, [site], problems) == [site, extra, os.path.join(extra, "base-link")]
+    assert len(problems) == 1 and "gives no absolute home" in problems[0]
+
+
+def test_environment_site_dirs_of_no_venv_is_a_clear_error(tmp_path):
+    with pytest.raises(_dist.DistError, match="^venv %s has no lib/python\\*/site-packages: it is not a virtual environment$" % tmp_path):
+        _dist.environment_site_dirs(str(tmp_path))
+
+
+def test_distributions_first_on_the_path_wins_later_copies_shadowed(tmp_path):
+    first = _venv(str(tmp_path / "a"))
+    second = _venv(str(tmp_path / "b"))
+    _dist_info(first, "Torch", "2.9.1")
+    _dist_info(first, "numpy", "2.0")
+    _dist_info(second, "torch", "2.8.0")
+    _dist_info(second, "zlib_x", "1")
+    _write(os.path.join(second, "fake.dist-info"))  # a file, not a directory
+    os.makedirs(os.path.join(second, "pkg"))
+    legacy = os.path.join(second, "old-1.egg-info")
+    _write(os.path.join(legacy, "PKG-INFO"), "Name: old\nVersion: 1\n\n")
+    dists, shadowed = _dist.iter_distributions([first, second, str(tmp_path / "none")])
+    assert [(d.name, d.version, d.site_dir) for d in dists] == [
+        ("Torch", "2.9.1", first), ("numpy", "2.0", first), ("old", "1", second), ("zlib_x", "1", second)]
+    assert [(d.name, d.version) for d in shadowed] == [("torch", "2.8.0")]
+    # One anchor per site directory, shared by its distributions.
+    assert dists[0].anchor is dists[1].anchor and dists[0].anchor is not dists[2].anchor
+    assert list(_dist.info_entries([second])) == [(second, "fake.dist-info"), (second, "old-1.egg-info"),
+                                                  (second, "torch-2.8.0.dist-info"), (second, "zlib_x-1.dist-info")]
+
+
+def test_a_venv_resolved_once_and_its_error_told_to_every_reader(tmp_path):
+    env = str(tmp_path / "env")
+    site = _venv(env)
+    _dist_info(site, "a", "1")
+    venv = _dist.Venv(env, None)
+    assert _dist.Venv.of(venv, None) is venv and _dist.Venv.of(env, None).path == env
+    assert venv.python == os.path.join(env, "bin", "python")
+    assert venv.own_site_dirs == [site] and venv.site_dirs == [site]
+    assert [d.name for d in venv.distributions] == ["a"] and venv.shadowed == []
+    _dist_info(site, "b", "1")
+    assert [d.name for d in venv.distributions] == ["a"]  # kept
+    assert [d.name for d in venv.rescan()] == ["a", "b"]
+    broken = _dist.Venv(str(tmp_path / "none"), None)
+    for reader in ("python", "own_site_dirs", "site_dirs", "distributions"):
+        with pytest.raises(_dist.DistError, match="does not exist"):
+            getattr(broken, reader)
+    assert isinstance(broken._resolved, _dist.DistError)
+
+
+@pytest.mark.parametrize("pinned, installed, same", [
+    ("2.9.1", "2.9.1", True), ("2.9.1", "2.9.1+cu128", True), (" 2.9.1 ", "2.9.1", True), ("1.0RC1", "1.0rc1", True),
+    ("2.9.1+cu128", "2.9.1+cu128", True), ("2.9.1+cu128", "2.9.1", False), ("2.9.1+cu128", "2.9.1+cu130", False),
+    ("2.9.1", "2.9.10", False), ("2.9", "2.9.1", False), ("2.9.1", None, False), ("2.9.1", "2.9.1+a+b", True),
+])
+def test_versions_match_with_pep_440_local_labels(pinned, installed, same):
+    assert _dist.versions_match(pinned, installed) is same
+
+
+class _D:
+    def __init__(self, name, version):
+        self.name, self.version, self.key = name, version, _dist.canonical_name(name)
+
+
+def test_drift_names_extra_missing_and_changed_sorted():
+    dists = [_D("Zeta", "1"), _D("torch", "2.9.1+cu128"), _D("nvidia_nccl_cu13", "2.27"), _D("numpy", "2.0"), _D("free", "5")]
+    wanted = {"torch": {"name": "torch", "version": "2.9.1", "spec": "==2.9.1"},
+              "numpy": {"name": "numpy", "version": "1.26", "spec": "==1.26"},
+              "free": {"name": "free", "version": None, "spec": ">=1"},
+              "apex": {"name": "apex", "version": "0.1", "spec": "==0.1"},
+              "absent": {"name": "Absent", "version": None, "spec": ""}}
+    assert _dist.drift(dists, wanted) == {
+        "extra": [{"name": "nvidia_nccl_cu13", "version": "2.27"}, {"name": "Zeta", "version": "1"}],
+        "missing": [{"name": "Absent", "version": None, "spec": ""}, {"name": "apex", "version": "0.1", "spec": "==0.1"}],
+        "changed": [{"name": "numpy", "baseline": "1.26", "installed": "2.0"}],
+    }
+
+
+def test_inventory_of_a_venv_read_from_files_with_baseline_and_integrity(tmp_path):
+    env = str(tmp_path / "env")
+    site = _venv(env)
+    _dist_info(site, "torch", "2.9.1+cu128", {"torch/__init__.py": b"t"}, installer="uv")
+    _dist_info(site, "nvidia_nccl_cu13", "2.27.7", {"nvidia/nccl/lib/libnccl.so.2": b"nccl"})
+    _write(os.path.join(site, "nvidia/nccl/lib/libnccl.so.2"), b"edited")
+    bad = _dist_info(site, "bad", "1")
+    _write(os.path.join(bad, "RECORD"), "x.py,sha256,1\n")
+    _write(os.path.join(site, "broken.pth"), b"\xff\n")
+    baseline = _write(str(tmp_path / "req.txt"), "torch==2.9.1\nnumpy==2.0\n")
+
+    def run(argv):
+        raise AssertionError("nothing is run to read a venv: %r" % (argv,))
+    for venv, python in ((env, None), (None, os.path.join(env, "bin", "python"))):
+        result = _dist.inventory(venv, python, baseline, True, run)
+        assert result["changed"] is False and result["count"] == 3 and result["site_dirs"] == [site]
+        assert [p["name"] for p in result["packages"]] == ["bad", "nvidia_nccl_cu13", "torch"]
+        assert result["packages"][2] == {"name": "torch", "version": "2.9.1+cu128", "location": site, "installer": "uv"}
+        assert result["shadowed"] == []
+        assert result["drift"] == {"extra": [{"name": "bad", "version": "1"}, {"name": "nvidia_nccl_cu13", "version": "2.27.7"}],
+                                   "missing": [{"name": "numpy", "version": "2.0", "spec": "==2.0"}], "changed": []}
+        assert result["integrity"] == {"ok": False, "files_checked": 2, "packages": [
+            {"name": "nvidia_nccl_cu13", "version": "2.27.7", "missing": [], "modified": ["nvidia/nccl/lib/libnccl.so.2"]}]}
+        assert result["problems"] == ["broken.pth is not valid UTF-8 (invalid start byte); read it as Latin-1",
+                                      "bad-1.dist-info/RECORD line 1 has a malformed hash 'sha256'"]
+    plain = _dist.inventory(env, None, None, False, run)
+    assert "drift" not in plain and "integrity" not in plain
+
+
+def test_inventory_with_clean_files_is_ok(tmp_path):
+    env = str(tmp_path / "env")
+    _dist_info(_venv(env), "a", "1", {"a.py": b"1", "b.py": b"22"})
+    assert _dist.inventory(env, None, None, True, None)["integrity"] == {"ok": True, "files_checked": 2, "packages": []}
+
+
+def test_inventory_of_a_baseline_that_cannot_be_read_names_it(tmp_path):
+    env = str(tmp_path / "env")
+    _venv(env)
+    for baseline, words in ((str(tmp_path / "none.txt"), "does not exist"), (str(tmp_path), "directory")):
+        with pytest.raises(_dist.DistError, match="^baseline %s cannot be read: .*%s" % (baseline, words)):
+            _dist.inventory(env, None, baseline, False, None)
+    bad = _write(str(tmp_path / "bad.txt"), "torch===\n")
+    with pytest.raises(_dist.DistError, match="bad.txt"):
+        _dist.inventory(env, None, bad, False, None)
