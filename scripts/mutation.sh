@@ -64,7 +64,20 @@ WORKERS="${MUTATION_WORKERS:-$(nproc)}"
 # Copy 0 also makes the session and runs the baseline. All go when the run ends.
 TREES="$BUILD/trees.$$"
 worker_pids=()
-trap 'if [ "${#worker_pids[@]}" -gt 0 ]; then kill "${worker_pids[@]}" 2>/dev/null; wait "${worker_pids[@]}" 2>/dev/null; fi; rm -rf "$TREES"' EXIT
+cleanup() {
+    set +e  # every step, whatever the one before it returned
+    [ "${#worker_pids[@]}" -eq 0 ] || kill "${worker_pids[@]}" 2>/dev/null
+    # A worker ends once its test run has: those runs are in sessions of their own (cosmic-ray
+    # starts them so), found here by their working directory, one of this run's copies.
+    local proc cwd
+    for proc in /proc/[0-9]*; do
+        cwd=$(readlink "$proc/cwd" 2>/dev/null) || continue
+        case "$cwd" in "$TREES"/*) kill -KILL "${proc#/proc/}" 2>/dev/null ;; esac
+    done
+    [ "${#worker_pids[@]}" -eq 0 ] || wait "${worker_pids[@]}" 2>/dev/null
+    rm -rf "$TREES"
+}
+trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 for i in $(seq 0 $((WORKERS - 1))); do
@@ -142,11 +155,14 @@ for name in $rows; do
     tests="$(echo "$line" | cut -d'|' -f3)"
     out="$BUILD/$name"
     # pytest without the plugins no test here needs (their imports are most of its start: the
-    # hypothesis plugin imports all of hypothesis), stopping at the first failure.
+    # hypothesis plugin imports all of hypothesis), stopping at the first failure. A mutant that
+    # makes a loop endless fails the test it hangs (pytest-timeout): 20 s a test of the first
+    # file (each takes well under a second), 120 s of the others (real venvs, real installers),
+    # rather than the whole run's timeout below.
     pytest="$BIN/pytest -p no:cacheprovider -p no:randomly -p no:xdist -p no:xdist.looponfail -p no:hypothesispytest -p no:platformdirs -x -q"
     read -r first others <<< "$tests"
-    test_command="$pytest $first"
-    [ -z "${others:-}" ] || test_command="bash -c '$pytest $first && $pytest $others'"
+    test_command="$pytest --timeout=20 $first"
+    [ -z "${others:-}" ] || test_command="bash -c '$pytest --timeout=20 $first && $pytest --timeout=120 $others'"
     write_config() {  # timeout: the session's config, with the workers of this sitting
         cat >"$out/config.toml" <<TOML
 [cosmic-ray]
