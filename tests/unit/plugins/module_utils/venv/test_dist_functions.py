@@ -167,11 +167,12 @@ def test_record_rows_hash_and_size_each_read_or_named():
             b"d.py,sha256,4\n"  # a hash without '='
             b"e.py,sha256=,5\n"  # a hash without a digest
             b"f.py,sha256=FFF,-5\n"  # a size that is no number
-            b"g.py,md5=GGG,\n")
+            b"g.py,md5=GGG,\n"
+            b"h.py,sha256=HHH\n")  # two fields: a hash, no size
     rows = _dist.parse_record(data, "pkg/RECORD", problems)
     assert rows == [("a.py", "sha256", "AAA", 3), ("b.py", None, None, None), ("c.py", None, None, None),
                     ("d.py", None, None, 4), ("e.py", None, None, 5), ("f.py", "sha256", "FFF", None),
-                    ("g.py", "md5", "GGG", None)]
+                    ("g.py", "md5", "GGG", None), ("h.py", "sha256", "HHH", None)]
     assert problems == [
         "pkg/RECORD line 6 has a malformed hash 'sha256'",
         "pkg/RECORD line 7 has a malformed hash 'sha256='",
@@ -195,8 +196,9 @@ def test_record_garbage_three_listed_cut_the_rest_counted():
 
 def test_record_quoted_rows_are_unquoted_by_csv():
     problems = []
-    rows = _dist.parse_record(b'"a,b.py",sha256=AAA,3\nc.py,,\n', "R", problems)
-    assert rows == [("a,b.py", "sha256", "AAA", 3), ("c.py", None, None, None)] and problems == []
+    rows = _dist.parse_record(b'"a,b.py",sha256=AAA,3\nc.py,,\n"d.py",sha256=DDD\n', "R", problems)
+    assert rows == [("a,b.py", "sha256", "AAA", 3), ("c.py", None, None, None), ("d.py", "sha256", "DDD", None)]
+    assert problems == []
 
 
 def test_record_that_csv_cannot_read_is_named_and_the_rows_before_kept():
@@ -210,7 +212,7 @@ def test_record_rows_below_a_site_directory_are_absolute_and_normal():
     site = "/srv/env/lib/python3.11/site-packages"
     problems = []
     data = (b"torch/__init__.py,sha256=AAA,3\n../../../bin/torchrun,,\n./pkg/x.py,,\npkg//y.py,,\n"
-            b"pkg/../z.py,,\n")
+            b"pkg/../z.py,,\n-dir/,,\n.cache/ x/,,\n a.py,,\n")
     rows = _dist.parse_record(data, "R", problems, site_dir=site + "/")
     assert rows == [
         (site + "/torch/__init__.py", "torch/__init__.py", "sha256", "AAA", 3),
@@ -218,6 +220,10 @@ def test_record_rows_below_a_site_directory_are_absolute_and_normal():
         (site + "/pkg/x.py", "./pkg/x.py", None, None, None),
         (site + "/pkg/y.py", "pkg//y.py", None, None, None),
         (site + "/z.py", "pkg/../z.py", None, None, None),
+        # Nothing to normalise (whatever the first character): the row as it is, below the site.
+        (site + "/-dir/", "-dir/", None, None, None),
+        (site + "/.cache/ x/", ".cache/ x/", None, None, None),
+        (site + "/ a.py", " a.py", None, None, None),
     ]
     assert problems == []
 
@@ -276,6 +282,29 @@ def test_file_digest_is_record_s_hash_whatever_the_size(tmp_path, size):
     assert _dist.file_digest(path) == _digest(data)
     assert "=" not in _dist.file_digest(path)
     assert _dist.file_digest(path, "sha1") == _digest(data, "sha1")
+
+
+@pytest.mark.parametrize("size, reads", [
+    (0, [1]),
+    (100, [101, 1 << 20]),
+    ((1 << 20) - 1, [1 << 20, 1 << 20]),
+    ((1 << 20) + 5, [1 << 20, 1 << 20, 1 << 20]),
+])
+def test_file_digest_reads_a_small_file_in_one_call_then_a_mebibyte_at_a_time(tmp_path, monkeypatch, size, reads):
+    """verify() hashes every file of a RECORD (15,000 of torch's): a file up to 1 MiB costs one
+    read of its size and the one byte that shows its end (an empty read), larger files 1 MiB
+    reads. The digest is the same whatever the reads; their number is what this pins."""
+    path = _write(str(tmp_path / "f"), b"y" * size)
+    asked = []
+    real_read = os.read
+
+    def read(fd, n):
+        asked.append(n)
+        return real_read(fd, n)
+    monkeypatch.setattr(os, "read", read)
+    digest = _dist.file_digest(path)
+    monkeypatch.undo()
+    assert asked == reads and digest == _digest(b"y" * size)
 
 
 def test_file_digest_refuses_a_link_a_fifo_and_a_missing_file(tmp_path):
@@ -440,6 +469,25 @@ def test_a_dist_info_directory_gone_or_a_link_when_read_again(tmp_path):
     assert dist.problems[1].startswith("p-1.dist-info/RECORD was not read: ")
 
 
+def test_identities_of_a_dist_info_directory_gone_since_its_read_name_its_record(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "p", "1")
+    dist = _dist.Distribution(site, info, _dist.Anchor(site))
+    os.rename(info, str(tmp_path / "away"))
+    assert dist.identities() == [None, None, None, None]
+    assert dist.problems == ["p-1.dist-info/RECORD does not exist"]
+
+
+def test_a_dist_info_directory_made_a_file_when_read_again_is_named_with_the_error(tmp_path):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "p", "1")
+    dist = _dist.Distribution(site, info, _dist.Anchor(site))
+    os.rename(info, str(tmp_path / "away"))
+    _write(info, b"a file now")
+    assert dist.record == [] and dist.steady is False
+    assert dist.problems == ["p-1.dist-info/RECORD was not read: %s cannot be opened: Not a directory" % info]
+
+
 def test_replayed_problems_are_not_told_twice(tmp_path):
     site = _venv(str(tmp_path / "env"))
     info = _dist_info(site, "p", "1")
@@ -571,6 +619,7 @@ def test_an_interpreter_is_asked_its_sys_path_once_without_pythonpath(tmp_path):
     ("", 1, "Traceback: boom\n", "could not be run (rc=1): Traceback: boom"),
     ("partial\n", 2, "", "could not be run (rc=2): partial"),
     ("", 3, "", "could not be run (rc=3): $"),
+    ("", -9, "", "could not be run (rc=-9): $"),
     ("x" * 500, 1, "", "could not be run \\(rc=1\\): x{400}$"),
     ("not json\n", 0, "", "printed no sys.path: 'not json\\\\n'"),
     ("", 0, "", "printed no sys.path: ''"),
@@ -707,7 +756,8 @@ def test_distributions_first_on_the_path_wins_later_copies_shadowed(tmp_path):
     os.makedirs(os.path.join(second, "pkg"))
     legacy = os.path.join(second, "old-1.egg-info")
     _write(os.path.join(legacy, "PKG-INFO"), "Name: old\nVersion: 1\n\n")
-    dists, shadowed = _dist.iter_distributions([first, second, str(tmp_path / "none")])
+    # A site directory that cannot be listed is passed over, not the end of the search.
+    dists, shadowed = _dist.iter_distributions([first, str(tmp_path / "none"), second])
     assert [(d.name, d.version, d.site_dir) for d in dists] == [
         ("Torch", "2.9.1", first), ("numpy", "2.0", first), ("old", "1", second), ("zlib_x", "1", second)]
     assert [(d.name, d.version) for d in shadowed] == [("torch", "2.8.0")]
@@ -805,6 +855,9 @@ def test_inventory_of_a_baseline_that_cannot_be_read_names_it(tmp_path):
     for baseline, words in ((str(tmp_path / "none.txt"), "does not exist"), (str(tmp_path), "directory")):
         with pytest.raises(_dist.DistError, match="^baseline %s cannot be read: .*%s" % (baseline, words)):
             _dist.inventory(env, None, baseline, False, None)
+    huge = _write(str(tmp_path / "huge.txt"), b"torch==2.9.1\n" * (2 << 20))
+    with pytest.raises(_dist.DistError, match="^baseline %s cannot be read: %s is larger than 16777216 bytes" % (huge, huge)):
+        _dist.inventory(env, None, huge, False, None)
     bad = _write(str(tmp_path / "bad.txt"), "torch===\n")
     with pytest.raises(_dist.DistError, match="bad.txt"):
         _dist.inventory(env, None, bad, False, None)
