@@ -72,6 +72,7 @@ cleanup() {
     local proc cwd
     for proc in /proc/[0-9]*; do
         cwd=$(readlink "$proc/cwd" 2>/dev/null) || continue
+        case " ${worker_pids[*]} " in *" ${proc#/proc/} "*) continue ;; esac  # a worker: TERM above
         case "$cwd" in "$TREES"/*) kill -KILL "${proc#/proc/}" 2>/dev/null ;; esac
     done
     [ "${#worker_pids[@]}" -eq 0 ] || wait "${worker_pids[@]}" 2>/dev/null
