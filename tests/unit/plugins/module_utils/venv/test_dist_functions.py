@@ -110,6 +110,18 @@ def test_metadata_first_name_and_version_win_keys_any_case_every_requirement_kep
     assert problems == []
 
 
+def test_metadata_starting_with_a_blank_line_has_no_headers_and_its_body_is_not_read():
+    problems = []
+    assert _dist.parse_metadata(b"\n\nName: a\nbody \xff\n", "M", problems) == {"requires_dist": []}
+    assert problems == []
+
+
+def test_metadata_version_only_from_the_version_header():
+    # Any other header, one that sorts after it included, is not the version.
+    fields = _dist.parse_metadata(b"Name: a\nX-Version-Tag: 9\nWheel-Version: 8\nVersion: 1\n", "M", [])
+    assert fields["version"] == "1"
+
+
 def test_metadata_without_a_problems_list_still_parses():
     assert _dist.parse_metadata(b"Name: a\nbroken\n")["name"] == "a"
 
@@ -352,6 +364,16 @@ def test_a_distribution_read_through_its_anchor(tmp_path):
     assert anchor.dir is None
 
 
+def test_an_anchor_that_cannot_be_walked_reads_by_path(tmp_path):
+    """A site below a file (a non-directory on the way: _tree.UnsafePath), or one that does not
+    exist (OSError): no chain, no handle, and no exception; its packages are read by path."""
+    _write(str(tmp_path / "file"))
+    for site in (str(tmp_path / "file" / "lib"), str(tmp_path / "none")):
+        anchor = _dist.Anchor(site)
+        assert (anchor.chain, anchor.dir) == (None, None)
+        anchor.close()
+
+
 def test_identities_of_an_unread_record_are_taken_by_fstat(tmp_path):
     site = _venv(str(tmp_path / "env"))
     info = _dist_info(site, "a", "1")
@@ -422,7 +444,7 @@ def test_installer_is_its_first_word_stripped_or_none(tmp_path):
 def test_verify_tells_missing_from_modified_by_size_and_by_hash(tmp_path):
     site = _venv(str(tmp_path / "env"))
     files = {"p/ok.py": b"same", "p/gone.py": b"x", "p/longer.py": b"abc", "p/samesize.py": b"abc",
-             "p/dir.py": b"abc", "p/link.py": b"abc"}
+             "p/dir.py": b"abc", "p/link.py": b"abc", "p/big.so": b"\x7fELF" * 1000}
     info = _dist_info(site, "p", "1", files)
     with open(os.path.join(info, "RECORD"), "a") as f:
         f.write("p/nosize.py,sha256=%s,\np/nohash.py,,\n" % _digest(b"orig"))
@@ -439,21 +461,47 @@ def test_verify_tells_missing_from_modified_by_size_and_by_hash(tmp_path):
     assert missing == ["p/gone.py"]
     # A directory has another size; a link to a file of the right size is still no regular file.
     assert sorted(modified) == ["p/dir.py", "p/link.py", "p/longer.py", "p/nosize.py", "p/samesize.py"]
-    assert checked == 7
+    assert checked == 8
 
 
-def test_a_dist_info_directory_exchanged_between_reads_is_named_and_unsteady(tmp_path):
+def test_verify_hashes_no_file_whose_size_already_differs(tmp_path, monkeypatch):
+    """Size first: a file shorter or longer than RECORD says is modified without being read."""
     site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "p", "1", {"p/short.py": b"abcdef", "p/long.py": b"abc", "p/same.py": b"abc"})
+    _write(os.path.join(site, "p/short.py"), b"abc")
+    _write(os.path.join(site, "p/long.py"), b"abcdef")
+    hashed = []
+    real = _dist.file_digest
+
+    def spy(path, algo="sha256"):
+        hashed.append(os.path.basename(path))
+        return real(path, algo)
+    monkeypatch.setattr(_dist, "file_digest", spy)
+    missing, modified, checked = _dist.Distribution(site, info).verify()
+    assert (missing, sorted(modified), checked) == ([], ["p/long.py", "p/short.py"], 3)
+    assert hashed == ["same.py"]
+
+
+@pytest.mark.parametrize("made", ["before", "after"])
+def test_a_dist_info_directory_exchanged_between_reads_is_named_and_unsteady(tmp_path, made):
+    """Exchanged for a directory made before the first one or after it (an inode number below
+    or above it, as file systems hand them out): another directory either way."""
+    site = _venv(str(tmp_path / "env"))
+    other = _dist_info(str(tmp_path / "other"), "p", "1", {"p.py": b"1"}) if made == "before" else None
     info = _dist_info(site, "p", "1", {"p.py": b"1"})
     dist = _dist.Distribution(site, info, _dist.Anchor(site))
     assert dist.steady and dist.info_identity is not None
     os.rename(info, info + ".old")
-    _dist_info(site, "p", "1", {"p.py": b"1"})
+    if other is None:
+        _dist_info(site, "p", "1", {"p.py": b"1"})
+    else:
+        os.rename(other, info)
     assert dist.record == []
     assert dist.steady is False
     assert dist.problems == ["p-1.dist-info/RECORD was not read: %s is another directory than when it was first read "
                              "(it was exchanged meanwhile)" % info]
-    assert dist.identities() == [None, None, None, None]
+    # Once unsteady, nothing more is opened: no second problem.
+    assert dist.identities() == [None, None, None, None] and len(dist.problems) == 1
 
 
 def test_a_dist_info_directory_gone_or_a_link_when_read_again(tmp_path):
@@ -486,6 +534,22 @@ def test_a_dist_info_directory_made_a_file_when_read_again_is_named_with_the_err
     _write(info, b"a file now")
     assert dist.record == [] and dist.steady is False
     assert dist.problems == ["p-1.dist-info/RECORD was not read: %s cannot be opened: Not a directory" % info]
+
+
+def test_a_file_that_fails_to_read_is_a_problem_of_its_package_not_an_error(tmp_path, monkeypatch):
+    site = _venv(str(tmp_path / "env"))
+    info = _dist_info(site, "p", "1")
+    real_read = os.read
+
+    def read(fd, n):
+        if os.readlink("/proc/self/fd/%d" % fd).endswith("/RECORD"):
+            raise OSError(5, "Input/output error")
+        return real_read(fd, n)
+    monkeypatch.setattr(os, "read", read)
+    for anchor in (_dist.Anchor(site), None):
+        dist = _dist.Distribution(site, info, anchor)
+        assert dist.record == [] and dist.name == "p"
+        assert dist.problems == ["p-1.dist-info/RECORD cannot be read: Input/output error"]
 
 
 def test_replayed_problems_are_not_told_twice(tmp_path):
@@ -537,10 +601,13 @@ def test_cheap_paths_fall_back_to_the_full_parser_which_names_the_problem(tmp_pa
 def test_cheap_paths_normalise_inside_rows_and_skip_empty_ones(tmp_path):
     site = _venv(str(tmp_path / "env"))
     info = _dist_info(site, "p", "1")
-    _write(os.path.join(info, "RECORD"), b"a/./b.py,,\n\n../../../bin/x,,\nc//d.py,,\n,,\n")
+    _write(os.path.join(info, "RECORD"), b"a/./b.py,,\n\n../../../bin/x,,\nc//d.py,,\n,,\n-dir/,,\n.e/,,\nf/,,\n")
     dist = _dist.Distribution(site, info)
+    # A row with nothing to normalise is taken as it is, whatever its first character.
     assert dist.paths == [(os.path.join(site, "a/b.py"), "a/./b.py"), (str(tmp_path / "env" / "bin" / "x"), "../../../bin/x"),
-                          (os.path.join(site, "c/d.py"), "c//d.py")]
+                          (os.path.join(site, "c/d.py"), "c//d.py"), (site + "/-dir/", "-dir/"), (site + "/.e/", ".e/"),
+                          (site + "/f/", "f/")]
+    assert dist.paths == [(r[0], r[1]) for r in _dist.Distribution(site, info).record]
     assert dist.problems == []
     _write(os.path.join(info, "RECORD"), b"a.py,,\n\n,x,\nb.py,,\n")
     assert _dist.Distribution(site, info).paths == [(os.path.join(site, "a.py"), "a.py"), (os.path.join(site, "b.py"), "b.py")]
@@ -555,7 +622,7 @@ def test_venv_python_says_what_is_wrong(tmp_path):
     with pytest.raises(_dist.DistError, match="^venv %s does not exist$" % (tmp_path / "none")):
         _dist.venv_python(str(tmp_path / "none"))
     _write(str(tmp_path / "file"))
-    with pytest.raises(_dist.DistError, match="is not a directory"):
+    with pytest.raises(_dist.DistError, match="^venv %s is not a directory$" % (tmp_path / "file")):
         _dist.venv_python(str(tmp_path / "file"))
     env = str(tmp_path / "env")
     _write(os.path.join(env, "bin", "python"), "not executable")
@@ -733,8 +800,9 @@ def test_environment_site_dirs_own_then_pth_then_the_base(tmp_path):
     assert _dist.environment_site_dirs(env, problems=problems) == [
         site, extra, os.path.join(extra, "base-link"), os.path.join(base, "lib/python3/dist-packages")]
     assert problems == []
-    _write(os.path.join(env, "pyvenv.cfg"), "home = %s/bin\nversion = 3.11.2\ninclude-system-site-packages = false\n" % base)
-    assert _dist.environment_site_dirs(env, [site]) == [site, extra, os.path.join(extra, "base-link")]
+    for value in ("false", "yes", "1", "truer", "z"):  # as venv's site.py: "true" in any case, nothing else
+        _write(os.path.join(env, "pyvenv.cfg"), "home = %s/bin\nversion = 3.11.2\ninclude-system-site-packages = %s\n" % (base, value))
+        assert _dist.environment_site_dirs(env, [site]) == [site, extra, os.path.join(extra, "base-link")], value
     _write(os.path.join(env, "pyvenv.cfg"), "version = 3.11.2\ninclude-system-site-packages = true\n")
     assert _dist.environment_site_dirs(env, [site], problems) == [site, extra, os.path.join(extra, "base-link")]
     assert len(problems) == 1 and "gives no absolute home" in problems[0]
@@ -771,10 +839,13 @@ def test_a_venv_resolved_once_and_its_error_told_to_every_reader(tmp_path):
     env = str(tmp_path / "env")
     site = _venv(env)
     _dist_info(site, "a", "1")
+    extra = str(tmp_path / "extra")
+    os.makedirs(extra)
+    _write(os.path.join(site, "extra.pth"), extra + "\n")
     venv = _dist.Venv(env, None)
     assert _dist.Venv.of(venv, None) is venv and _dist.Venv.of(env, None).path == env
     assert venv.python == os.path.join(env, "bin", "python")
-    assert venv.own_site_dirs == [site] and venv.site_dirs == [site]
+    assert venv.own_site_dirs == [site] and venv.site_dirs == [site, extra]
     assert [d.name for d in venv.distributions] == ["a"] and venv.shadowed == []
     _dist_info(site, "b", "1")
     assert [d.name for d in venv.distributions] == ["a"]  # kept
