@@ -64,6 +64,7 @@ WORKERS="${MUTATION_WORKERS:-$(nproc)}"
 # Copy 0 also makes the session and runs the baseline. All go when the run ends.
 TREES="$BUILD/trees.$$"
 worker_pids=()
+# shellcheck disable=SC2329  # called by the EXIT trap below, which shellcheck does not follow
 cleanup() {
     set +e  # every step, whatever the one before it returned
     [ "${#worker_pids[@]}" -eq 0 ] || kill "${worker_pids[@]}" 2>/dev/null

@@ -111,3 +111,47 @@ def test_a_unit_group_that_matched_empty_leaves_the_reading_unscaled(tmp_path):
     log.write_text("speed 20000 tok/s\nspeed 20.5K tok/s\n")
     result = Gate(str(log), pattern=r"speed (?P<value>[\d.]+)(?P<unit>[kKM]?) tok/s", samples=2).run()
     assert result["readings"] == [20000.0, 20500.0]
+
+
+def test_waited_is_the_time_since_the_gate_started_to_the_hundredth(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(OLD_GOOD))
+    times = iter([1000.0, 1001.23456])  # a monotonic clock does not start at 0
+    result = Gate(str(log), samples=5, baseline=20000).run(sleep=None, clock=lambda: next(times))
+    assert result["waited"] == 1.23 and result["passed"] is True
+
+
+def test_the_gate_s_defaults_are_the_module_s_documented_ones():
+    """module_utils' Gate is called with every option by the module; its own defaults (what a
+    caller of the Gate gets) are the module's documented ones, not a second table."""
+    import inspect
+
+    import yaml
+
+    from ansible_collections.gpufleet.hygiene.plugins.modules import throughput
+
+    options = yaml.safe_load(throughput.DOCUMENTATION)["options"]
+    params = inspect.signature(Gate).parameters
+    assert set(params) == set(options)
+    for name, param in params.items():
+        if name != "log":
+            assert param.default == options[name].get("default"), name
+
+
+@pytest.mark.parametrize("option, value", [
+    ("samples", 0), ("skip", -1), ("wait", -1), ("baseline", 0), ("min_fraction", 0), ("min_fraction", 1.01),
+])
+def test_an_option_out_of_its_range_is_refused_by_name(tmp_path, option, value):
+    kwargs = {"baseline": 20000} if option == "min_fraction" else {}
+    kwargs[option] = value
+    with pytest.raises(GpufleetError) as err:
+        Gate(str(tmp_path / "train.log"), **kwargs)
+    assert err.value.msg.startswith(option) and str(value) in err.value.msg, err.value.msg
+
+
+def test_a_window_of_hundreds_of_samples_is_judged(tmp_path):
+    """The window's size against samples by value (a count above 256 is no cached small int)."""
+    log = tmp_path / "train.log"
+    log.write_text("".join("step %d loss 1.0 20000 tok/s\n" % i for i in range(300)))
+    result = Gate(str(log), samples=300, baseline=20000).run()
+    assert len(result["readings"]) == 300 and result["passed"] is True
