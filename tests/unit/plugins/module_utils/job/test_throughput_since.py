@@ -58,8 +58,11 @@ def test_a_healthy_run_over_slow_old_readings_is_judged_on_its_own_readings(tmp_
 
 def test_a_slow_run_appended_after_good_old_readings_fails(tmp_path):
     gate, sleep, clock = _gate_while_writing(tmp_path, OLD_GOOD, _new_run(12800))
-    with pytest.raises(GpufleetError, match=r"throughput 12800 tok/s \(median of 5\) is below the floor of 18000"):
+    with pytest.raises(GpufleetError, match=r"throughput 12800 tok/s \(median of 5\) is below the floor of 18000") as err:
         gate.run(sleep=sleep, clock=clock)
+    # The failed gate's result, as the module reports it: nothing was changed.
+    assert err.value.partial["changed"] is False and err.value.partial["passed"] is False
+    assert err.value.partial["readings"] == [12800.0] * 5 and err.value.partial["floor"] == 18000
 
 
 @pytest.mark.parametrize("delta", [-1, 1], ids=["older_inode_number", "newer_inode_number"])
@@ -155,3 +158,29 @@ def test_a_window_of_hundreds_of_samples_is_judged(tmp_path):
     log.write_text("".join("step %d loss 1.0 20000 tok/s\n" % i for i in range(300)))
     result = Gate(str(log), samples=300, baseline=20000).run()
     assert len(result["readings"]) == 300 and result["passed"] is True
+
+
+def test_a_unit_the_table_does_not_know_reads_the_number_as_it_is():
+    import re
+
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import readings
+
+    regex = re.compile(r"(?P<value>\d+) (?P<unit>[A-Za-z]?)tok/s")
+    assert readings("a 20000 Gtok/s b 3 ktok/s c 7 tok/s", regex) == [20000.0, 3000.0, 7.0]
+
+
+def test_a_gate_without_min_value_or_baseline_has_a_floor_of_zero(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(OLD_SLOW))
+    result = Gate(str(log), samples=5).run()
+    assert result["floor"] == 0.0 and result["passed"] is True and result["median"] == 12800.0
+
+
+def test_the_gate_stops_waiting_as_soon_as_it_has_exactly_its_readings(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(OLD_GOOD[:7]))  # skip 2 + samples 5, not one more
+
+    def sleep(seconds):
+        raise AssertionError("the gate waited with its readings in hand")
+    result = Gate(str(log), samples=5, skip=2, wait=60, baseline=20000).run(sleep=sleep, clock=lambda: 5.0)
+    assert result["passed"] is True and result["waited"] == 0.0 and len(result["readings"]) == 5
