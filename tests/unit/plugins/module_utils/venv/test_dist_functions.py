@@ -685,19 +685,19 @@ def test_an_interpreter_is_asked_its_sys_path_once_without_pythonpath(tmp_path):
 @pytest.mark.parametrize("out, rc, err, message", [
     ("", 1, "Traceback: boom\n", "could not be run (rc=1): Traceback: boom"),
     ("partial\n", 2, "", "could not be run (rc=2): partial"),
-    ("", 3, "", "could not be run (rc=3): $"),
-    ("", -9, "", "could not be run (rc=-9): $"),
-    ("x" * 500, 1, "", "could not be run \\(rc=1\\): x{400}$"),
-    ("not json\n", 0, "", "printed no sys.path: 'not json\\\\n'"),
+    ("", 3, "", "could not be run (rc=3): "),
+    ("", -9, "", "could not be run (rc=-9): "),
+    ("x" * 500, 1, "", "could not be run (rc=1): " + "x" * 400),
+    ("not json\n", 0, "", "printed no sys.path: 'not json\\n'"),
     ("", 0, "", "printed no sys.path: ''"),
-    ("y" * 300, 0, "", "printed no sys.path: 'y{200}'$"),
+    ("y" * 300, 0, "", "printed no sys.path: '%s'" % ("y" * 200)),
 ])
 def test_an_interpreter_that_fails_is_a_clear_error(tmp_path, out, rc, err, message):
     python = _write(str(tmp_path / "python"), "#!/bin/sh\n")
     os.chmod(python, 0o755)
-    with pytest.raises(_dist.DistError, match=message.replace("(rc=", "\\(rc=").replace("): ", "\\): ")
-                       if "\\(" not in message else message):
+    with pytest.raises(_dist.DistError) as error:
         _dist.interpreter_site_dirs(python, _run_printing(out, rc, err)[0])
+    assert str(error.value) == "%s %s" % (python, message)
 
 
 def test_an_interpreter_that_is_not_there_or_not_executable_is_never_run(tmp_path):
@@ -715,14 +715,13 @@ def test_interpreter_dirs_are_its_installation_s_layout(tmp_path):
                 "local/lib/python3.11/site-packages", "local/lib/python3.11/dist-packages", "lib/other"):
         os.makedirs(str(prefix / rel))
     _write(str(prefix / "lib" / "python3.12"))  # a file, not a directory
-    python = _write(str(prefix / "bin" / "python3.11"), "")
+    _write(str(prefix / "bin" / "python3.11"), "")
     os.symlink("python3.11", str(prefix / "bin" / "python"))
     p = str(prefix)
     assert _dist.interpreter_dirs(str(prefix / "bin" / "python")) == [
         p + "/lib/python3.11", p + "/lib64/python3.11", p + "/lib/python3.11/site-packages",
         p + "/lib/python3.11/dist-packages", p + "/local/lib/python3.11/site-packages",
         p + "/local/lib/python3.11/dist-packages"]
-    assert python
 
 
 @pytest.mark.parametrize("cfg, xy", [
