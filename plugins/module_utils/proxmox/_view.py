@@ -163,6 +163,15 @@ def _nspid(text):
     return []
 
 
+def _ppid(text):
+    """The PPid of a /proc/<pid>/status text (the node's PID of the parent), or None."""
+    for line in text.splitlines():
+        if line.startswith("PPid:"):
+            value = line[5:].strip()
+            return int(value) if value.isascii() and value.isdigit() else None
+    return None
+
+
 def _read_at(name, dir_fd, cap=1 << 20):
     fd = os.open(name, _FILE, dir_fd=dir_fd)
     try:
@@ -380,11 +389,15 @@ def open_views(vmids, proc="/proc", lxc_paths=None):
     """``({vmid: ContainerView}, {vmid: why not})`` for the containers ``vmids`` of this node,
     from one scan of the node's /proc. A container without an init in /proc is not running.
     ``lxc_paths`` ({vmid: LXC path}) tells a container apart from one of the same name run from
-    another LXC path on the host (by its monitor, ``[lxc monitor] <path> <name>``)."""
+    another LXC path on the host (by its monitor, ``[lxc monitor] <path> <name>``, the parent of
+    the container's init: LXC picks the monitor's cgroup and the container's apart, each the
+    first name free, so after a failed start has left one behind their suffixes differ)."""
     wanted = set(vmids)
     groups = {}  # (vmid, cgroup name): {container pid: (node pid, fd, cgroup text)}
     inits = {}  # (vmid, cgroup name): [node PID of each process that is PID 1 of it]
+    parents = {}  # (vmid, cgroup name): [the node PID of each of those inits' parent]
     monitors = {}  # (LXC path, container name): cgroup name
+    monitor_pids = {}  # node PID of a monitor: (LXC path, container name)
     proc_fd = os.open(proc, _DIR)
     try:
         for name in os.listdir(proc_fd):
@@ -401,15 +414,18 @@ def open_views(vmids, proc="/proc", lxc_paths=None):
                     found = monitor_of(cgroup, _read_at("cmdline", fd) or b"")
                     if found:
                         monitors[found[0]] = found[1]
+                        monitor_pids[int(name)] = found[0]
                     continue
                 payload = payload_of_cgroup(cgroup)
                 if payload and payload[0] in wanted:
-                    nspid = _nspid(_read_at("status", fd).decode("utf-8", "replace"))
+                    status = _read_at("status", fd).decode("utf-8", "replace")
+                    nspid = _nspid(status)
                     # A process in the container's PID namespace, or in one nested in it: its PID in
                     # the container is the one a level below the node's (NSpid's second field).
                     if len(nspid) > 1:
                         if len(nspid) == 2 and nspid[1] == 1:
                             inits.setdefault(payload, []).append(int(name))
+                            parents.setdefault(payload, []).append(_ppid(status))
                         procs = groups.setdefault(payload, {})
                         if nspid[1] not in procs:  # else two inits in one cgroup: refused below
                             procs[nspid[1]] = (int(name), fd, cgroup)
@@ -421,12 +437,22 @@ def open_views(vmids, proc="/proc", lxc_paths=None):
                     os.close(fd)
     finally:
         os.close(proc_fd)
+    started = {}  # (LXC path, container name): the cgroup name of the init its monitor started
+    for (vmid, cname), ppids in parents.items():
+        for ppid in ppids:
+            if ppid in monitor_pids and monitor_pids[ppid][1] == str(vmid):
+                started.setdefault(monitor_pids[ppid], cname)
     found = {}
     missing = {}
     for vmid in wanted:
         names = sorted(n for v, n in groups if v == vmid)
         path = (lxc_paths or {}).get(vmid)
-        chosen = monitors.get((path.rstrip("/") or "/", str(vmid))) if path else None
+        chosen = None
+        if path:
+            where = (path.rstrip("/") or "/", str(vmid))
+            # The init's parent first; a monitor's own cgroup name only for an init it is not the
+            # parent of (both are the same name on a host no failed start has left a cgroup on).
+            chosen = started.get(where, monitors.get(where))
         if chosen is None and len(names) > 1:
             missing[vmid] = ("%d containers named %d run on this node from different LXC paths (cgroup keys %s): give "
                              "the container's lxc_path to tell which is meant" % (len(names), vmid, ", ".join(names)))

@@ -260,3 +260,59 @@ def test_a_container_named_like_one_of_another_lxc_path_is_found_by_its_monitor(
     assert views == {}
     assert missing == {100: "2 containers named 100 run on this node from different LXC paths (cgroup keys .100, .100-1): "
                             "give the container's lxc_path to tell which is meant"}
+
+
+def _payload_entry(proc, pid, nspid, cgroup_name, ppid):
+    d = proc / str(pid)
+    d.mkdir(parents=True)
+    (d / "cgroup").write_text("0::/lxc.payload%s\n" % cgroup_name)
+    (d / "status").write_text("Name:\tx\nPid:\t%d\nPPid:\t%d\nNSpid:\t%s\n" % (pid, ppid, "\t".join(str(n) for n in nspid)))
+    if nspid[-1] == 1:
+        (d / "root").mkdir()
+        (d / "uid_map").write_text("0 0 4294967295\n")
+        (d / "gid_map").write_text("0 0 4294967295\n")
+
+
+def test_a_container_whose_monitor_cgroup_has_another_suffix_is_found_by_its_init_s_parent(tmp_path):
+    """A failed start leaves lxc.monitor.100 behind (LXC cannot remove it): the next start's monitor
+    takes lxc.monitor.100-1 while its container takes the free lxc.payload.100, as LXC picks each
+    name alone. The monitor is the parent of the container's init: that says which cgroup is its."""
+    proc = tmp_path / "proc"
+    _monitor(proc, 5028, "/var/lib/lxc", "100", ".100-1")
+    _payload_entry(proc, 5029, [5029, 1], ".100", ppid=5028)
+    _payload_entry(proc, 5040, [5040, 7], ".100", ppid=5029)
+    views, missing = _view.open_views([100], proc=str(proc), lxc_paths={100: "/var/lib/lxc"})
+    try:
+        assert missing == {} and views[100].init == 5029
+        assert sorted(c for c, _fd in views[100].processes()) == [1, 7]
+    finally:
+        views[100].close()
+
+
+def test_two_lxc_paths_whose_cgroup_suffixes_crossed_each_read_their_own_container(tmp_path):
+    """Two LXC paths each run a container 100, and a failed start left names behind so that the
+    first path's monitor holds lxc.monitor.100-1 and its container lxc.payload.100, the second's
+    the other way round: each path's container is the one its monitor started, never the one
+    whose cgroup suffix matches the monitor's."""
+    proc = tmp_path / "proc"
+    _monitor(proc, 4000, "/var/lib/lxc", "100", ".100-1")
+    _payload_entry(proc, 4100, [4100, 1], ".100", ppid=4000)
+    _payload_entry(proc, 4105, [4105, 5], ".100", ppid=4100)
+    _monitor(proc, 5000, "/srv/other/lxc", "100", ".100")
+    _payload_entry(proc, 5100, [5100, 1], ".100-1", ppid=5000)
+    _payload_entry(proc, 5106, [5106, 6], ".100-1", ppid=5100)
+    for path, init, pids in (("/var/lib/lxc", 4100, [1, 5]), ("/srv/other/lxc/", 5100, [1, 6])):
+        views, missing = _view.open_views([100], proc=str(proc), lxc_paths={100: path})
+        try:
+            assert missing == {} and views[100].init == init, path
+            assert sorted(c for c, _fd in views[100].processes()) == pids, path
+        finally:
+            views[100].close()
+
+
+@pytest.mark.parametrize("text, ppid", [
+    ("Name:\tx\nPPid:\t4000\n", 4000), ("PPid:\t0\n", 0), ("Name:\tx\n", None), ("PPid:\t\n", None),
+    ("PPid:\t-1\n", None), ("PPid:\t\u0664\n", None), ("NotPPid:\t12\nPPid:\t13\n", 13),
+])
+def test_the_parent_pid_is_read_from_status_only_from_ascii_digits(text, ppid):
+    assert _view._ppid(text) == ppid
