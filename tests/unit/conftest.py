@@ -70,3 +70,27 @@ def wheel_dir(tmp_path_factory):
     torch_wheels(d, torch="2.8.0+cu130", cuda="13.0", triton="3.5.0")
     torch_wheels(d, torch="2.9.0", cuda="13.0", triton="3.5.0")  # writes the same triton wheel again
     return d
+
+
+@pytest.fixture(autouse=True)
+def _host_root_untouched():
+    """The unit tests run as root and hand module_utils real directories: none may change the
+    mode or owner of the host's / (a stash or record path that lost its components resolves to
+    it), or leave a new entry there. A test that does fails, naming what changed, and the mode
+    and owner are put back at once, so that the run's other tests, and every other process of
+    the machine, keep a usable /. Entries are named, never removed: one could be another
+    program's."""
+    before = os.stat("/")
+    names = set(os.listdir("/"))
+    yield
+    after = os.stat("/")
+    changed = []
+    if (after.st_mode, after.st_uid, after.st_gid) != (before.st_mode, before.st_uid, before.st_gid):
+        changed.append("its mode and owner went from %o %d:%d to %o %d:%d (put back)" % (
+            before.st_mode & 0o7777, before.st_uid, before.st_gid, after.st_mode & 0o7777, after.st_uid, after.st_gid))
+        os.chown("/", before.st_uid, before.st_gid)
+        os.chmod("/", before.st_mode & 0o7777)
+    new = sorted(set(os.listdir("/")) - names)
+    if new:
+        changed.append("new entries appeared in it: %s (left there: remove them by hand)" % ", ".join(new))
+    assert not changed, "this test changed the host's /: " + "; ".join(changed)
