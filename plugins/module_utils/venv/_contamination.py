@@ -87,24 +87,41 @@ def _trusted(st):
     return seen_uid(st.st_uid) in (0, os.geteuid()) and (not st.st_mode & 0o022 or st.st_mode & stat.S_ISVTX)
 
 
-def _state_dir_fd(create, path=None):
+def _distrust(st):
+    """Why a directory of root's state may not be trusted (None: it may): its owner, or who
+    else may write to it."""
+    if _trusted(st):
+        return None
+    uid = seen_uid(st.st_uid)
+    if uid not in (0, os.geteuid()):
+        return "belongs to uid %d, not root" % uid
+    return "is writable by another user than root"
+
+
+def _state_dir_fd(create, path=None, mode=0o755):
     """STATE_DIR (or ``path``) opened component by component from /, no symlink followed, each
-    directory trusted; None when it does not exist (and not ``create``)."""
+    directory trusted; None when it does not exist (and not ``create``). Directories made are
+    0755, the last one ``mode``. A path that names / itself is refused (EINVAL): no state is kept
+    in /, and nothing of root's is made in it or changed on it."""
+    parts = [p for p in (path or STATE_DIR).split("/") if p and p != "."]
+    if not parts or ".." in parts:
+        raise OSError(errno.EINVAL, "%r is no directory below / (a path without '..')" % (path or STATE_DIR))
     fd = os.open("/", _DIR_FLAGS)
     try:
-        for part in [p for p in (path or STATE_DIR).split("/") if p]:
+        for i, part in enumerate(parts):
             try:
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
                 if not create:
                     os.close(fd)
                     return None
-                os.mkdir(part, 0o755, dir_fd=fd)
+                os.mkdir(part, mode if i == len(parts) - 1 else 0o755, dir_fd=fd)
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = child
-            if not _trusted(os.fstat(fd)):
-                raise OSError(errno.EPERM, "%s is writable by another user than root" % part)
+            why = _distrust(os.fstat(fd))
+            if why:
+                raise OSError(errno.EPERM, "%s %s" % (part, why))
         if os.fstat(fd).st_mode & 0o022:
             raise OSError(errno.EPERM, "it is writable by another user than root")
         return fd
@@ -167,13 +184,12 @@ class Stash(object):
             while here != "/" and not os.path.lexists(here):
                 self.made.append(here)
                 here = os.path.dirname(here)
-            base = _state_dir_fd(create=True, path=stash_dir())
+            # Made root's alone (0700) when absent; one found open to anyone else is refused, never
+            # changed: a directory this run did not make is not root's to chmod.
+            base = _state_dir_fd(create=True, path=stash_dir(), mode=0o700)
             try:
-                st = os.fstat(base)
-                if st.st_uid == 0 and st.st_mode & 0o077:
-                    os.fchmod(base, 0o700)
-                elif st.st_mode & 0o077:
-                    raise OSError(errno.EPERM, "%s is not root's alone (mode 0700)" % stash_dir())
+                if os.fstat(base).st_mode & 0o077:
+                    raise OSError(errno.EPERM, "%s is not root's alone: make it so with chmod 700 %s" % (stash_dir(), stash_dir()))
                 self.name = "%d-%s" % (os.getpid(), secrets.token_hex(8))
                 os.mkdir(self.name, 0o700, dir_fd=base)
                 self.fd = os.open(self.name, _DIR_FLAGS, dir_fd=base)
