@@ -59,6 +59,7 @@ class VenvLock(object):
                 return self
             except (IOError, OSError) as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(self.fd)
                     raise
                 if time.monotonic() >= deadline:
                     os.close(self.fd)
@@ -496,6 +497,7 @@ class Contamination(object):
         self.check_mode = check_mode
         self.path_env = path_env
         self._identity = None
+        self._ran = False  # whether an installer was started: until then nothing of the venv changed
         clash = sorted(set(self.also_remove) & self.protect)
         if clash:
             raise DistError(
@@ -512,6 +514,7 @@ class Contamination(object):
     def _installer_run(self, argv):
         """An installer's argv run as whoever controls the venv (run_as()): root never runs a
         program, an interpreter or a .pth line that a user could have put there."""
+        self._ran = True
         return privileged_run(self._identity, self.run_cmd)(argv)
 
     def scan(self):
@@ -566,7 +569,15 @@ class Contamination(object):
         try:
             return self.remediate(result, dists, shared)
         except GpufleetError as exc:
-            raise GpufleetError(exc.msg, exc.partial or result) from exc
+            partial = exc.partial or result
+            if not self._ran:
+                # Refused (or stopped) before any installer ran: what the plan would have removed
+                # and restored did not happen, and the venv is as the scan found it.
+                partial.update(changed=False, removed=[], restored=[], preserved_files=0)
+                partial.pop("installer", None)
+                if "diff" in partial:
+                    partial["diff"]["after"] = partial["diff"]["before"]
+            raise GpufleetError(exc.msg, partial) from exc
 
     # ------------------------------------------------------------------ removal
     def _anchored(self, dist, abs_path):
@@ -750,9 +761,10 @@ class Contamination(object):
                 if canonical_name(name) not in pinned and valid_project_name(name) and valid_version(version):
                     pinned.add(canonical_name(name))
                     extra.append((name, version))
-        recorded = self.restore_record.store([(p["name"], p["version"]) for p in still + unrestored(after, extra)])
         damaged = ["%s (%d missing, %d modified)" % (p["name"], len(p["missing"]), len(p["modified"]))
                    for p in still if p["installed"]]
+        still += unrestored(after, extra)
+        recorded = self.restore_record.store([(p["name"], p["version"]) for p in still])
         new_result, _d, _c, _s = self.scan()
         result["clean"] = new_result["clean"]
         result["clobbered_after"] = new_result["clobbered"]
@@ -760,6 +772,16 @@ class Contamination(object):
         result["restore_pending"] = new_result["restore_pending"]
         result["problems"] = [p for p in result["problems"] if p not in before_pending] + [
             p for p in new_result["problems"] if p not in result["problems"]] + ([recorded] if recorded else [])
+        if recorded:
+            # The record could not be written, so the read above did not see what is still not
+            # back: it is reported from what this run found, and the venv is not clean.
+            seen = set(canonical_name(p["name"]) for p in result["restore_pending"])
+            for item in still:
+                if canonical_name(item["name"]) not in seen:
+                    item["problem"] = _pending_problem(item)
+                    result["restore_pending"].append(item)
+                    result["problems"].insert(len(result["problems"]) - 1, item["problem"])
+                    result["clean"] = False
 
         errors = []
         if rc != 0 or failed:

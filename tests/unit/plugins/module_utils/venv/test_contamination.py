@@ -1298,22 +1298,6 @@ def test_a_reinstall_that_leaves_the_files_wrong_is_an_error_and_remembered(tmp_
     assert _contamination.RestoreRecord(w.venv).load([]) == [("keeppkg", "1.0")]
 
 
-def test_a_record_that_cannot_be_written_is_a_problem_of_the_result(tmp_path, state_dir):
-    w = _world(tmp_path, common=False)
-    del w.fake.wheels["keeppkg"]
-    os.makedirs(state_dir)
-    os.chmod(os.path.dirname(state_dir), 0o777)
-    where = _contamination.RestoreRecord(w.venv).where
-    unread = "the record of failed restores %s cannot be read: state is writable by another user than root" % where
-    unwritten = ("could not write the record of failed restores %s (state is writable by another user than root): run as root so "
-                 "that the next reads know the files are missing" % where)
-    with pytest.raises(_contamination.GpufleetError) as exc:
-        w.contamination().run(remove=True)
-    assert exc.value.partial["problems"] == [unread, unwritten]
-    assert exc.value.partial["restore_pending"] == []
-    assert os.listdir(state_dir) == []
-
-
 def test_a_package_not_asked_for_that_disappears_is_an_error(tmp_path):
     w = _world(tmp_path, common=False, clobber=False)
     w.add("extra", "2.0", {"extra/__init__.py": b"x\n"})
@@ -1623,3 +1607,83 @@ def test_the_packages_problems_are_the_scan_s(tmp_path):
     result = w.contamination().run()
     assert result["problems"] == ["noversion-1.0.dist-info lacks Name or Version; taken from the directory name"]
     assert result["scanned"] == 4
+
+
+# ------------------------------------------------------------ a removal stopped before the installer ran
+
+
+def _refused(w, why, state_dir):
+    """Stop w's removal before its installer runs, for the reason ``why``; the GpufleetError."""
+    holder = None
+    kw = {}
+    if why == "the lock":
+        holder = os.open(w.venv, os.O_RDONLY)
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        kw["lock_timeout"] = 0.1
+    elif why == "uv's refusal":
+        w.uv()
+        _blocked(w, ["--python=x-1.dist-info"])
+        kw["installer"] = "uv"
+    else:  # the stash cannot be made
+        os.makedirs(os.path.dirname(state_dir))
+        os.chmod(os.path.dirname(state_dir), 0o777)
+    try:
+        with pytest.raises(_contamination.GpufleetError) as exc:
+            w.contamination(**kw).run(remove=True)
+    finally:
+        if holder is not None:
+            os.close(holder)
+    return exc.value
+
+
+@pytest.mark.parametrize("why", ["the lock", "uv's refusal", pytest.param("the stash", marks=root_only)])
+def test_a_removal_stopped_before_the_installer_ran_reports_nothing_removed_and_no_change(tmp_path, state_dir, why):
+    w = _world(tmp_path)
+    err = _refused(w, why, state_dir)
+    partial = err.partial
+    assert (partial["changed"], partial["removed"], partial["restored"], partial["preserved_files"]) == (False, [], [], 0)
+    assert "installer" not in partial
+    assert partial["diff"]["after"] == partial["diff"]["before"] and partial["diff"]["before"].endswith(BEFORE)
+    assert [c["name"] for c in partial["contaminants"]] == ["droppkg"]  # the scan's findings stay
+    assert w.fake.calls == [] and w.read("shared/data.txt") == DROP_DATA
+
+
+def test_a_removal_that_failed_after_the_installer_ran_keeps_what_it_did(tmp_path):
+    w = _world(tmp_path, common=False)
+    del w.fake.wheels["keeppkg"]  # the reinstall fails: the uninstall has happened
+    with pytest.raises(_contamination.GpufleetError) as exc:
+        w.contamination().run(remove=True)
+    partial = exc.value.partial
+    assert (partial["changed"], partial["removed"], partial["installer"]) == (True, [{"name": "droppkg", "version": "1.0+cu130"}], "pip")
+    assert partial["diff"]["after"] != partial["diff"]["before"]
+
+
+def test_a_failed_restore_whose_record_cannot_be_written_is_still_pending_and_not_clean(tmp_path, state_dir):
+    w = _world(tmp_path, common=False)
+    del w.fake.wheels["keeppkg"]
+    os.makedirs(state_dir)
+    os.chmod(os.path.dirname(state_dir), 0o777)
+    where = _contamination.RestoreRecord(w.venv).where
+    unread = "the record of failed restores %s cannot be read: state is writable by another user than root" % where
+    unwritten = ("could not write the record of failed restores %s (state is writable by another user than root): run as root so "
+                 "that the next reads know the files are missing" % where)
+    with pytest.raises(_contamination.GpufleetError) as exc:
+        w.contamination().run(remove=True)
+    partial = exc.value.partial
+    pending = _pending_text("keeppkg", "1.0", "has 1 file(s) missing or differing from its RECORD (shared/data.txt)")
+    assert [(p["name"], p["version"], p["installed"], p["missing"], p["problem"]) for p in partial["restore_pending"]] == [
+        ("keeppkg", "1.0", True, [os.path.join("shared", "data.txt")], pending)]
+    assert partial["clean"] is False
+    assert partial["problems"] == [unread, pending, unwritten]
+    assert os.listdir(state_dir) == []
+
+
+def test_a_lock_that_fails_otherwise_gives_its_descriptor_back(tmp_path, monkeypatch):
+    def flock(fd, how):
+        raise OSError(errno.ENOLCK, "no locks available")
+
+    monkeypatch.setattr(_contamination.fcntl, "flock", flock)
+    before = _fds()
+    with pytest.raises(OSError):
+        _contamination.VenvLock(str(tmp_path), 5).__enter__()
+    assert _fds() == before
