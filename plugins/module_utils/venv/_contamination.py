@@ -280,7 +280,7 @@ class Stash(object):
                 child = _tree.Dir(fd, path)
                 opened.append(child)
                 if made:
-                    if os.fstat(fd).st_uid == os.geteuid() and (uid, gid) != (os.geteuid(), os.getegid()):
+                    if os.fstat(fd).st_uid == os.geteuid() and (uid, gid) != (os.fstat(fd).st_uid, os.fstat(fd).st_gid):
                         os.fchown(fd, uid, gid)
                     os.fchmod(fd, mode)
                 elif (child.dev, child.ino) != (dev, ino):
@@ -304,7 +304,7 @@ class Stash(object):
                     # linkat, relative to the handle: never replaces what appeared meanwhile.
                     with contextlib.suppress(FileExistsError):
                         os.link(tmp, name, src_dir_fd=here.fd, dst_dir_fd=here.fd, follow_symlinks=False)
-                    if (item["uid"], item["gid"]) != (os.geteuid(), os.getegid()) and os.geteuid() == 0:
+                    if (item["uid"], item["gid"]) != (os.fstat(dst).st_uid, os.fstat(dst).st_gid) and os.geteuid() == 0:
                         os.fchown(dst, item["uid"], item["gid"])
                 finally:
                     os.close(dst)
