@@ -69,7 +69,10 @@ options:
         type: str
         default: pct
       lxc_path:
-        description: LXC path (C(lxc-attach -P)) for O(containers[].method=lxc-attach); unset on Proxmox VE.
+        description:
+          - LXC path (C(lxc-attach -P)) for O(containers[].method=lxc-attach); unset on Proxmox VE.
+          - With O(read_from=node), also which container is meant where containers of the same vmid run from
+            several LXC paths on the node; when none of this path runs, the container is stopped and not read.
         type: str
       args:
         description:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
+import simfleet
+from conftest import INVENTORY, PORT, STATE
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-INVENTORY = os.path.join(REPO, "inventory", "sim", "fleet.yml")
 FLEET = os.path.join(REPO, "tests", "sim", "fleet")
 COMPARE = os.path.join(REPO, "tests", "integration", "targets", "node_readiness", "compare.yml")
 # preflight.yml with the containers as the play's hosts and the verdict on each (the role's main entry point).
@@ -60,6 +62,32 @@ def test_a_stopped_container_is_not_ready_in_preflight_with_how_to_start_it(flee
     for ct in containers(fleet, True):
         line = next(x for x in recap.splitlines() if x.startswith(ct["name"] + " "))
         assert "unreachable=0" in line and "changed=0" in line, line
+
+
+def test_a_stopped_container_is_not_read_as_the_container_of_its_vmid_another_lxc_path_runs(fleet, ansible_cli, tmp_path):
+    """A second fleet on this host runs its own container of the stopped one's vmid, from its own LXC
+    path (the node read sees every container of the host's /proc). The stopped container is given by
+    its LXC path (the fleet's inventory sets ansible_pct_lxc_path): it is still not read, and the
+    message names the other one; its node's running containers are read as before."""
+    [stopped] = containers(fleet, False)
+    other_state = STATE + "-other"
+    with simfleet.running(other_state, nodes=1, containers=2, scenario="basic", inventory=tmp_path / "other",
+                          port=PORT + 40) as (other, _env):
+        assert any(ct["vmid"] == stopped["vmid"] and ct["running"] for ct in other["nodes"][0]["containers"])
+        res = ansible_cli("ansible-playbook", "-i", INVENTORY, NODE_PREFLIGHT, "--limit", stopped["name"])
+    out = res.stdout.replace("\n        ", " ")
+    assert res.returncode == 2, res.stdout
+    # The other fleet's container, and any that another test's fleet runs meanwhile (pytest-xdist).
+    assert re.search(re.escape(
+        "%s is not ready: not read: container %d is not running (stopped); start it (pct start %d) and run again, or leave "
+        "it out of the run (--limit) (no LXC monitor of %s runs a container %d on this node; the " % (
+            stopped["name"], stopped["vmid"], stopped["vmid"], os.path.join(STATE, "nodes", stopped_node(fleet, stopped), "lxc"),
+            stopped["vmid"])) + r"(one|\d+) of that name \(cgroup keys? \.%d(-\d+)?(, \.%d-\d+)*\) runs? from another LXC path\)"
+        % (stopped["vmid"], stopped["vmid"]), out), res.stdout
+
+
+def stopped_node(fleet, ct):
+    return next(n["name"] for n in fleet["nodes"] if ct in n["containers"])
 
 
 def failed_checks(ct):

@@ -453,10 +453,16 @@ def open_views(vmids, proc="/proc", lxc_paths=None):
             # The init's parent first; a monitor's own cgroup name only for an init it is not the
             # parent of (both are the same name on a host no failed start has left a cgroup on).
             chosen = started.get(where, monitors.get(where))
-        if chosen is None and len(names) > 1:
+            if chosen is None and names:
+                # No monitor of that LXC path runs it: stopped, whatever runs under its name elsewhere.
+                missing[vmid] = ("no LXC monitor of %s runs a container %d on this node; the %s of that name (cgroup "
+                                 "key%s %s) run%s from another LXC path" % (
+                                     where[0], vmid, "one" if len(names) == 1 else "%d" % len(names),
+                                     "" if len(names) == 1 else "s", ", ".join(names), "s" if len(names) == 1 else ""))
+        elif len(names) > 1:
             missing[vmid] = ("%d containers named %d run on this node from different LXC paths (cgroup keys %s): give "
                              "the container's lxc_path to tell which is meant" % (len(names), vmid, ", ".join(names)))
-        elif chosen is None and names:
+        elif names:
             chosen = names[0]
         for cname in names:
             procs = groups[(vmid, cname)]

@@ -316,3 +316,23 @@ def test_two_lxc_paths_whose_cgroup_suffixes_crossed_each_read_their_own_contain
 ])
 def test_the_parent_pid_is_read_from_status_only_from_ascii_digits(text, ppid):
     assert _view._ppid(text) == ppid
+
+
+def test_a_stopped_container_of_the_lxc_path_given_is_not_read_as_the_one_of_its_name_that_runs_elsewhere(tmp_path):
+    """The container 100 of /var/lib/lxc is stopped; another LXC path on the host runs a container
+    100 (the only one of that name, so its cgroup is lxc.payload.100). Given the LXC path, the
+    read finds no monitor of it and says the container is stopped: it never reads the other one."""
+    proc = tmp_path / "proc"
+    _monitor(proc, 5000, "/srv/other/lxc", "100", ".100")
+    _payload_entry(proc, 5100, [5100, 1], ".100", ppid=5000)
+    _payload_entry(proc, 5106, [5106, 6], ".100", ppid=5100)
+    views, missing = _view.open_views([100], proc=str(proc), lxc_paths={100: "/var/lib/lxc/"})
+    assert views == {}
+    assert missing == {100: "no LXC monitor of /var/lib/lxc runs a container 100 on this node; the one of that name "
+                            "(cgroup key .100) runs from another LXC path"}
+    _monitor(proc, 6000, "/srv/third/lxc", "100", ".100-1")
+    _payload_entry(proc, 6100, [6100, 1], ".100-1", ppid=6000)
+    views, missing = _view.open_views([100], proc=str(proc), lxc_paths={100: "/var/lib/lxc"})
+    assert views == {}
+    assert missing == {100: "no LXC monitor of /var/lib/lxc runs a container 100 on this node; the 2 of that name "
+                            "(cgroup keys .100, .100-1) run from another LXC path"}
