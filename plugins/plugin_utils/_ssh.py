@@ -64,10 +64,25 @@ def argv(host, remote_command, *, user, port, executable="ssh", connect_timeout=
     return out
 
 
+# A Unix socket's path holds at most 107 bytes (sun_path is 108 with its NUL), and the ssh that opens
+# a master first listens on the control path plus "." and 16 random characters, then renames it.
+CONTROL_PATH_MAX = 107 - 17
+
+
 def control_path(directory, user, host, port):
-    """One socket per node: the hash covers user, address and port, not the container."""
+    """One socket per node: the hash covers user, address and port, not the container. A directory
+    too deep for the socket's path is refused here, with what to do, rather than by ssh's
+    `unix_listener: ... too long for Unix domain socket`, which reaches a task as a module's empty
+    output."""
     digest = hashlib.sha1(to_bytes("%s@%s:%s" % (user, host, port))).hexdigest()[:16]
-    return os.path.join(directory, "pct-%s" % digest)
+    path = os.path.join(directory, "pct-%s" % digest)
+    if len(to_bytes(path)) > CONTROL_PATH_MAX:
+        raise AnsibleConnectionFailure(
+            "control_path_dir %s is too long for ssh's control sockets: their paths (%s) would be %d bytes, and "
+            "ssh takes at most %d; set a shorter directory (the connection's ansible_pct_control_path_dir, the "
+            "proxmox_lxc inventory's control_path_dir; the default is ~/.ansible/cp)"
+            % (directory, path, len(to_bytes(path)), CONTROL_PATH_MAX))
+    return path
 
 
 def private_directory(path, option="control_path_dir", who="gpufleet.hygiene.pct"):

@@ -205,6 +205,28 @@ def test_node_user_accepts_user_names(popen, tmp_path, good):
     assert argv[argv.index("--") + 1:] == ["pve1.example.com", "pct exec 100 -- %s /bin/sh -c true" % ENV_LINE]
 
 
+@pytest.mark.parametrize("extra, refused", [(0, False), (1, True)])
+def test_a_control_path_dir_too_deep_for_ssh_s_socket_is_refused_with_what_to_set(popen, tmp_path, extra, refused):
+    """ssh listens on the control path plus 17 bytes, in a sun_path of 107: a socket path of 90
+    bytes works, one of 91 would make ssh fail with `unix_listener: ... too long` (rc 255, empty
+    output). 91 is refused before ssh runs, naming the option."""
+    rec = popen(stdout=b"ok\n")
+    deep = str(tmp_path) + "/" + "d" * (90 + extra - len(str(tmp_path)) - len("/") - len("/pct-0123456789abcdef"))
+    os.mkdir(deep, 0o700)
+    conn = make_conn(ansible_pct_control_path_dir=deep)
+    if not refused:
+        conn._connect()
+        assert conn.exec_command("true")[0] == 0
+        assert len(rec.argv[rec.argv.index("-o", 9) + 1].split("=", 1)[1]) == 90
+        return
+    with pytest.raises(AnsibleConnectionFailure) as exc:
+        conn._connect()
+        conn.exec_command("true")
+    assert str(exc.value).startswith("control_path_dir %s is too long for ssh's control sockets: their paths (%s/pct-" % (deep, deep))
+    assert "would be 91 bytes, and ssh takes at most 90; set a shorter directory (the connection's ansible_pct_control_path_dir" in str(exc.value)
+    assert rec.calls == [] and rec.masters == []  # ssh never ran
+
+
 def test_exec_argv_exact(popen, tmp_path):
     rec = popen(stdout=b"ok\n")
     conn = make_conn(ansible_pct_control_path_dir=str(tmp_path))
