@@ -279,10 +279,13 @@ class Stash(object):
                     raise
                 child = _tree.Dir(fd, path)
                 opened.append(child)
-                if made:
-                    if os.fstat(fd).st_uid == os.geteuid() and (uid, gid) != (os.fstat(fd).st_uid, os.fstat(fd).st_gid):
+                if made and os.fstat(fd).st_uid == os.geteuid():
+                    if (uid, gid) != (os.fstat(fd).st_uid, os.fstat(fd).st_gid):
                         os.fchown(fd, uid, gid)
                     os.fchmod(fd, mode)
+                elif made:  # not the directory this run made (its inode may even be the old one's again)
+                    raise _tree.ChainChanged(where, path, f"is reached through {path}, which this run made again and found "
+                                                          f"exchanged for a directory of uid {os.fstat(fd).st_uid} when it opened it")
                 elif (child.dev, child.ino) != (dev, ino):
                     raise _tree.ChainChanged(where, path, "is reached through %s, which is another directory than "
                                              "before the uninstall (it was exchanged meanwhile)" % path)

@@ -1956,7 +1956,10 @@ def test_a_directory_being_made_again_is_the_runner_s_alone_until_it_has_its_own
 
 
 @root_only
-def test_a_directory_swapped_in_between_its_making_and_its_opening_is_not_given_away(plain_site, monkeypatch):
+def test_a_directory_swapped_in_between_its_making_and_its_opening_is_refused_and_left_as_its_owner_made_it(plain_site, monkeypatch):
+    """The venv's owner exchanges the directory the run made again for one of theirs (here: the
+    same one, given away, so that even its inode is the one the stash made): not chowned, not
+    chmod-ed, nothing written in it, and the problem names it."""
     pkg = os.path.join(plain_site, "pkg")
     os.chown(pkg, 0, 50)
     stash = _taken(plain_site)
@@ -1966,6 +1969,7 @@ def test_a_directory_swapped_in_between_its_making_and_its_opening_is_not_given_
     def mkdir(name, mode=0o777, *, dir_fd=None):  # the venv's owner puts a directory of theirs there at once
         real(name, mode, dir_fd=dir_fd)
         os.chown(name, NOBODY, NOBODY, dir_fd=dir_fd)
+        os.chmod(name, 0o777, dir_fd=dir_fd)
 
     monkeypatch.setattr(_contamination.os, "mkdir", mkdir)
     try:
@@ -1973,7 +1977,10 @@ def test_a_directory_swapped_in_between_its_making_and_its_opening_is_not_given_
     finally:
         stash.close()
     st = os.stat(pkg)
-    assert (problem, st.st_uid, st.st_gid) == (None, NOBODY, NOBODY)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode), os.listdir(pkg)) == (NOBODY, NOBODY, 0o777, [])
+    assert problem == ("%s was not put back: it is reached through %s, which this run made again and found exchanged for "
+                       "a directory of uid %d when it opened it; nothing was written there" % (
+                           os.path.join(pkg, "data.bin"), pkg, NOBODY)), problem
 
 
 @root_only
@@ -2012,7 +2019,9 @@ def test_a_run_of_another_user_than_root_never_gives_away_a_directory_that_is_no
     finally:
         stash.close()
     st = os.stat(pkg)
-    assert (problem, st.st_uid, st.st_gid) == (None, 0, 0)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode), os.listdir(pkg)) == (0, 0, 0o700, [])
+    assert problem.endswith("which this run made again and found exchanged for a directory of uid 0 when it opened it; "
+                            "nothing was written there"), problem
 
 
 def test_a_file_being_put_back_is_the_runner_s_alone_until_it_has_its_own_mode(plain_site, monkeypatch):
