@@ -65,9 +65,12 @@ unit:
 	$(VENV)/bin/pytest -p randomly $(if $(SEED),--randomly-seed=$(SEED)) -n $(PYTEST_WORKERS) tests/unit
 
 # Over the simulated fleet (real sshd and LXC containers; needs root). Brings its own
-# fleet up and down.
+# fleets up and down. Two workers, a test module each at a time (a module's tests share its
+# fleet): most of a run is waiting on ssh, containers and jobs, not on the CPU. Each worker has
+# a session fleet of its own (tests/integration/conftest.py). INTEGRATION_WORKERS=0: one process.
+INTEGRATION_WORKERS ?= 2
 integration:
-	$(VENV)/bin/pytest -p no:cacheprovider tests/integration
+	$(VENV)/bin/pytest -p no:cacheprovider $(if $(filter-out 0,$(INTEGRATION_WORKERS)),-n $(INTEGRATION_WORKERS) --dist loadfile) --durations=15 tests/integration
 
 # Molecule scenarios of the roles, each on its own tiny simulated fleet (needs root).
 molecule:

@@ -15,14 +15,34 @@ import subprocess
 
 import pytest
 import simfleet  # tests/lib, on pytest's pythonpath (pytest.ini)
+from shorttmp import tmp_path  # noqa: F401 - a fixture: control sockets live in tests' tmp_path (tests/lib/shorttmp.py)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FLEET = os.path.join(REPO, "tests", "sim", "fleet")
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
-STATE = os.path.abspath(os.environ.get("GPUFLEET_SIM_STATE", "/var/tmp/gpufleet-sim"))
-INVENTORY = os.path.join(REPO, "inventory", "sim", "fleet.yml")
-DISCOVERY = os.path.join(REPO, "inventory", "sim", "discovered.proxmox_lxc.yml")
-PORT = int(os.environ.get("GPUFLEET_SIM_PORT", "2222"))  # the session fleet's nodes (tests/sim/fleet reads it too)
+
+
+def _worker_fleet(environ):
+    """`make integration` runs two pytest-xdist workers, a test module each at a time (--dist
+    loadfile): every module fleet has a state, port and inventory of its own, and so must each
+    worker's session fleet. The first worker (or a run without xdist) keeps the defaults (or what
+    GPUFLEET_SIM_STATE/_PORT/_INVENTORY say); worker N > 0 takes them with -gwN appended and the
+    port plus N. Set in this process's environment, so tests/sim/fleet and every CLI a test starts
+    find the worker's fleet, as they find the default one without xdist."""
+    worker = environ.get("PYTEST_XDIST_WORKER", "")
+    n = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    state = os.path.abspath(environ.get("GPUFLEET_SIM_STATE", "/var/tmp/gpufleet-sim"))
+    inventory = os.path.abspath(environ.get("GPUFLEET_SIM_INVENTORY", os.path.join(REPO, "inventory", "sim")))
+    port = int(environ.get("GPUFLEET_SIM_PORT", "2222"))
+    if n:
+        state, inventory, port = "%s-gw%d" % (state, n), "%s-gw%d" % (inventory, n), port + n
+        environ.update(GPUFLEET_SIM_STATE=state, GPUFLEET_SIM_INVENTORY=inventory, GPUFLEET_SIM_PORT=str(port))
+    return state, inventory, port
+
+
+STATE, _INVENTORY_DIR, PORT = _worker_fleet(os.environ)  # PORT: the session fleet's nodes
+INVENTORY = os.path.join(_INVENTORY_DIR, "fleet.yml")
+DISCOVERY = os.path.join(_INVENTORY_DIR, "discovered.proxmox_lxc.yml")
 
 
 @pytest.fixture(scope="session")

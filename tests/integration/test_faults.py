@@ -451,7 +451,10 @@ def test_container_stops_mid_run(outage):
 def _freeze(fleet, host, pid_in_ct):
     """Freeze a container's process in a cgroup-v1 freezer: it is then in state D, and SIGKILL
     stays pending until it is thawed, as for a process stuck in a GPU driver."""
-    vmid = str(fleet["cts"][host]["vmid"])
+    # The container's own freezer cgroup, as its init is in it: another fleet's container of the
+    # same vmid (another worker's) has one of its own, and a process of the same pid in it.
+    init = simfleet.init_pid(lxcpath(fleet, host), fleet["cts"][host]["vmid"])
+    own = re.search(r"^\d+:freezer:(.*)$", _read("/proc/%d/cgroup" % init), re.MULTILINE).group(1).rstrip("/")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -462,7 +465,7 @@ def _freeze(fleet, host, pid_in_ct):
             continue
         nspid = re.search(r"^NSpid:\s+(.*)$", status, re.MULTILINE).group(1).split()
         freezer = re.search(r"^\d+:freezer:(.*)$", cgroup, re.MULTILINE)
-        if nspid[-1] == str(pid_in_ct) and len(nspid) > 1 and freezer and vmid in freezer.group(1):
+        if nspid[-1] == str(pid_in_ct) and len(nspid) > 1 and freezer and (freezer.group(1) + "/").startswith(own + "/"):
             path = "/sys/fs/cgroup/freezer%s/gpufleet-faults-stuck" % freezer.group(1).rstrip("/")
             os.makedirs(path, exist_ok=True)
             _write(os.path.join(path, "cgroup.procs"), entry)

@@ -170,7 +170,7 @@ def bad_inventory(fleet, tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("host, status, message", [
+DISTINCT_FAILURES = [
     ("train-101", "UNREACHABLE", r"container 101 on node root@127\.0\.1\.1:%d is not running \(stopped\)" % PORT),
     ("stopped-attach", "UNREACHABLE", r"container 101 on node root@127\.0\.1\.1:%d is not running \(stopped\)" % PORT),
     ("ghost-999", "UNREACHABLE", r"container 999 does not exist on node root@127\.0\.1\.1:%d" % PORT),
@@ -181,7 +181,11 @@ def bad_inventory(fleet, tmp_path_factory):
     ("unknown-hostkey", "UNREACHABLE", r"host key of node root@127\.0\.1\.1:%d is unknown or does not match" % PORT),
     ("no-pct", "UNREACHABLE", r"/usr/local/bin/no-such-pct not found on node root@127\.0\.1\.1:%d" % PORT),
     ("bad-vmid", "FAILED", r"vmid must be an integer from 100 to 999999999"),
-])
+]
+
+
+# Named by the host alone: the messages hold the port, which is another in each pytest-xdist worker.
+@pytest.mark.parametrize("host, status, message", DISTINCT_FAILURES, ids=[case[0] for case in DISTINCT_FAILURES])
 def test_distinct_failures(ansible_cli, bad_inventory, tmp_path, host, status, message):
     # A fresh control path directory: an existing master to the node would carry the
     # connection past a wrong key or host key, as ControlMaster does for any ssh client.
@@ -231,7 +235,7 @@ def test_a_command_printing_ssh_s_refusal_runs_once(ansible_cli, tmp_path):
 # ------------------------------------------------------------------ sshd's default limits
 
 BUSY_STATE = os.path.abspath(os.environ.get("GPUFLEET_SESSIONS_STATE", "/var/tmp/gpufleet-sim-sessions"))
-BUSY_PORT = os.environ.get("GPUFLEET_SESSIONS_PORT", "2890")
+BUSY_PORT = os.environ.get("GPUFLEET_SESSIONS_PORT", "2895")  # 2890 is test_job_libraries.py's
 BUSY_PLAY = """
 - name: Every container of one node at once
   hosts: pve_containers

@@ -80,7 +80,10 @@ def community_inventory(tmp_path, api, fleet):
     hosts = {}
     for group in sim["pve_containers"]["children"].values():
         for name, hv in group["hosts"].items():
-            hosts[name] = {k: v for k, v in hv.items() if k.startswith("gpufleet_")}
+            # And where the node keeps it: a simulated node's containers are in an LXC path of its own,
+            # not Proxmox VE's /var/lib/lxc, and another fleet on this host may run a container of the
+            # same vmid (the node read would then refuse to guess which one is meant).
+            hosts[name] = {k: v for k, v in hv.items() if k.startswith("gpufleet_") or k == "ansible_pct_lxc_path"}
             # This fleet's venvs hold no torch: the CUDA they are held to.
             hosts[name]["gpufleet_expected_cuda"] = "12.8"
     (inv / "site.yml").write_text(json.dumps({"all": {"vars": common, "hosts": hosts,

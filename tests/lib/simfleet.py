@@ -124,7 +124,7 @@ def id_map(lxcpath, vmid, kind="uid"):
 
 @contextlib.contextmanager
 def running(state, nodes, containers, scenario, inventory=None, port=None, timeout=600, unprivileged=None):
-    """Bring a fleet up in state (its inventory in the directory inventory, else inventory/sim/)
+    """Bring a fleet up in state (its inventory in the directory inventory, else $GPUFLEET_SIM_INVENTORY or inventory/sim/)
     and yield (its fleet.json, the environment to run against it); bring it down at the end,
     also when it failed to come up. unprivileged: the nodes whose containers are unprivileged
     (tests/sim/fleet --unprivileged: node names, comma separated, or all)."""
