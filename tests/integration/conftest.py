@@ -14,8 +14,8 @@ import os
 import subprocess
 
 import pytest
-import simfleet  # tests/lib, on pytest's pythonpath (pytest.ini)
-from shorttmp import tmp_path  # noqa: F401 - a fixture: control sockets live in tests' tmp_path (tests/lib/shorttmp.py)
+import shorttmp  # tests/lib, on pytest's pythonpath (pytest.ini), as simfleet
+import simfleet
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FLEET = os.path.join(REPO, "tests", "sim", "fleet")
@@ -43,6 +43,13 @@ def _worker_fleet(environ):
 STATE, _INVENTORY_DIR, PORT = _worker_fleet(os.environ)  # PORT: the session fleet's nodes
 INVENTORY = os.path.join(_INVENTORY_DIR, "fleet.yml")
 DISCOVERY = os.path.join(_INVENTORY_DIR, "discovered.proxmox_lxc.yml")
+
+
+@pytest.fixture
+def tmp_path():
+    """Short enough for ssh's control sockets, which tests keep in it (tests/lib/shorttmp.py)."""
+    with shorttmp.directory() as path:
+        yield path
 
 
 @pytest.fixture(scope="session")

@@ -3,4 +3,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """These tests put ssh control sockets in tmp_path: a short one (tests/lib/shorttmp.py)."""
 
-from shorttmp import tmp_path  # noqa: F401 - a fixture: pytest finds it here
+import pytest
+import shorttmp
+
+
+@pytest.fixture
+def tmp_path():
+    """Short enough for ssh's control sockets (tests/lib/shorttmp.py)."""
+    with shorttmp.directory() as path:
+        yield path
