@@ -455,10 +455,10 @@ def open_views(vmids, proc="/proc", lxc_paths=None):
             chosen = started.get(where, monitors.get(where))
             if chosen is None and names:
                 # No monitor of that LXC path runs it: stopped, whatever runs under its name elsewhere.
-                missing[vmid] = ("no LXC monitor of %s runs a container %d on this node; the %s of that name (cgroup "
-                                 "key%s %s) run%s from another LXC path" % (
-                                     where[0], vmid, "one" if len(names) == 1 else "%d" % len(names),
-                                     "" if len(names) == 1 else "s", ", ".join(names), "s" if len(names) == 1 else ""))
+                others = ("the one of that name (cgroup key %s) runs" % names[0] if len(names) == 1 else
+                          "the %d of that name (cgroup keys %s) run" % (len(names), ", ".join(names)))
+                missing[vmid] = "no LXC monitor of %s runs a container %d on this node; %s from another LXC path" % (
+                    where[0], vmid, others)
         elif len(names) > 1:
             missing[vmid] = ("%d containers named %d run on this node from different LXC paths (cgroup keys %s): give "
                              "the container's lxc_path to tell which is meant" % (len(names), vmid, ", ".join(names)))
