@@ -40,6 +40,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _throu
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist, _elf
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view import _cgroup
 
 # A hang bound, not a speed check: an example takes milliseconds.
 NO_HANG = datetime.timedelta(seconds=10)
@@ -473,8 +474,10 @@ def test_proc_files_any_text(text):
     uid, nspid = _proc.parse_status(text)
     assert uid is None or uid >= 0
     assert all(isinstance(p, int) and p >= 0 for p in nspid)
-    vmid = _proc.vmid_from_cgroup(text)
+    vmid = _cgroup.vmid_of_cgroup(text)
     assert vmid is None or vmid >= 0
+    found = _cgroup.classify(text)
+    assert found is None or (found[0] in ("payload", "monitor") and found[1] >= 0 and found[2][0] in "./")
     minor = _proc.device_minor(text)
     assert minor is None or minor >= 0
 

@@ -18,7 +18,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._marker imp
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._roots import within
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tree import UnsafePath, clear, is_empty, opened
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tree import measure as measure_tree
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import open_files
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import open_files, proc_file
 
 
 def measure(root):
@@ -98,15 +98,13 @@ def find_holders(roots, proc="/proc", skip_pids=None):
 
 def _command(proc, pid):
     try:
-        with open("%s/%d/cmdline" % (proc, pid), "rb") as f:
-            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+        argv = [a.decode("utf-8", "replace") for a in proc_file("%s/%d/cmdline" % (proc, pid)).split(b"\0") if a]
         if argv:
             text = " ".join(" ".join(argv).split())
             return text if len(text) <= 200 else text[:197] + "..."
     except OSError:
         pass
     try:
-        with open("%s/%d/comm" % (proc, pid), "rb") as f:
-            return "[{}]".format(f.read().decode("utf-8", "replace").strip())
+        return "[{}]".format(proc_file("%s/%d/comm" % (proc, pid)).decode("utf-8", "replace").strip())
     except OSError:
         return "?"

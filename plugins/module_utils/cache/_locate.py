@@ -25,7 +25,8 @@ import os
 import re
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._view import getpwnam, getpwuid
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import getpwnam, getpwuid
 
 CACHE_NAMES = ("inductor", "triton", "torch_extensions", "cuda")
 
@@ -99,11 +100,11 @@ class Identity:
             if not os.path.isabs(value):
                 notes.append(f"{var}={value} skipped: relative to the job's working directory")
                 continue
-            if os.path.isdir(value):
+            if _root.isdir(value):
                 return value, var, notes
             notes.append(f"{var}={value} skipped: not a directory")
         for cand in ("/tmp", "/var/tmp", "/usr/tmp"):
-            if os.path.isdir(cand):
+            if _root.isdir(cand):
                 return cand, cand, notes
         return "/tmp", "/tmp", notes
 

@@ -18,8 +18,9 @@ import stat
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._locate import CacheError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._marker import MARKER
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tree import UnsafePath, lookup, make_dirs
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._view import getpwall
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import getpwall
 
 # A cache root may never be one of these, lie inside one, nor hold one.
 FORBIDDEN_TREES = (
@@ -43,10 +44,10 @@ def protected_homes(extra=()):
         entries = []
     for entry in entries:
         if entry.pw_dir and os.path.isabs(entry.pw_dir):
-            homes.add(os.path.realpath(entry.pw_dir))
+            homes.add(_root.realpath(entry.pw_dir))
     for path in extra:
         if path and os.path.isabs(path):
-            homes.add(os.path.realpath(path))
+            homes.add(_root.realpath(path))
     homes.discard("/")
     return homes
 
@@ -59,7 +60,7 @@ def _venv_around(real):
     """The virtual environment ``real`` is, or lies in (a directory holding pyvenv.cfg), or None."""
     cur = real
     while cur != "/":
-        if os.path.lexists(os.path.join(cur, "pyvenv.cfg")):
+        if _root.lexists(os.path.join(cur, "pyvenv.cfg")):
             return cur
         cur = os.path.dirname(cur)
     return None
@@ -91,7 +92,7 @@ def unsafe_root(real, homes=(), venv=None):
         if within(home, real):
             return f"contains the home directory {home}"
     if venv:
-        for spelt in sorted({os.path.normpath(venv), os.path.realpath(venv)}):
+        for spelt in sorted({os.path.normpath(venv), _root.realpath(venv)}):
             if within(spelt, real):
                 return f"contains the virtual environment {spelt}"
             if within(real, spelt):

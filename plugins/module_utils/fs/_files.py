@@ -22,6 +22,7 @@ import stat
 import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 
 # The most bytes read of each kind of file. Real files are far below: a cap only stops a hostile
 # or broken one (a link to /dev/zero is refused before, a huge regular file is cut here).
@@ -81,7 +82,9 @@ def open_stat(path, dir_fd=None, what=None):
     """open_regular(), and the file's fstat: ``(fd, stat_result)``."""
     what = what or path
     try:
-        fd = os.open(path, _FLAGS, dir_fd=dir_fd)
+        # A path is resolved inside the container's root when a node reads one (fs/_root); a
+        # name relative to a handle is one entry of a directory opened that way.
+        fd = _root.open(path, _FLAGS) if dir_fd is None else os.open(path, _FLAGS, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise Skipped("%s is a symbolic link: not followed, not read" % what) from None

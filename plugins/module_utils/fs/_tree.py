@@ -22,11 +22,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import platform
 import posixpath
 import stat
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # A directory opened to be listed; a step of the walk needs only search permission (O_PATH).
@@ -35,10 +35,8 @@ _STEP_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLO
 # Beyond this depth a tree is not entered: each level holds a descriptor open while it is walked.
 MAX_DEPTH = 256
 
-_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
-_RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x02, 0x04, 0x08
 # usable: None not tried yet; False the kernel, libc or a seccomp filter lacks it (the walk is used).
-OPENAT2 = {"usable": None if _SYS_OPENAT2 else False}
+OPENAT2 = {"usable": None}
 
 
 class UnsafePath(GpufleetError):
@@ -107,51 +105,24 @@ def _parts(path):
     return [c for c in path.split("/") if c and c != "."]
 
 
-def _openat2_call():
-    """``call(dirfd, rel) -> (fd, errno)`` through libc's syscall(), made once; None without it."""
-    if "call" not in OPENAT2:
-        import ctypes  # only here: targets without openat2 never pay for it
-
-        class OpenHow(ctypes.Structure):
-            _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-        try:
-            syscall = ctypes.CDLL(None, use_errno=True).syscall
-        except (OSError, AttributeError):
-            syscall = None
-        how = OpenHow(DIR_FLAGS, 0, _RESOLVE_NO_SYMLINKS | _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS)
-
-        def call(dirfd, rel):
-            fd = syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dirfd), ctypes.c_char_p(rel),
-                         ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
-            return fd, ctypes.get_errno()
-
-        if syscall is not None:
-            syscall.restype = ctypes.c_long
-        OPENAT2["call"] = call if syscall is not None else None
-    return OPENAT2["call"]
-
-
 def _openat2(path):
     """A descriptor of ``path`` resolved beneath / with no symbolic link, or None when openat2
     cannot say (not available, or it failed: the walk then finds and names the reason)."""
     if OPENAT2["usable"] is False:
         return None
-    call = _openat2_call()
-    if call is None:
-        OPENAT2["usable"] = False
-        return None
-    root = os.open("/", DIR_FLAGS)
+    root = _root.anchor(DIR_FLAGS)
     try:
-        fd, err = call(root, os.fsencode(path.lstrip("/") or "."))
+        fd = _root.calls().open2(root, path.lstrip("/") or ".", DIR_FLAGS,
+                                 _root.RESOLVE_NO_SYMLINKS | _root.RESOLVE_BENEATH | _root.RESOLVE_NO_MAGICLINKS)
+    except OSError:
+        return None
     finally:
         os.close(root)
-    if fd >= 0:
-        OPENAT2["usable"] = True
-        return fd
-    if err in (errno.ENOSYS, errno.EPERM, errno.E2BIG) and OPENAT2["usable"] is None:
-        OPENAT2["usable"] = False  # no openat2 here (old kernel, or a seccomp filter refuses it)
-    return None
+    if fd is None:
+        OPENAT2["usable"] = False  # no openat2 here (an old kernel, or a seccomp filter refuses it)
+        return None
+    OPENAT2["usable"] = True
+    return fd
 
 
 def _refusal(path, parent_fd, here, name, last):
@@ -207,7 +178,7 @@ def _real(parts):
 
 def _walk(path, parts, make=None):
     """The component walk; with ``make`` (``(mode, owner)``) missing directories are created."""
-    stack = [os.open("/", _STEP_FLAGS)]
+    stack = [_root.anchor(_STEP_FLAGS)]
     names = []
     try:
         for i, name in enumerate(parts):
@@ -460,7 +431,7 @@ def walk(path, expect=None):
     parts = _parts(path)
     if ".." in parts:
         raise ValueError(f"{path!r} holds '..': give the real path")
-    fd = os.open("/", _STEP_FLAGS)
+    fd = _root.anchor(_STEP_FLAGS)
     names = []
     chain = []
     try:

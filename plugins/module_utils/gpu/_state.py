@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import read_gpus
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._smi import NO_GPU_KINDS, GpuError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import (
@@ -335,7 +336,7 @@ def container_view(reading, proc=PROC, dev=None):
     numbered from 0 in the node's order; the apps (node_readiness gave only this container's, with
     their PIDs in it) of those GPUs."""
     try:
-        minors = set(m for m in (device_minor(name) for name in os.listdir(dev or DEV) if name.startswith("nvidia")) if m is not None)
+        minors = set(m for m in (device_minor(name) for name in _root.listdir(dev or DEV) if name.startswith("nvidia")) if m is not None)
     except OSError:
         minors = set()
     uuids = driver_minor_uuids(proc)

@@ -29,7 +29,10 @@ import os
 import re
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped, open_regular, read_fd
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import proc_file
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import current_view
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import label_cuda, name_cuda, soname_cuda
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._elf import _read_needed
 
@@ -103,6 +106,17 @@ def read_maps(pid, proc=PROC, problems=None, seconds=READ_SECONDS):
     process is gone. Another user's process that cannot be read is said in ``problems``."""
     problems = [] if problems is None else problems
     what = "%s/%d/maps" % (proc, pid)
+    if current_view() is not None:
+        # A container read from its node: the node's /proc of its process, never its own procfs.
+        try:
+            data = proc_file(what)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ESRCH):
+                problems.append("%s cannot be read: %s" % (what, exc.strerror or exc))
+            return None
+        if len(data) > MAPS_CAP:
+            problems.append("%s is larger than %d bytes: truncated at %d bytes" % (what, MAPS_CAP, MAPS_CAP))
+        return data[:MAPS_CAP]
     try:
         # /proc files are not symbolic links and cannot be FIFOs; the flags are the file layer's all the same.
         fd = os.open(what, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
@@ -157,13 +171,14 @@ class VenvIndex(object):
 
     SHIPPERS = ("nvidia-", "torch", "triton")
 
-    def __init__(self, dists, clobbered=(), resolve=os.path.realpath):
+    def __init__(self, dists, clobbered=(), resolve=None):
         self.dists = list(dists)
         self.owners = {}
         self.keys = {}
         self.rel = {}
         self.sites = {}  # a site directory as RECORD names it -> as the process sees it
         self._loaded = set()
+        resolve = resolve or _root.realpath
         for dist in self.dists:
             site = dist.site_dir.rstrip("/") + "/"
             if site not in self.sites:
@@ -339,8 +354,7 @@ def _comm(pid, proc, describe):
         info = describe(pid) or {}
         return info.get("comm")
     try:
-        with open("%s/%d/comm" % (proc, pid), "rb") as f:
-            return f.read(64).decode("utf-8", "replace").strip()
+        return proc_file("%s/%d/comm" % (proc, pid))[:64].decode("utf-8", "replace").strip()
     except OSError:
         return None
 

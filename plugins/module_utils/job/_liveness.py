@@ -25,14 +25,14 @@ Private to gpufleet.hygiene (leading underscore): not a public API. Standard lib
 
 from __future__ import annotations
 
-import pwd
 import re
 import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import read_window, stat_log
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import DEFAULT_PATTERN, readings
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import PROC, ancestors, parse_status, read_stat, user_name
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import PROC, ancestors, parse_status, proc_file, read_stat, user_name
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import getpwnam
 
 DEFAULT_STALL_AFTER = 900
 # How much of the log's end is searched for the last throughput reading: a job logs one every few
@@ -49,7 +49,7 @@ def uids_of(names):
             out.add(int(text))
             continue
         try:
-            out.add(pwd.getpwnam(text).pw_uid)
+            out.add(getpwnam(text).pw_uid)
         except KeyError:
             continue
     return out
@@ -66,10 +66,10 @@ def job_owners(job, users=None, leftover_users=None):
 
 
 def _owner(pid, proc):
-    """(real uid, NSpid list) of a live PID, or (None, [])."""
+    """(real uid, NSpid list) of a live PID, or (None, []): on a container read from its node, its
+    uid as the container sees it (its uid map), as the job's users are named there."""
     try:
-        with open("%s/%d/status" % (proc, pid), "r", encoding="utf-8", errors="replace") as f:
-            return parse_status(f.read())
+        return parse_status(proc_file("%s/%d/status" % (proc, pid)).decode("utf-8", "replace"))
     except OSError:  # gone (parse_status raises nothing: it reads only digits as numbers)
         return None, []
 

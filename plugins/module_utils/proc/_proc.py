@@ -35,18 +35,14 @@ import subprocess
 import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._ordinary import DAEMONS, ORDINARY
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._view import current as current_view
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._view import getpwuid
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import current_view, getpwuid
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._cgroup import vmid_of_cgroup
 
 PROC = "/proc"
 DEFAULT_DEVICE_PATTERNS = ("/dev/nvidia*",)
 
-_VMID_RES = (
-    re.compile(r"/lxc/(\d+)(?:/|$)"),
-    re.compile(r"(?:^|/)lxc\.payload\.(\d+)(?:/|$)"),
-    re.compile(r"(?:^|/)lxc\.payload/(\d+)(?:/|$)"),
-)
 _MINOR_RE = re.compile(r"nvidia(\d+)$")
 PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
 
@@ -55,18 +51,26 @@ class ProcError(GpufleetError):
     """A scope that cannot be applied (a bad pattern, tmux missing): the message says what."""
 
 
+def proc_file(path):
+    """The bytes of a /proc file: on a container read from its node, from the node's /proc as the
+    container would see it (view/_view), never from the container's own procfs."""
+    return _read(path, binary=True)
+
+
 def _read(path, binary=False):
-    view = current_view()  # a container read from its node: its /proc/<pid> from the node's (proxmox/_view)
-    data = view.read_proc(path) if view is not None else None
-    if data is not None:
-        return data if binary else data.decode("utf-8", "replace")
-    if binary:
+    """A /proc file's bytes (or text). A container read from its node: from the node's /proc,
+    as the container would see it (view/_view), never from the container's own procfs."""
+    view = current_view()
+    if view is not None:
+        data = view.read_proc(path)
+        if data is None:  # not a /proc path: no process fact of the container's
+            raise FileNotFoundError(errno.ENOENT, "not a /proc file", path)
+    else:
         with open(path, "rb") as f:
-            return f.read()
+            data = f.read()
     # A process names itself (prctl PR_SET_NAME) with any bytes: its stat line must still be
     # read, or that process would look gone and be neither listed nor stopped.
-    with open(path, "r", encoding="utf-8", errors="replace") as f:
-        return f.read()
+    return data if binary else data.decode("utf-8", "replace")
 
 
 # --------------------------------------------------------------------------- one process
@@ -113,29 +117,15 @@ def parse_status(text):
     return uid, nspid
 
 
-def vmid_from_cgroup(text):
-    """The LXC container a process lives in, from /proc/<pid>/cgroup text, or None."""
-    for line in text.splitlines():
-        path = line.split(":", 2)[-1]
-        if "lxc.monitor" in path:
-            continue  # the container's monitor runs on the node, outside it
-        for rx in _VMID_RES:
-            m = rx.search(path)
-            if m:
-                return int(m.group(1))
-    return None
-
-
 _USER_NAMES = {}
 
 
 def user_name(uid):
     if uid is None:
         return None
-    view = current_view()
-    if view is not None:  # the container's user of that uid, from its /etc/passwd
+    if current_view() is not None:  # the container's user of that uid, from its /etc/passwd (not this host's cache)
         try:
-            return view.getpwuid(uid).pw_name
+            return getpwuid(uid).pw_name
         except KeyError:
             return str(uid)
     if uid not in _USER_NAMES:
@@ -186,7 +176,7 @@ def describe(pid, proc=PROC):
     except (IOError, OSError, ValueError):
         pass
     with contextlib.suppress(IOError, OSError):
-        info["vmid"] = vmid_from_cgroup(_read("%s/%d/cgroup" % (proc, pid)))
+        info["vmid"] = vmid_of_cgroup(_read("%s/%d/cgroup" % (proc, pid)))
     return info
 
 
@@ -232,13 +222,13 @@ def ancestors(pid=None, proc=PROC):
 def _listdir(path):
     view = current_view()
     names = view.listdir(path) if view is not None else None
-    return os.listdir(path) if names is None else names
+    return _root.listdir(path) if names is None else names
 
 
 def _readlink(path):
     view = current_view()
     target = view.readlink(path) if view is not None else None
-    return os.readlink(path) if target is None else target
+    return _root.readlink(path) if target is None else target
 
 
 def all_pids(proc=PROC):
@@ -417,7 +407,7 @@ def driver_minor_uuids(proc=PROC):
     out = {}
     base = os.path.join(proc, "driver", "nvidia", "gpus")
     try:
-        entries = os.listdir(base)
+        entries = _listdir(base)
     except OSError:
         return out
     for entry in entries:
@@ -445,7 +435,7 @@ def driver_minor_uuids(proc=PROC):
 def detect_vantage(root="/"):
     """'container' when this runs inside a container (LXC, systemd-nspawn, Docker, Podman), else 'node'."""
     for marker in ("run/systemd/container", ".dockerenv", "run/.containerenv"):
-        if os.path.exists(os.path.join(root, marker)):
+        if _root.exists(os.path.join(root, marker)):
             return "container"
     try:
         env = _read(os.path.join(root, "proc", "1", "environ"), binary=True)

@@ -37,10 +37,11 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._smi import GpuError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import container_view
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import describe
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct, _view
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, bad_option, read
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import brief
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.transport import _bootstrap
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view import _view
 
 
 def container_args(entry):
@@ -241,7 +242,7 @@ def read_node(module, containers, max_parallel, timeout, as_brief=False, gpus=No
 
 # ------------------------------------------------------------------------------------------------
 # The node read: every container read here, in this process, through its root directory handle
-# (proxmox/_view); nothing of a container runs.
+# (view/_view); nothing of a container runs, nothing of it is taken for code.
 
 READ_FROM = ("node", "container")
 
@@ -291,9 +292,15 @@ def not_running(vmid, why):
             "msg": _pct.message(_pct.NOT_RUNNING, vmid=vmid) + " (%s)" % why}
 
 
+# What a container's read may take beyond its own read_timeout before it is left behind: the
+# checks are judged after the reads, in memory.
+VIEW_GRACE = 5.0
+
+
 def read_in_view(view, options, check_mode, gpus, health):
-    """One container's readiness result, read through its view (in a thread whose root is the
-    container's); a read that fails is this container's failed result."""
+    """One container's readiness result, read through its view (in a thread inside the
+    container's root, view/_view.run); a read that fails, or that has not finished by its
+    read_timeout (and VIEW_GRACE), is this container's failed result."""
     given = None if gpus is None else dict(gpus[0], apps=gpus[1].get(view.vmid, []))
     if given is not None and given.get("error"):
         health = None  # nothing to assess: its gpu_idle check fails with the node's reason
@@ -307,8 +314,11 @@ def read_in_view(view, options, check_mode, gpus, health):
         reading = (lambda: container_health(health, mine, options.get("gpu_driver_pin"))) if health is not None else None
         return read(options, _refuse_run, _no_tool, check_mode, gpu_reading=given, health_reading=reading)
 
+    seconds = (options.get("read_timeout") or ARGUMENT_SPEC["read_timeout"]["default"]) + VIEW_GRACE
     try:
-        result = _view.run_in(view, work)
+        result = _view.run(view, work, seconds)
+    except _view.Late as exc:
+        return {"changed": False, "failed": True, "rc": None, "unreadable": True, "msg": exc.msg}
     except Exception as exc:  # noqa: BLE001 - one container's failure is its own result
         return {"changed": False, "failed": True, "rc": None,
                 "msg": "reading container %s from its node failed: %s" % (view.vmid, exc)}
@@ -332,5 +342,9 @@ def read_from_node(module, jobs, max_parallel, gpus, nvidia_smi, timeout, lxc_pa
             return host, not_running(vmid, missing[vmid])
         return host, read_in_view(views[vmid], options, module.check_mode, gpus, health)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel or os.cpu_count() or 1, len(jobs) or 1))) as pool:
-        return dict(pool.map(one, jobs))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(max_parallel or os.cpu_count() or 1, len(jobs) or 1))) as pool:
+            return dict(pool.map(one, jobs))
+    finally:
+        for view in views.values():
+            view.close()

@@ -18,6 +18,7 @@ import re
 import threading
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import CACHE_NAMES, TorchCache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, out_of_range
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._findings import check_record
@@ -290,12 +291,12 @@ def check_job(live, job):
     the summary it carries ``state`` (none, running, stalled) and ``leftovers`` for the repair,
     and with a log ``throughput`` ({tokens_per_s, baseline, ratio}: its last reading, for the
     reports; the verdict is the throughput gate's, not this check's)."""
-    error = bool(job.get("failed")) or bool(live.get("skipped"))
+    error = bool(job.get("failed")) or bool(live.get("skipped")) or bool(live.get("failed"))
     leftovers = live.get("leftovers", [])
     state = live.get("state", "unknown")
     parts = []
     if error:
-        parts.append(job.get("msg") or "the job's liveness could not be read: %s" % live.get("skip_reason"))
+        parts.append(job.get("msg") or live.get("msg") or "the job's liveness could not be read: %s" % live.get("skip_reason"))
     elif state == "stalled":
         parts.append("job (pid %s) stalled: %s" % (_pids(live["pids"]), live["reason"]))
     elif state == "running":
@@ -469,7 +470,8 @@ def read(p, run, which, check_mode=False, gpu_reading=None, health_reading=None)
     targets = (read_gpus_into_gpu, read_the_rest) + ((read_health_into_health,) if p.get("gpu_health") else ())
     if not p.get("gpu_health"):
         keep("gpu_health", skipped("gpu_health=false"))
-    readers = [threading.Thread(target=target, daemon=True) for target in targets]
+    # Each thread reads where this one does (a container's root, when its node reads it: fs/_root).
+    readers = [threading.Thread(target=_root.carried(target), daemon=True) for target in targets]
     for reader in readers:
         reader.start()
     for reader in readers:
@@ -481,10 +483,25 @@ def read(p, run, which, check_mode=False, gpu_reading=None, health_reading=None)
         for name in READS:
             result[name] = done[name] if name in done else _late(name, seconds)
         env = done.get("venv") if "cuda_contamination" in done else None
-    result["liveness"] = read_liveness(p, result)
-    # After the other reads (it needs their processes, GPU holders and reference), in what is left
-    # of read_timeout (a second at least: a maps read is milliseconds).
-    result["job_libraries"] = read_libraries(p, result, env, max(1.0, deadline - time.monotonic()))
+    # After the other reads (they need their processes, GPU holders and reference), in what is left
+    # of read_timeout (a second at least: a maps read is milliseconds), in a thread of their own:
+    # a job log or a /proc file that does not answer leaves them behind, never the caller.
+    later = {}
+
+    def read_job():
+        try:
+            later["liveness"] = read_liveness(p, result)
+            later["job_libraries"] = read_libraries(p, result, env, max(0.5, deadline - time.monotonic()))
+        except Exception as exc:  # noqa: BLE001 - raised again in the calling thread
+            crashed.append(exc)
+
+    job_reader = threading.Thread(target=_root.carried(read_job), daemon=True)
+    job_reader.start()
+    job_reader.join(max(1.0, deadline - time.monotonic()))
+    if crashed:
+        raise crashed[0]
+    for name in ("liveness", "job_libraries"):
+        result[name] = later.get(name) or _late(name, seconds)
     result["checks"] = judge(result, p["allow_running_job"], p.get("strict_baseline", False))
     result["ready"] = all(c["ok"] for c in result["checks"])
     result["running_job"] = bool(result["processes"].get("processes"))

@@ -99,6 +99,7 @@ TRAVELS = (
     "cache._torch_cache",
     "common._errors",
     "fs._files",
+    "fs._root",
     "fs._tail",
     "fs._tree",
     "gpu._findings",
@@ -115,7 +116,6 @@ TRAVELS = (
     "job._throughput",
     "proc._ordinary",
     "proc._proc",
-    "proxmox._view",
     "readiness._options",
     "readiness._readiness",
     "readiness._record",
@@ -128,6 +128,8 @@ TRAVELS = (
     "venv._lockfile",
     "venv._names",
     "venv._pkgtool",
+    "view._accounts",
+    "view._cgroup",
 )
 
 

@@ -19,8 +19,8 @@ import tempfile
 import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tree
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._view import seen_uid
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root, _tree
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import seen_uid
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import reference, scan
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import (
     DistError,
@@ -107,7 +107,7 @@ def _state_dir_fd(create, path=None, mode=0o755):
     parts = [p for p in (path or STATE_DIR).split("/") if p and p != "."]
     if not parts or ".." in parts:
         raise OSError(errno.EINVAL, "%r is no directory below / (a path without '..')" % (path or STATE_DIR))
-    fd = os.open("/", _DIR_FLAGS)
+    fd = _root.anchor(_DIR_FLAGS)  # a container read from its node: its own /
     try:
         for i, part in enumerate(parts):
             try:
@@ -351,7 +351,7 @@ class RestoreRecord(object):
     def __init__(self, venv):
         import hashlib
 
-        self.venv = os.path.realpath(venv)
+        self.venv = _root.realpath(venv)
         self.name = hashlib.sha256(self.venv.encode("utf-8", "surrogateescape")).hexdigest()[:32] + ".json"
         self.where = os.path.join(STATE_DIR, self.name)
 
@@ -506,12 +506,12 @@ class Contamination(object):
             raise DistError(
                 "%s is both protected and in also_remove; a protected package is never removed: "
                 "drop it from also_remove or from protect" % ", ".join(clash))
-        if find_links and not os.path.isdir(find_links):
+        if find_links and not _root.isdir(find_links):
             raise DistError("find_links %s is not a directory of wheels" % find_links)
         self.python = self.env.python
         self.sites = self.env.site_dirs
-        root = os.path.realpath(self.venv) + os.sep
-        self.own_sites = set(os.path.realpath(s) for s in self.sites if os.path.realpath(s).startswith(root))
+        root = _root.realpath(self.venv) + os.sep
+        self.own_sites = set(_root.realpath(s) for s in self.sites if _root.realpath(s).startswith(root))
         self.restore_record = RestoreRecord(self.venv)
 
     def _installer_run(self, argv):
@@ -587,10 +587,10 @@ class Contamination(object):
         """``(anchor, rel)``: the file at ``abs_path`` (a RECORD row of ``dist``) as a path below
         the venv's real directory, where the stash takes it from and puts it back (a bin/ script
         as well as a file of site-packages); ``(None, abs_path)`` when it is not below it."""
-        venv = os.path.realpath(self.venv)
+        venv = _root.realpath(self.venv)
         rel = os.path.relpath(abs_path, dist.site_dir)
-        real = os.path.normpath(os.path.join(os.path.realpath(dist.site_dir), rel))
-        if os.path.realpath(dist.site_dir) not in self.own_sites or not real.startswith(venv.rstrip("/") + "/"):
+        real = os.path.normpath(os.path.join(_root.realpath(dist.site_dir), rel))
+        if _root.realpath(dist.site_dir) not in self.own_sites or not real.startswith(venv.rstrip("/") + "/"):
             return None, abs_path
         return venv, real[len(venv.rstrip("/")) + 1:]
 
@@ -604,7 +604,7 @@ class Contamination(object):
                 kept.append({"name": item["name"], "reason": "protected"})
             elif not valid_project_name(dist.name) or not valid_version(dist.version):
                 kept.append({"name": item["name"], "reason": _UNSAFE % (dist.name, dist.version, dist.info_dir)})
-            elif os.path.realpath(dist.site_dir) not in self.own_sites:
+            elif _root.realpath(dist.site_dir) not in self.own_sites:
                 kept.append({"name": item["name"], "reason": "installed outside the venv, in %s" % dist.site_dir})
             else:
                 remove.append(dist)
@@ -612,7 +612,7 @@ class Contamination(object):
             dist = by_key.get(key)
             if dist is None or dist in remove:
                 continue
-            if os.path.realpath(dist.site_dir) not in self.own_sites:
+            if _root.realpath(dist.site_dir) not in self.own_sites:
                 kept.append({"name": dist.name, "reason": "installed outside the venv, in %s" % dist.site_dir})
                 continue
             if not valid_project_name(dist.name) or not valid_version(dist.version):
@@ -630,7 +630,7 @@ class Contamination(object):
                 continue
             for dist, algo, digest in keepers:
                 ok = False
-                if os.path.lexists(abs_path):
+                if _root.lexists(abs_path):
                     if not digest:
                         ok = True
                     else:
@@ -651,13 +651,13 @@ class Contamination(object):
             reinstall.values(), key=lambda d: d.key)
 
     def remediate(self, result, dists, shared):
-        if not (os.path.isfile(os.path.join(self.venv, "pyvenv.cfg")) or os.path.isdir(os.path.join(self.venv, "conda-meta"))):
+        if not (_root.isfile(os.path.join(self.venv, "pyvenv.cfg")) or _root.isdir(os.path.join(self.venv, "conda-meta"))):
             # A system prefix (/usr, or "/opt/venv/../../usr") has a bin/python3 and, on many
             # distributions, a lib/python3.X/site-packages: it looks like a venv, and is the OS's.
             raise DistError(
                 "venv %s (%s) has no pyvenv.cfg and no conda-meta: it is neither a virtual nor a conda environment, "
                 "and packages are removed only from one of those; give the training venv's own directory"
-                % (self.venv, os.path.realpath(self.venv)))
+                % (self.venv, _root.realpath(self.venv)))
         remove, kept, preserve, reinstall = self.plan(dists, result["contaminants"], shared)
         # What an earlier run failed to restore is reinstalled now, with or without a removal.
         keys = set(d.key for d in reinstall)

@@ -23,6 +23,7 @@ import os
 import re
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import read_optional
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import canonical_name, file_digest, file_identity, path_identity
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._elf import dt_needed
@@ -320,7 +321,7 @@ def judge_shared(shared):
     clobbered = []
     for abs_path, group in sorted(shared.items()):
         actual = {}
-        exists = os.path.lexists(abs_path)
+        exists = _root.lexists(abs_path)
         matching = [d for d, _rel, algo, digest in group
                     if digest and exists and _cached_digest(actual, abs_path, algo) == digest]
         for dist, rel, _algo, digest in group:

@@ -15,7 +15,7 @@ import errno
 import os
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tree
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root, _tree
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import (
     CAPS,
     Skipped,
@@ -251,7 +251,7 @@ def path_identity(path):
     """file_identity() of ``path`` itself (a link is not followed), or None when it does not
     exist or cannot be looked at."""
     try:
-        st = os.lstat(path)
+        st = _root.lstat(path)
     except OSError:
         return None
     return file_identity(st)
@@ -267,7 +267,7 @@ class Anchor(object):
 
     def __init__(self, site):
         self.site = site
-        self.real = os.path.realpath(site)
+        self.real = _root.realpath(site)
         self.chain = None
         self.dir = None
         try:
@@ -501,7 +501,7 @@ class Distribution(object):
                 continue
             checked += 1
             try:
-                st = os.stat(abs_path)
+                st = _root.stat_path(abs_path)
             except OSError:
                 missing.append(rel)
                 continue
@@ -520,13 +520,13 @@ def venv_python(venv):
     """The interpreter of a virtual environment, or a DistError saying what is wrong."""
     if not venv:
         raise DistError("venv is empty: give the path of a virtual environment")
-    if not os.path.exists(venv):
+    if not _root.exists(venv):
         raise DistError("venv %s does not exist" % venv)
-    if not os.path.isdir(venv):
+    if not _root.isdir(venv):
         raise DistError("venv %s is not a directory" % venv)
     for cand in ("bin/python", "bin/python3"):
         path = os.path.join(venv, cand)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
+        if _root.executable(path):
             return path
     raise DistError(
         "venv %s has no bin/python: it is not a virtual environment, or it is broken "
@@ -552,14 +552,14 @@ def venv_site_dirs(venv):
     candidates = []
     for lib in ("lib", "lib64"):
         try:
-            names = sorted(n for n in os.listdir(os.path.join(venv, lib)) if n.startswith("python"))
+            names = sorted(n for n in _root.listdir(os.path.join(venv, lib)) if n.startswith("python"))
         except OSError:
             continue
         candidates.extend(os.path.join(venv, lib, n, "site-packages") for n in names)
     candidates.append(os.path.join(venv, "Lib", "site-packages"))
     for path in candidates:
-        if os.path.isdir(path):
-            real = os.path.realpath(path)
+        if _root.isdir(path):
+            real = _root.realpath(path)
             if real not in seen:
                 seen.add(real)
                 found.append(path)
@@ -576,7 +576,7 @@ def interpreter_site_dirs(python, run):
     training process started from a clean environment would. Only for an interpreter the
     user named (pip_inventory's ``python``), never a venv's own: see base_site_dirs().
     """
-    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+    if not _root.executable(python):
         raise DistError("python %s does not exist or is not executable" % python)
     import json
 
@@ -587,7 +587,7 @@ def interpreter_site_dirs(python, run):
         paths = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise DistError("%s printed no sys.path: %r" % (python, (out or "")[:200])) from None
-    return [p for p in paths if p and os.path.isdir(p)]
+    return [p for p in paths if p and _root.isdir(p)]
 
 
 def interpreter_dirs(python):
@@ -640,7 +640,7 @@ def base_site_dirs(cfg):
         for lib in ("lib", "lib64"):
             candidates.append(os.path.join(prefix, lib, name, "dist-packages"))
             candidates.append(os.path.join(prefix, lib, name, "site-packages"))
-    found = [c for c in candidates if os.path.isdir(c)]
+    found = [c for c in candidates if _root.isdir(c)]
     if not found:
         return [], "pyvenv.cfg's home %s has no site-packages or dist-packages beside it: the base installation's packages are not read" % home
     return found, None
@@ -654,7 +654,7 @@ def pth_dirs(site, problems=None):
     found = []
     problems = [] if problems is None else problems
     try:
-        names = sorted(n for n in os.listdir(site) if n.endswith(".pth"))
+        names = sorted(n for n in _root.listdir(site) if n.endswith(".pth"))
     except OSError:
         return found
     for name in names:
@@ -664,7 +664,7 @@ def pth_dirs(site, problems=None):
             if not line or line.startswith(("#", "import ", "import\t")):
                 continue
             path = os.path.normpath(os.path.join(site, line))
-            if os.path.isdir(path):
+            if _root.isdir(path):
                 found.append(path)
     return found
 
@@ -685,13 +685,13 @@ def environment_site_dirs(venv, own=None, problems=None):
                 sites.append(path)
     cfg = read_pyvenv_cfg(venv, problems)
     if cfg.get("include-system-site-packages", "false").lower() == "true":
-        seen = set(os.path.realpath(s) for s in sites)
+        seen = set(_root.realpath(s) for s in sites)
         base, problem = base_site_dirs(cfg)
         if problem:
             problems.append(problem)
         for path in base:
-            if os.path.realpath(path) not in seen:
-                seen.add(os.path.realpath(path))
+            if _root.realpath(path) not in seen:
+                seen.add(_root.realpath(path))
                 sites.append(path)
     return sites
 
@@ -707,7 +707,7 @@ def iter_distributions(site_dirs):
     anchors = {}
     for site, entry in info_entries(site_dirs):
         path = os.path.join(site, entry)
-        if not os.path.isdir(path):
+        if not _root.isdir(path):
             continue
         if site not in anchors:
             anchors[site] = Anchor(site)
@@ -724,7 +724,7 @@ def info_entries(site_dirs):
     """``(site, entry)`` of every ``*.dist-info`` / ``*.egg-info`` name in the site directories, in order."""
     for site in site_dirs:
         try:
-            entries = sorted(os.listdir(site))
+            entries = sorted(_root.listdir(site))
         except OSError:
             continue
         for entry in entries:
@@ -829,7 +829,7 @@ def inventory(venv, python, baseline, verify_files, run):
 
     ``run(argv)`` returns ``(rc, stdout, stderr)``; raises DistError.
     """
-    if not venv and python and os.path.isfile(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(python))), "pyvenv.cfg")):
+    if not venv and python and _root.isfile(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(python))), "pyvenv.cfg")):
         # A venv's interpreter may be anyone's program: its venv is read from files instead.
         venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
     if venv:
@@ -837,7 +837,7 @@ def inventory(venv, python, baseline, verify_files, run):
         sites, dists, shadowed = env.site_dirs, env.distributions, env.shadowed
     else:
         # Another interpreter is run to ask its sys.path: as root only when root alone controls it.
-        real = os.path.realpath(python)
+        real = _root.realpath(python)
         sites = interpreter_site_dirs(python, privileged_run(run_as(os.path.dirname(real), python, interpreter_dirs(real)), run))
         dists, shadowed = iter_distributions(sites)
     result = {

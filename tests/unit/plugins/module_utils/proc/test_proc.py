@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""proc/_proc: /proc reading (start time, cgroup -> vmid, NSpid), fd scans, scope, and real signals."""
+"""proc/_proc: /proc reading (start time, NSpid), fd scans, scope, and real signals."""
 
 from __future__ import annotations
 
@@ -32,7 +32,6 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
     terminate,
     tmux_name_problem,
     tmux_pane_pids,
-    vmid_from_cgroup,
 )
 from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
 
@@ -81,25 +80,6 @@ def test_nspid_is_taken_only_when_every_entry_is_ascii_digits(nspid_line, nspid)
 def test_protection_is_pid_1_of_any_namespace_or_a_kernel_thread(info, why):
     got = _proc.protection(info)
     assert (got is None) if why is None else (why in got), got
-
-
-@pytest.mark.parametrize("text, vmid", [
-    ("0::/lxc/200/ns/user.slice/user-0.slice/session-3.scope\n", 200),      # PVE, cgroup v2
-    ("12:pids:/lxc/105/ns\n11:memory:/lxc/105/ns\n0::/lxc/105/ns/init.scope\n", 105),
-    ("0::/lxc.payload.300/system.slice/ssh.service\n", 300),               # plain LXC 4+
-    ("0::/lxc.monitor/200\n", None),                                       # the monitor, on the node
-    ("0::/lxc.monitor.200\n", None),
-    ("0::/user.slice/user-0.slice/session-1.scope\n", None),               # the node itself
-    ("0::/system.slice/lxc-200.service\n", None),
-])
-def test_vmid_from_cgroup(text, vmid):
-    assert vmid_from_cgroup(text) == vmid
-
-
-def test_a_colon_in_a_cgroup_name_does_not_move_a_process_to_another_container():
-    """A cgroup path is everything after the second colon: a user may name a cgroup of its own
-    (delegated) with colons, and the rest of the name must not be read as another container's."""
-    assert vmid_from_cgroup("0::/lxc/100/ns/user.slice/x:/lxc/200/ns/init.scope\n") == 100
 
 
 @pytest.mark.parametrize("flags, kthread", [

@@ -6,39 +6,32 @@
 """A running LXC container seen from its Proxmox VE node: the node read's container view.
 
 The node reads its containers in its own process (node_readiness), nothing of a container
-executed. For each running container it finds, in the node's /proc (scanned once for all of
-them), the container's processes by their cgroup (``…/lxc/<vmid>/…``) with their PID inside
-the container (the last ``NSpid:`` field), its init (the process whose PID there is 1), and
-opens:
+executed and nothing of it taken for code. For each running container it finds, in the node's
+/proc (scanned once for all of them), the container's processes by the cgroup the node made for
+it (view/_cgroup) with their PID inside the container (the last ``NSpid:`` field), its init (the
+process whose PID there is 1), and opens:
 
-- ``/proc/<init pid>/root`` once, as a directory handle: the container's root;
+- ``/proc/<init pid>/root`` once, as a directory handle: the container's root, a fs/_root.Root;
 - ``/proc/<host pid>`` of each of its processes, as a directory handle: a handle stays bound to
   its process, so a PID reused meanwhile by another process is never read in its place;
-- its ``uid_map`` / ``gid_map``: owners and process users as the container sees them (an
-  unprivileged container maps its root to 100000 or so on the node).
+- its ``uid_map`` / ``gid_map``: owners and process users as the container sees them.
 
-A ContainerView holds them. ``entered(view)`` runs a read in a thread of its own whose root is
-the container's: the thread stops sharing its file-system context with the process
-(``unshare(CLONE_FS)``) and changes its root to the handle (``fchdir``, ``chroot(".")``), so
-that every path the existing readers open - absolute paths, absolute symbolic links, ``..`` -
-resolves inside the container's root and never reaches the node's own files (what
-``openat2``'s ``RESOLVE_IN_ROOT`` does for one path, here for every path of the read). The
-threads such a thread starts share its root. Other threads of the node read keep the node's.
+``run(view, work, seconds)`` runs a read in a thread of its own that has entered the view's Root
+(fs/_root.inside): every path the readers give fs/_root resolves inside the container's root
+(openat2 ``RESOLVE_IN_ROOT``), while the thread's own root, the C library and Python stay the
+node's. Within it (current() is its view):
 
-Within an entered thread (current() is its view):
+- ``/proc/...`` as the readers spell it (proc/_proc) is read from the node's /proc, never the
+  container's procfs (its root could mount anything there): ``/proc/<pid>/…`` through that
+  process's handle, its PIDs, user and group ids turned into the container's; listing ``/proc``
+  lists the container's processes; ``/proc/self`` is no process of the container's; the rest
+  (``/proc/driver/...``) is the node kernel's, the same the container would see;
+- users and homes come from the container's ``/etc/passwd`` parsed as bytes (view/_accounts);
+- an audit hook refuses to start any program or to load any library (ctypes): nothing of the
+  container can run in the node's process, whatever a reader asks.
 
-- ``/proc/<pid>/…`` as the readers spell it (proc/_proc) names the container's PID, and is read
-  from the node's /proc through that process's handle, its PIDs, user and group ids turned into
-  the container's (a container cannot fake what the node's kernel says of its processes);
-  listing ``/proc`` lists the container's processes;
-- users and homes come from the container's ``/etc/passwd`` read as a file (getpwnam, getpwuid,
-  getpwall here): the C library's account lookup is never asked, since it would load the NSS
-  modules the container's nsswitch.conf names;
-- an audit hook refuses to start any program, to load any library (ctypes) and to import any
-  module not loaded yet: nothing of the container can run in the node's process.
-
-A per-process reader (the CUDA libraries a job maps, say) takes ``view.processes()``: the
-container's PIDs with their handles in the node's /proc, and ``view.root_fd``.
+The read has a deadline: a container that makes its read slow, blocking or huge is left behind
+(its thread a daemon, its handles kept open for it) and that container alone gets a failed record.
 
 Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
 """
@@ -48,33 +41,25 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import pwd
 import re
 import sys
 import threading
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import read_text
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import current_view, parse_passwd
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._cgroup import cgroup_root, classify, monitor_of
 
-CLONE_FS = 0x00000200
 _DIR = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
-_FILE = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
-_PID_PATH = re.compile(r"^/proc/+([0-9]+)(/.*)?$")
-_VMID_RES = (
-    re.compile(r"/lxc/(\d+)(?:/|$)"),
-    re.compile(r"(?:^|/)lxc\.payload\.(\d+)(?:/|$)"),
-    re.compile(r"(?:^|/)lxc\.payload/(\d+)(?:/|$)"),
-)
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_PROC_PATH = re.compile(r"^/proc(?:/+(.*))?$")
+_NAME = re.compile(r"^[A-Za-z0-9_.:+-]+$")
 OVERFLOW_ID = 65534  # what the kernel shows for an id without a mapping (/proc/sys/kernel/overflowuid)
-PASSWD_CAP = 16 << 20
-
-# The container views entered now, by (st_dev, st_ino) of their root: the kernel's own notion of
-# a thread's root says which view that thread (and every thread it started) reads through.
-_VIEWS = {}
-_LOCK = threading.Lock()
+PROC_CAP = 16 << 20  # a /proc file of one process: maps runs to a few MiB at the very most
 _HOOKED = []
 _REFUSED = frozenset(("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.fork",
-                      "os.forkpty", "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "import", "os.startfile"))
+                      "os.forkpty", "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "os.startfile"))
 
 
 class ViewError(GpufleetError):
@@ -105,55 +90,6 @@ def inside_id(id_map, outside):
     return OVERFLOW_ID
 
 
-def vmid_of_cgroup(text):
-    """The container (vmid) a process belongs to by its /proc/<pid>/cgroup text; its monitor
-    (``lxc.monitor``) runs on the node and belongs to none. None for the node's own processes."""
-    for line in text.splitlines():
-        path = line.split(":", 2)[-1]
-        if "lxc.monitor" in path:
-            continue
-        for rx in _VMID_RES:
-            m = rx.search(path)
-            if m:
-                return int(m.group(1))
-    return None
-
-
-# The container's own cgroup: LXC names it after the container (lxc.payload.100, or
-# lxc.payload/100 and Proxmox VE's /lxc/100 with a cgroup directory configured), with "-1",
-# "-2", ... when a container of that name already runs from another LXC path on the host
-# (lxc.payload.100-1). Its key: the separator and that name (".100-1", "/100"), which its
-# monitor's cgroup (lxc.monitor.100-1, lxc.monitor/100) carries too.
-_PAYLOAD_RES = (
-    re.compile(r"(?:^|/)lxc\.payload([./])(\d+)(-\d+)?(?:/|$)"),
-    re.compile(r"/lxc(/)(\d+)()(?:/|$)"),
-)
-_MONITOR_RE = re.compile(r"(?:^|/)lxc\.monitor([./]\d+(?:-\d+)?)(?:/|$)")
-
-
-def payload_of_cgroup(text):
-    """``(vmid, cgroup key)`` of a container's process by its cgroup text (``(100, ".100-1")``), or None."""
-    for line in text.splitlines():
-        path = line.split(":", 2)[-1]
-        if "lxc.monitor" in path:
-            return None
-        for rx in _PAYLOAD_RES:
-            m = rx.search(path)
-            if m:
-                return int(m.group(2)), m.group(1) + m.group(2) + (m.group(3) or "")
-    return None
-
-
-def monitor_of(cgroup, cmdline):
-    """``((LXC path, container name), cgroup key)`` of an LXC monitor process
-    (``[lxc monitor] <lxcpath> <name>``), or None."""
-    m = _MONITOR_RE.search(cgroup)
-    parts = cmdline.split(b"\0")[0].decode("utf-8", "replace").split(" ")
-    if not m or len(parts) != 4 or parts[:2] != ["[lxc", "monitor]"]:
-        return None
-    return (parts[2].rstrip("/") or "/", parts[3]), m.group(1)
-
-
 def _nspid(text):
     for line in text.splitlines():
         if line.startswith("NSpid:"):
@@ -182,61 +118,43 @@ def _read_at(name, dir_fd, cap=1 << 20):
                 break
             parts.append(chunk)
             total += len(chunk)
-        return b"".join(parts)[:cap]
+        return b"".join(parts)[:cap + 1]  # a byte past the cap tells the caller it was cut
     finally:
         os.close(fd)
+
+
+def _gone(path):
+    return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
 
 
 # --------------------------------------------------------------------------- the view
 
 
-class Account(tuple):
-    """One line of a container's /etc/passwd, as pwd.struct_passwd spells its fields."""
-
-    __slots__ = ()
-    _FIELDS = ("pw_name", "pw_passwd", "pw_uid", "pw_gid", "pw_gecos", "pw_dir", "pw_shell")
-
-    def __getattr__(self, name):
-        try:
-            return self[self._FIELDS.index(name)]
-        except ValueError:
-            raise AttributeError(name) from None
-
-
-def parse_passwd(text):
-    """Accounts of a passwd file's text; lines that are not name:x:uid:gid:gecos:home:shell skipped."""
-    out = []
-    for line in text.splitlines():
-        fields = line.split(":")
-        if len(fields) != 7 or not fields[0] or line.startswith(("#", "+", "-")):
-            continue
-        if not (fields[2].isascii() and fields[2].isdigit() and fields[3].isascii() and fields[3].isdigit()):
-            continue
-        out.append(Account((fields[0], fields[1], int(fields[2]), int(fields[3]), fields[4], fields[5], fields[6])))
-    return out
-
-
 class ContainerView(object):
     """A running container seen from its node: ``vmid``, ``init`` (its init's node PID), ``root_fd``
-    (its root, a directory handle), ``pids`` ({PID in the container: handle of /proc/<node PID>}),
-    ``node_pids`` ({node PID: PID in the container}), ``uid_map`` and ``gid_map``. close() closes
-    every handle."""
+    (its root, a directory handle) and ``root`` (a fs/_root.Root of it), ``pids`` ({PID in the
+    container: handle of /proc/<node PID>}), ``node_pids`` ({node PID: PID in the container}),
+    ``uid_map`` and ``gid_map``; ``proc``: the node's /proc. close() closes every handle."""
 
-    def __init__(self, vmid, init, root_fd, pids, node_pids, uid_map, gid_map, cgroup_root):
+    def __init__(self, vmid, init, root_fd, pids, node_pids, uid_map, gid_map, cgroup_root_path, proc="/proc"):
         self.vmid = vmid
         self.init = init
         self.root_fd = root_fd
+        self.root = _root.Root(root_fd, self)
         self.pids = pids
         self.node_pids = node_pids
         self.uid_map = uid_map
         self.gid_map = gid_map
-        self.cgroup_root = cgroup_root
+        self.cgroup_root = cgroup_root_path
+        self.proc = proc
         self.problems = []
+        self.abandoned = False  # a read left behind at its deadline still uses the handles
         self._accounts = None
-        st = os.fstat(root_fd)
-        self.key = (st.st_dev, st.st_ino)
+        self._lock = threading.Lock()
 
     def close(self):
+        if self.abandoned:
+            return
         for fd in list(self.pids.values()) + [self.root_fd]:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -256,45 +174,44 @@ class ContainerView(object):
 
     def accounts(self):
         """The container's /etc/passwd, read once through its root (no link followed at the end,
-        bounded); [] when it cannot be read, with a problem noted."""
-        if self._accounts is None:
-            text = read_text("/etc/passwd", "passwd", self.problems, what="the container's /etc/passwd")
-            self._accounts = parse_passwd(text or "")
-        return self._accounts
-
-    def getpwnam(self, name):
-        for account in self.accounts():
-            if account.pw_name == name:
-                return account
-        raise KeyError("getpwnam(): name not found: %r" % (name,))
-
-    def getpwuid(self, uid):
-        for account in self.accounts():
-            if account.pw_uid == uid:
-                return account
-        raise KeyError("getpwuid(): uid not found: %r" % (uid,))
+        bounded, parsed as bytes); [] when it cannot be read, with a problem noted."""
+        with self._lock:
+            if self._accounts is None:
+                with _root.inside(self.root):
+                    text = read_text("/etc/passwd", "passwd", self.problems, what="the container's /etc/passwd")
+                self._accounts = parse_passwd(text or "")
+            return self._accounts
 
     # ------------------------------------------------------------------ its /proc, from the node's
 
     def _split(self, path):
-        """``(handle of /proc/<node PID>, rest)`` for ``/proc/<container PID>/rest``; None for a
-        path that is no process's; FileNotFoundError for a PID the container does not have."""
-        m = _PID_PATH.match(path)
+        """``(directory handle, rest)`` of a /proc path, read from the node: a process's handle for
+        ``/proc/<container PID>/rest``, the node's /proc for the kernel's own files; None for a
+        path outside /proc. FileNotFoundError for a PID the container does not have, /proc/self
+        (no process of the container's: the reader is the node's) and a ``..``."""
+        m = _PROC_PATH.match(path) if isinstance(path, str) else None
         if not m:
             return None
-        fd = self.pids.get(int(m.group(1)))
-        if fd is None:
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
-        return fd, (m.group(2) or "/").lstrip("/") or "."
+        parts = [p for p in (m.group(1) or "").split("/") if p and p != "."]
+        if any(p == ".." or not _NAME.match(p) for p in parts) or (parts and parts[0] in ("self", "thread-self")):
+            raise _gone(path)
+        if parts and parts[0].isdigit():
+            fd = self.pids.get(int(parts[0]))
+            if fd is None:
+                raise _gone(path)
+            return fd, "/".join(parts[1:]) or "."
+        return None, "/".join([self.proc.rstrip("/")] + parts)
 
     def read_proc(self, path):
-        """The bytes of ``/proc/<container PID>/…`` as the container would read them, or None when
-        ``path`` is no process's file (the caller reads it through the root as any file)."""
+        """The bytes of a /proc file as the container would read it (its PIDs, ids and cgroups),
+        from the node's /proc; None when ``path`` is outside /proc."""
         where = self._split(path)
         if where is None:
             return None
         fd, rest = where
-        data = _read_at(rest, fd, 16 << 20)
+        if fd is None:
+            return _read_at(rest, None, PROC_CAP)
+        data = _read_at(rest, fd, PROC_CAP)
         if rest == "stat":
             return self._stat(data)
         if rest == "status":
@@ -304,24 +221,28 @@ class ContainerView(object):
         return data
 
     def listdir(self, path):
-        if path.rstrip("/") == "/proc":
+        """Names in a /proc directory (the container's PIDs for /proc itself), or None outside /proc."""
+        if isinstance(path, str) and path.rstrip("/") == "/proc":
             return [str(pid) for pid in sorted(self.pids)]
         where = self._split(path)
         if where is None:
             return None
         fd, rest = where
-        sub = os.open(rest, _DIR, dir_fd=fd)
+        sub = os.open(rest, _DIR | os.O_NOFOLLOW, dir_fd=fd)
         try:
             return os.listdir(sub)
         finally:
             os.close(sub)
 
     def readlink(self, path):
-        """A link of /proc/<pid>/ (fd/N, cwd, exe): the kernel names its target from this thread's
-        root, the container's, as the container would see it."""
+        """A link of /proc/<pid>/ (fd/N, cwd, exe): the kernel names its target from the
+        container's own root (its mount namespace's), as the container would see it; None
+        outside /proc."""
         where = self._split(path)
         if where is None:
             return None
+        if where[0] is None:
+            raise _gone(path)  # the node's /proc links (mounts, net) lead to the node's own process
         return os.readlink(where[1], dir_fd=where[0])
 
     def _pid(self, node_pid):
@@ -339,8 +260,8 @@ class ContainerView(object):
                 rest[2] = str(self._pid(int(rest[2])))  # field 5, the process group
             if rest[3].lstrip("-").isdigit():
                 rest[3] = str(self._pid(int(rest[3])))  # field 6, the session
-        before = text[:text.index(" ")]
-        head = str(self._pid(int(before))) if before.isdigit() else before
+        before = text[:text.index(" ")] if " " in text else text
+        head = str(self._pid(int(before))) if before.isascii() and before.isdigit() else before
         return (head + text[len(before):right + 2] + " ".join(rest)).encode("utf-8", "surrogateescape")
 
     def _status(self, data):
@@ -349,10 +270,10 @@ class ContainerView(object):
             key, sep, value = line.partition(":")
             fields = value.split()
             shown = line
-            if sep and key in ("Uid", "Gid") and all(f.isdigit() for f in fields):
+            if sep and key in ("Uid", "Gid") and all(f.isascii() and f.isdigit() for f in fields):
                 to = self.uid if key == "Uid" else self.gid
                 shown = "%s:\t%s" % (key, "\t".join(str(to(int(f))) for f in fields))
-            elif sep and key in ("Pid", "PPid", "Tgid", "TracerPid") and fields and fields[0].isdigit():
+            elif sep and key in ("Pid", "PPid", "Tgid", "TracerPid") and fields and fields[0].isascii() and fields[0].isdigit():
                 pid = int(fields[0])
                 shown = "%s:\t%d" % (key, 0 if pid == 0 else self._pid(pid))
             elif sep and key in ("NSpid", "NStgid", "NSpgid", "NSsid") and fields:
@@ -372,17 +293,12 @@ class ContainerView(object):
         return "\n".join(out).encode("utf-8", "surrogateescape")
 
 
+def current():
+    """The view of the container this thread reads, or None (the host read as itself)."""
+    return current_view()
+
+
 # --------------------------------------------------------------------------- finding the views
-
-
-def _cgroup_root(text, vmid):
-    """The container's cgroup (``…/lxc/<vmid>`` and its ``ns`` below, as Proxmox VE makes it)."""
-    for line in text.splitlines():
-        path = line.split(":", 2)[-1]
-        m = re.search(r"^(.*?/lxc/%d(?:/ns)?|.*?lxc\.payload[./]%d(?:-\d+)?)(?:/|$)" % (vmid, vmid), path)
-        if m:
-            return m.group(1)
-    return None
 
 
 def open_views(vmids, proc="/proc", lxc_paths=None):
@@ -410,13 +326,14 @@ def open_views(vmids, proc="/proc", lxc_paths=None):
             keep = False
             try:
                 cgroup = _read_at("cgroup", fd).decode("utf-8", "replace")
-                if "lxc.monitor" in cgroup:
-                    found = monitor_of(cgroup, _read_at("cmdline", fd) or b"")
-                    if found:
-                        monitors[found[0]] = found[1]
-                        monitor_pids[int(name)] = found[0]
+                found = classify(cgroup)
+                if found and found[0] == "monitor":
+                    monitor = monitor_of(cgroup, _read_at("cmdline", fd) or b"")
+                    if monitor:
+                        monitors[monitor[0]] = monitor[1]
+                        monitor_pids[int(name)] = monitor[0]
                     continue
-                payload = payload_of_cgroup(cgroup)
+                payload = (found[1], found[2]) if found else None
                 if payload and payload[0] in wanted:
                     status = _read_at("status", fd).decode("utf-8", "replace")
                     nspid = _nspid(status)
@@ -497,119 +414,56 @@ def open_views(vmids, proc="/proc", lxc_paths=None):
             missing[vmid] = "the root of container %d (/proc/%d/root) cannot be opened: %s" % (vmid, init, exc.strerror or exc)
             continue
         views[vmid] = ContainerView(vmid, init, root_fd, dict((c, v[1]) for c, v in procs.items()),
-                                    dict((v[0], c) for c, v in procs.items()), uid_map, gid_map, _cgroup_root(cgroup, vmid))
+                                    dict((v[0], c) for c, v in procs.items()), uid_map, gid_map, cgroup_root(cgroup, vmid), proc)
     return views, missing
 
 
-# --------------------------------------------------------------------------- entering
+# --------------------------------------------------------------------------- reading
 
 
-def current():
-    """The view of the container this thread's root is, or None (the node's own root)."""
-    if not _VIEWS:
-        return None
-    try:
-        st = os.stat("/")
-    except OSError:
-        return None
-    return _VIEWS.get((st.st_dev, st.st_ino))
+class Late(ViewError):
+    """A read of a container that did not finish by its deadline: left behind, unread."""
 
 
 def _audit(event, args):
-    if event in _REFUSED and _VIEWS:
+    if event in _REFUSED and _root.current() is not None:
         view = current()
-        if view is not None:
-            raise PermissionError(errno.EPERM, "the node read of container %s runs nothing and loads nothing: %s %s refused"
-                                  % (view.vmid, event, str(args[0])[:200] if args else ""))
+        raise PermissionError(errno.EPERM, "the node read of container %s runs nothing and loads nothing: %s %s refused"
+                              % (getattr(view, "vmid", "?"), event, str(args[0])[:200] if args else ""))
 
 
 def prepare():
-    """Once a process, before any view is entered: the audit hook, and what the C library and
-    the readers would otherwise load lazily - loaded now, from the node."""
+    """Once a process, before any view is read: the audit hook, and the C library's calls that
+    fs/_root makes (loaded now, from the node, since a view's thread loads nothing)."""
     if _HOOKED:
         return
-    import csv  # noqa: F401 - loaded before the audit hook refuses imports in a container thread
-    import ctypes
-    import ctypes.util  # noqa: F401 - loaded before the audit hook refuses imports in a container thread
-    import fnmatch  # noqa: F401 - loaded before the audit hook refuses imports in a container thread
-    import hashlib  # noqa: F401 - loaded before the audit hook refuses imports in a container thread
-    import json  # noqa: F401 - loaded before the audit hook refuses imports in a container thread
-    import time
-
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tree
-    libc = ctypes.CDLL(None, use_errno=True)
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libgcc_s.so.1")  # a thread's unwinding loads it: from the node, now
-    time.localtime()  # the C library's time zone, from the node's /etc/localtime
-    _tree._openat2_call()
-    "".encode("idna")
-    "".encode("latin-1").decode("utf-8", "replace")
-    _HOOKED.append(libc)
+    _root.calls()
+    _HOOKED.append(True)
     sys.addaudithook(_audit)
 
 
-def _enter(view):
-    libc = _HOOKED[0]
-    if libc.unshare(CLONE_FS) != 0:
-        err = __import__("ctypes").get_errno()
-        raise OSError(err, "unshare(CLONE_FS): %s" % os.strerror(err))
-    os.fchdir(view.root_fd)
-    os.chroot(".")
-    os.chdir("/")
-
-
-def run_in(view, work):
-    """``work()`` run in a new thread whose root is the container's (see the module's docstring);
-    its value, or the exception it raised."""
+def run(view, work, seconds):
+    """``work()`` run in a new thread inside the view (see the module's docstring); its value,
+    or the exception it raised. Raises Late when it has not finished after ``seconds``: the
+    thread is left to end on its own (a daemon), the view's handles kept open for it."""
     prepare()
-    with _LOCK:
-        _VIEWS[view.key] = view
     out = {}
 
     def body():
         try:
-            _enter(view)
-            out["value"] = work()
+            with _root.inside(view.root):
+                out["value"] = work()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             out["error"] = exc
 
     thread = threading.Thread(target=body, name="container-%s" % view.vmid, daemon=True)
     thread.start()
-    thread.join()
-    # The view stays known: a reader the read's deadline left behind in that thread still reads
-    # through it (never through the node's own account lookup or its /proc).
+    thread.join(seconds)
+    if thread.is_alive():
+        view.abandoned = True
+        raise Late("reading container %s from its node did not finish within %ss: a file or a process of the container "
+                   "does not answer (a stalled file system, a process stuck in the kernel); its read was left behind, "
+                   "the other containers are read as usual" % (view.vmid, seconds))
     if "error" in out:
         raise out["error"]
     return out["value"]
-
-
-# --------------------------------------------------------------------------- accounts
-
-
-def seen_uid(uid):
-    """A file owner's uid (stat's st_uid) as this thread's container sees it: an unprivileged
-    container's root (100000 on the node, say) is 0 in its view's thread; unchanged elsewhere."""
-    view = current()
-    return uid if view is None else view.uid(uid)
-
-
-def getpwnam(name):
-    """pwd.getpwnam(), from the container's /etc/passwd in a view's thread."""
-    view = current()
-    if view is not None:
-        return view.getpwnam(name)
-    return pwd.getpwnam(name)
-
-
-def getpwuid(uid):
-    view = current()
-    if view is not None:
-        return view.getpwuid(uid)
-    return pwd.getpwuid(uid)
-
-
-def getpwall():
-    view = current()
-    if view is not None:
-        return list(view.accounts())
-    return pwd.getpwall()

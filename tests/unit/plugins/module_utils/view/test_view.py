@@ -1,20 +1,24 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The node read's container view (proxmox/_view): ids as an unprivileged container sees them
+"""The node read's container view (view/_view): ids as an unprivileged container sees them
 (its uid_map), its /proc from the node's through per-process handles, its accounts from its own
-/etc/passwd, and a thread whose root is the container's: paths and links stay inside, nothing runs."""
+/etc/passwd parsed as bytes, its files resolved inside its root (fs/_root) while the thread's
+own root stays the node's, nothing run, and a read that does not end left behind at its deadline."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _files, _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _view
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view import _accounts, _cgroup, _view
 
 # Proxmox VE's default for an unprivileged container: root is 100000 on the node.
 UNPRIVILEGED = "         0     100000      65536\n"
@@ -58,7 +62,8 @@ def test_its_proc_is_the_nodes_with_pids_and_users_as_the_container_sees_them(tm
                        "Gid:\t101000\t101000\t101000\t101000\nNSpid:\t4200\t7\n", "0::/lxc/123/ns/user.slice\n")
     root_fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
     view = _view.ContainerView(123, 4100, root_fd, {1: init_fd, 7: job_fd}, {4100: 1, 4200: 7},
-                               _view.parse_id_map(UNPRIVILEGED), _view.parse_id_map(UNPRIVILEGED), "/lxc/123/ns")
+                               _view.parse_id_map(UNPRIVILEGED), _view.parse_id_map(UNPRIVILEGED), "/lxc/123/ns",
+                               proc=str(tmp_path / "proc"))
     try:
         assert view.listdir("/proc") == ["1", "7"]
         assert _proc.parse_stat(view.read_proc("/proc/7/stat").decode()) == ("python3", "R", 1, 777)
@@ -66,13 +71,19 @@ def test_its_proc_is_the_nodes_with_pids_and_users_as_the_container_sees_them(tm
         assert _proc.parse_status(view.read_proc("/proc/7/status").decode()) == (1000, [7])
         assert _proc.parse_status(view.read_proc("/proc/1/status").decode()) == (0, [1])
         assert view.read_proc("/proc/7/cgroup") == b"0::/user.slice\n"
-        assert _proc.vmid_from_cgroup(view.read_proc("/proc/7/cgroup").decode()) is None
+        assert _cgroup.vmid_of_cgroup(view.read_proc("/proc/7/cgroup").decode()) is None
         assert view.read_proc("/proc/7/cmdline") == b"python3\0train.py\0"
-        # A PID the container does not have is gone, whatever the node has under that number.
-        with pytest.raises(FileNotFoundError):
-            view.read_proc("/proc/4200/stat")
-        # Not a process's file: read through the root like any other.
-        assert view.read_proc("/proc/driver/nvidia/version") is None
+        # A PID the container does not have is gone, whatever the node has under that number;
+        # /proc/self is the node's reader, no process of the container's; ".." leaves nothing.
+        for path in ("/proc/4200/stat", "/proc/self/status", "/proc/thread-self/status", "/proc/7/../4200/stat",
+                     "/proc/1/../../etc/passwd"):
+            with pytest.raises(FileNotFoundError):
+                view.read_proc(path)
+        # The kernel's own files are the node's /proc's (the view's proc), never the container's.
+        (tmp_path / "proc" / "uptime").write_text("12.5 3.0\n")
+        assert view.read_proc("/proc/uptime") == b"12.5 3.0\n"
+        # Outside /proc: no business of the view's.
+        assert view.read_proc("/etc/passwd") is None
     finally:
         view.close()
 
@@ -97,7 +108,7 @@ def test_a_process_described_in_the_view_is_text_with_the_container_s_names(tmp_
         seen["other"] = _proc.describe(9)
 
     try:
-        _view.run_in(view, work)
+        _view.run(view, work, 30)
     finally:
         view.close()
     job, other = seen["job"], seen["other"]
@@ -108,68 +119,205 @@ def test_a_process_described_in_the_view_is_text_with_the_container_s_names(tmp_
 def test_its_accounts_are_its_own_passwd(tmp_path):
     os.makedirs(tmp_path / "etc")
     (tmp_path / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n# a comment\nbroken line\n"
-                                             "trainer:x:1000:1000:Trainer:/home/trainer:/bin/bash\n")
+                                             "trainer:x:1000:1000:Trainer:/home/trainer:/bin/bash\n"
+                                             "huge:x:99999999999:1:x:/:/bin/sh\n")
     root_fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
     view = _view.ContainerView(5, 1, root_fd, {}, {}, [], [], None)
     seen = {}
 
     def work():
-        seen["trainer"] = _view.getpwnam("trainer")
-        seen["root"] = _view.getpwuid(0)
-        seen["all"] = [a.pw_name for a in _view.getpwall()]
+        seen["trainer"] = _accounts.getpwnam("trainer")
+        seen["root"] = _accounts.getpwuid(0)
+        seen["all"] = [a.pw_name for a in _accounts.getpwall()]
         seen["name"] = _proc.user_name(1000)
         with pytest.raises(KeyError):
-            _view.getpwnam("nobody-here")
+            _accounts.getpwnam("nobody-here")
 
-    _view.run_in(view, work)
+    try:
+        _view.run(view, work, 30)
+    finally:
+        view.close()
     assert (seen["trainer"].pw_uid, seen["trainer"].pw_dir) == (1000, "/home/trainer")
     assert seen["root"].pw_dir == "/root" and seen["all"] == ["root", "trainer"] and seen["name"] == "trainer"
 
 
-def test_a_thread_in_the_view_resolves_every_path_inside_the_container_and_runs_nothing(tmp_path):
-    """Run in a child process: the audit hook stays for the life of the process that installs it."""
+def test_a_container_s_accounts_never_reach_the_c_library(tmp_path, monkeypatch):
+    """The account lookups of a view's thread parse its /etc/passwd: pwd (the C library's NSS,
+    which would read the container's nsswitch.conf and load the modules it names) is never asked."""
+    import pwd
+
+    os.makedirs(tmp_path / "etc")
+    (tmp_path / "etc" / "passwd").write_text("trainer:x:1000:1000::/home/trainer:/bin/sh\n")
+    (tmp_path / "etc" / "nsswitch.conf").write_text("passwd: /../tmp/evil files\n")
+    asked = []
+    for name in ("getpwnam", "getpwuid", "getpwall"):
+        monkeypatch.setattr(pwd, name, lambda *a, _n=name: asked.append(_n))
+    root_fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    view = _view.ContainerView(5, 1, root_fd, {}, {}, [], [], None)
+    try:
+        got = _view.run(view, lambda: (_accounts.getpwnam("trainer").pw_uid, _accounts.getpwuid(1000).pw_name,
+                                       len(_accounts.getpwall()), _proc.user_name(1000)), 30)
+    finally:
+        view.close()
+    assert got == (1000, "trainer", 1, "trainer") and asked == []
+
+
+def _tree_with_links(tmp_path):
     node_secret = tmp_path / "node-secret"
     node_secret.write_text("the node's own file\n")
     root = tmp_path / "ct"
-    os.makedirs(root / "etc")
+    os.makedirs(root / "etc" / "sub")
     (root / "etc" / "secret").write_text("the container's file\n")
-    os.symlink(str(node_secret), root / "abs-link")  # absolute: inside the container it names /tmp/...
-    os.symlink("../../../../../../../../" + str(node_secret), root / "up-link")
+    # Directories on the way named by links: absolute ones name the node's directory of the
+    # secret, relative ones climb far above the container's root to reach it.
+    os.symlink(str(tmp_path), root / "abs-dir")
+    os.symlink("../../../../../../../../" + str(tmp_path), root / "up-dir")
+    os.symlink(str(node_secret), root / "abs-link")
+    os.symlink("/etc/secret", root / "etc" / "sub" / "to-own")  # absolute, to the container's own file
+    os.symlink("../secret", root / "etc" / "sub" / "rel")
+    os.symlink("/etc", root / "etc-link")
+    os.symlink("../../../../etc", root / "etc" / "sub" / "up-etc")  # climbs above / and stays there
+    os.symlink("loop-b", root / "loop-a")
+    os.symlink("loop-a/x", root / "loop-b")
+    os.mkfifo(root / "etc" / "fifo")
+    return node_secret, root
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def resolution(request, monkeypatch):
+    """Each test of a root's resolution runs twice: with openat2, and with the walk it falls back to."""
+    if request.param == "walk":
+        monkeypatch.setattr(_root.calls(), "openat2", False)
+    elif _root.calls().openat2 is False:
+        pytest.skip("this kernel has no openat2")  # pragma: no cover - every kernel since 5.6 has it
+    return request.param
+
+
+def test_a_view_resolves_every_path_inside_the_container_and_its_thread_keeps_the_node_s_root(tmp_path, resolution):
+    node_secret, root = _tree_with_links(tmp_path)
+    root_fd = os.open(str(root), os.O_RDONLY | os.O_DIRECTORY)
+    view = _view.ContainerView(9, 1, root_fd, {}, {}, [], [], None)
+    name = node_secret.name
+
+    def read(path):
+        problems = []
+        data = _files.read_file(path, "pth", problems)
+        return data.decode().strip() if data is not None else problems[0]
+
+    def work():
+        out = [read(p) for p in ("/etc/secret", "/etc-link/secret", "/../../../etc/secret", "/etc/sub/up-etc/secret",
+                                 "/abs-dir/" + name, "/up-dir/" + name, str(node_secret), "/loop-a/y", "/etc/fifo",
+                                 "/abs-link", "/etc/sub/to-own")]
+        out += [_root.realpath("/etc-link/sub/rel"), _root.realpath("/etc/sub/to-own"), _root.realpath("/up-dir/" + name),
+                _root.realpath("/etc-link/../nowhere/x"), _root.isdir("/etc-link"), _root.exists("/abs-link"),
+                _root.lexists("/abs-link"), _root.readlink("/etc/sub/rel"), sorted(_root.listdir("/etc-link/sub"))]
+        with open(str(node_secret)) as f:  # what is not asked of fs/_root is the node's, as the C library's is
+            out.append(f.read().strip())
+        return out
+
+    try:
+        got = _view.run(view, work, 30)
+    finally:
+        view.close()
+    assert got[:4] == ["the container's file"] * 4
+    assert got[4:7] == ["/abs-dir/%s does not exist" % name, "/up-dir/%s does not exist" % name, "%s does not exist" % node_secret]
+    assert got[7] == "/loop-a/y is a symbolic link: not followed, not read"  # ELOOP: two links naming each other
+    assert got[8] == "/etc/fifo is a FIFO, not a regular file: not read"
+    # A link at the end of a file's path is never followed (fs/_files), inside a root too.
+    assert got[9:11] == ["/abs-link is a symbolic link: not followed, not read", "/etc/sub/to-own is a symbolic link: not followed, not read"]
+    assert got[11:] == ["/etc/secret", "/etc/secret", str(tmp_path) + "/" + name, "/nowhere/x", True, False, True,
+                        "../secret", ["rel", "to-own", "up-etc"], "the node's own file"]
+
+
+def test_a_view_reads_no_file_of_a_kernel_file_system_nor_writes_any(tmp_path, resolution):
+    """A container's root can mount a procfs or sysfs anywhere in its tree or link to its /proc:
+    the node never reads such a file as the container's data, by its path nor by its file
+    system's type; and it opens nothing to write."""
+    root = tmp_path / "ct"
+    (root / "etc").mkdir(parents=True)
+    os.symlink("/proc/self/status", tmp_path / "to-proc")
+    root_fd = os.open(str(root), os.O_RDONLY | os.O_DIRECTORY)
+    view = _view.ContainerView(9, 1, root_fd, {}, {}, [], [], None)
+
+    def work():
+        out = []
+        for path in ("/proc/1/environ", "/proc", "/etc/../proc/self/status"):
+            with pytest.raises(OSError) as info:
+                _root.open(path, os.O_RDONLY)
+            out.append(info.value.strerror)
+        # Reached through a link, or a mount, of the tree: refused by the file system's type. (The
+        # host's own root stands for a container's here: one of its links leads into a procfs.)
+        host = os.open("/", os.O_PATH | os.O_DIRECTORY)
+        try:
+            for path in (str(tmp_path / "to-proc"), "/sys/kernel/mm/transparent_hugepage/enabled"):
+                with pytest.raises(OSError) as info:
+                    _root.Root(host).open(path, os.O_RDONLY)
+                out.append(info.value.strerror)
+        finally:
+            os.close(host)
+        for flags in (os.O_WRONLY, os.O_RDWR, os.O_RDONLY | os.O_CREAT, os.O_RDONLY | os.O_TRUNC):
+            with pytest.raises(OSError) as info:
+                _root.open("/etc/new", flags)
+            out.append(info.value.strerror)
+        return out
+
+    try:
+        got = _view.run(view, work, 30)
+    finally:
+        view.close()
+    assert got[:3] == ["a container's /proc is never read from its node: process facts come from the node's own /proc"] * 3
+    assert got[3:5] == ["on the container's procfs: a kernel file system's, never read as its data",
+                        "on the container's sysfs: a kernel file system's, never read as its data"]
+    assert got[5:] == ["a container is only read from its node, never written"] * 4
+    assert not (root / "etc" / "new").exists()
+
+
+def test_a_view_s_thread_runs_nothing_and_loads_nothing(tmp_path):
+    """Run in a child process: the audit hook stays for the life of the process that installs it."""
     marker = tmp_path / "ran"
-    (root / "bin").mkdir()
-    (root / "bin" / "evil").write_text("#!/bin/sh\ntouch %s\n" % marker)
-    (root / "bin" / "evil").chmod(0o755)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "evil").write_text("#!/bin/sh\ntouch %s\n" % marker)
+    (tmp_path / "bin" / "evil").chmod(0o755)
     code = r"""
 import os, subprocess, sys
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _view
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view import _view
 root_fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
 view = _view.ContainerView(9, 1, root_fd, {}, {}, [], [], None)
 def work():
-    out = [open("/etc/secret").read().strip()]
-    for path in ("/abs-link", "/up-link", sys.argv[2]):
-        try:
-            out.append(open(path).read().strip())
-        except OSError as exc:
-            out.append(type(exc).__name__)
-    for attempt in (lambda: subprocess.run(["/bin/evil"]), lambda: __import__("ctypes").CDLL("/bin/evil"),
-                    lambda: __import__("xdrlib")):
+    out = []
+    for attempt in (lambda: subprocess.run([sys.argv[1] + "/bin/evil"]), lambda: __import__("ctypes").CDLL(sys.argv[1] + "/bin/evil"),
+                    lambda: os.system(sys.argv[1] + "/bin/evil")):
         try:
             attempt()
             out.append("ran")
         except (PermissionError, OSError) as exc:
             out.append("refused" if "runs nothing" in str(exc) else repr(exc))
     return out
-print("|".join(_view.run_in(view, work)))
-print(open(sys.argv[2]).read().strip())  # the node's own threads keep the node's root
+print("|".join(_view.run(view, work, 30)))
+subprocess.run([sys.argv[1] + "/bin/evil"], check=True)  # the node's own threads run what the node runs
 """
-    res = subprocess.run([sys.executable, "-c", code, str(root), str(node_secret)], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)), check=False, timeout=60)
     assert res.returncode == 0, res.stderr
-    inside, outside = res.stdout.splitlines()
-    assert inside.split("|") == ["the container's file", "FileNotFoundError", "FileNotFoundError", "FileNotFoundError",
-                                 "refused", "refused", "refused"]
-    assert outside == "the node's own file"
-    assert not marker.exists()
+    assert res.stdout.split() == ["refused|refused|refused"]
+    assert marker.exists()  # by the node's own thread, after
+
+
+def test_a_read_that_does_not_end_is_left_behind_at_its_deadline(tmp_path):
+    root_fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    view = _view.ContainerView(42, 1, root_fd, {}, {}, [], [], None)
+    release = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(_view.Late) as info:
+        _view.run(view, lambda: release.wait(60), 0.5)
+    assert time.monotonic() - started < 5
+    assert "reading container 42 from its node did not finish within 0.5s" in info.value.msg
+    assert view.abandoned
+    view.close()  # kept open for the thread still reading
+    assert os.fstat(root_fd)
+    release.set()
+    view.abandoned = False
+    view.close()
 
 
 def test_an_unprivileged_containers_root_owns_its_files_in_its_view(tmp_path):
@@ -182,7 +330,11 @@ def test_an_unprivileged_containers_root_owns_its_files_in_its_view(tmp_path):
     os.chmod(tmp_path / "var", 0o755)
     root_fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
     view = _view.ContainerView(11, 1, root_fd, {}, {}, _view.parse_id_map(UNPRIVILEGED), _view.parse_id_map(UNPRIVILEGED), None)
-    inside = _view.run_in(view, lambda: (_view.seen_uid(os.stat("/var").st_uid), _contamination._trusted(os.stat("/var"))))
+    try:
+        inside = _view.run(view, lambda: (_accounts.seen_uid(_root.stat_path("/var").st_uid),
+                                          _contamination._trusted(_root.stat_path("/var"))), 30)
+    finally:
+        view.close()
     assert inside == (0, True)
     # On the node it is 100000's, not root's.
     assert _contamination._trusted(os.stat(tmp_path / "var")) is False
@@ -336,3 +488,33 @@ def test_a_stopped_container_of_the_lxc_path_given_is_not_read_as_the_one_of_its
     assert views == {}
     assert missing == {100: "no LXC monitor of /var/lib/lxc runs a container 100 on this node; the 2 of that name "
                             "(cgroup keys .100, .100-1) run from another LXC path"}
+
+
+def _entry(proc, pid, nspid, cgroup):
+    d = proc / str(pid)
+    d.mkdir(parents=True)
+    (d / "cgroup").write_text(cgroup)
+    (d / "status").write_text("Name:\tx\nPid:\t%d\nNSpid:\t%s\n" % (pid, "\t".join(str(n) for n in nspid)))
+    if nspid[-1] == 1:
+        (d / "root").mkdir()
+        (d / "uid_map").write_text("0 100000 65536\n")
+        (d / "gid_map").write_text("0 100000 65536\n")
+
+
+def test_a_container_cannot_make_its_processes_another_container_s(tmp_path):
+    """Container 102's root makes the cgroups lxc.payload/101 and lxc/101/ns below its own and moves
+    its init and a process there: both stay 102's; container 101 is read as it is."""
+    proc = tmp_path / "proc"
+    _entry(proc, 4100, [4100, 1], "0::/lxc/101/ns/init.scope\n")
+    _entry(proc, 4105, [4105, 5], "0::/lxc/101/ns/user.slice\n")
+    _entry(proc, 5100, [5100, 1], "0::/lxc/102/ns/lxc.payload/101\n")
+    _entry(proc, 5107, [5107, 7], "0::/lxc/102/ns/lxc/101/ns/user.slice\n")
+    views, missing = _view.open_views([101, 102], proc=str(proc))
+    try:
+        assert missing == {}
+        assert (views[101].init, sorted(c for c, _fd in views[101].processes())) == (4100, [1, 5])
+        assert (views[102].init, sorted(c for c, _fd in views[102].processes())) == (5100, [1, 7])
+        assert (views[101].cgroup_root, views[102].cgroup_root) == ("/lxc/101/ns", "/lxc/102/ns")
+    finally:
+        for view in views.values():
+            view.close()
