@@ -163,18 +163,43 @@ def parse_gpus(text):
     return gpus
 
 
+def _app_row(line):
+    """The four fields of a compute-app row, or None for a line that starts no row (the rest of
+    the name before it: a process names itself with any bytes, newlines included)."""
+    parts = line.split(",")
+    if len(parts) < len(QUERY_APP_FIELDS) or not parts[0].strip().startswith(("GPU-", "MIG-")):
+        return None
+    pid = parts[1].strip()
+    if not (pid.isascii() and pid.isdigit()) and not is_unavailable(pid):
+        return None
+    return split_row(line, len(QUERY_APP_FIELDS), 3)
+
+
 def parse_apps(text):
+    """The compute apps nvidia-smi lists. A line that starts no row continues the name of the row
+    before it (a process name holding a newline); one before any row is skipped: a malformed
+    line is its own problem, never the whole reading's."""
     apps = []
-    for line, (gpu_uuid, pid, used, name) in _rows(text, QUERY_APP_FIELDS, 3):
-        p = to_int(pid, "pid", line)
-        if p is None:
+    last = None
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if not line or line.lower().startswith(NO_PROCESSES):
+            continue
+        row = _app_row(line)
+        if row is None:
+            if last is not None and last["name"] is not None:
+                last["name"] += "\n" + raw.rstrip("\r")
+            continue
+        gpu_uuid, pid, used, name = row
+        last = None
+        if is_unavailable(pid):
             continue  # a process nvidia-smi cannot name is no one we can act on
-        apps.append({
-            "gpu_uuid": gpu_uuid,
-            "pid": p,
-            "used_memory_mib": to_int(used, "used_memory", line),
-            "name": None if is_unavailable(name) else name,
-        })
+        try:
+            used_mib = to_int(used, "used_memory", line)
+        except GpuParseError:
+            used_mib = None  # still a holder of the GPU, its memory unknown
+        last = {"gpu_uuid": gpu_uuid, "pid": int(pid), "used_memory_mib": used_mib, "name": None if is_unavailable(name) else name}
+        apps.append(last)
     return apps
 
 

@@ -390,6 +390,21 @@ def open_files(proc=PROC, exclude=(), cwd=False, maps=False):
         yield pid, [path.removesuffix(" (deleted)") for path in paths], denied
 
 
+def holds_device(pid, patterns=DEFAULT_DEVICE_PATTERNS, proc=PROC):
+    """Whether the process has a file matching ``patterns`` open (a GPU's device file); None when
+    its descriptors cannot be read."""
+    base = "%s/%d/fd" % (proc, pid)
+    try:
+        fds = _listdir(base)
+    except OSError:
+        return None
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed since the listing
+            if any(fnmatch.fnmatchcase(_readlink("%s/%s" % (base, fd)), pat) for pat in patterns):
+                return True
+    return False
+
+
 def scan_device_holders(patterns=DEFAULT_DEVICE_PATTERNS, proc=PROC, exclude=()):
     """{pid: sorted device paths} for processes with an open fd on a matching path; and the
     number of processes whose fds could not be read (another user's, without privilege)."""

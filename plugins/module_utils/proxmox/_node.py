@@ -36,7 +36,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health impor
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import read_gpus as query_gpus
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._smi import GpuError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import container_view
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import describe
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import describe, holds_device
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, bad_option, read
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import brief
@@ -109,12 +109,14 @@ GPU_READS = ("container", "node", "auto")
 
 def node_gpus(nvidia_smi, timeout, proc="/proc"):
     """The node's GPUs, read once: (reading, {vmid: apps}); each app (a GPU holder) with its PID in
-    its container, those that are no container's (the node's own) left out."""
+    its container, those that are no container's (the node's own) left out, and those whose
+    process holds no NVIDIA device file: nvidia-smi prints a process's name as it is, so a name
+    holding a newline and a forged row could name another container's process a holder."""
     gpus, apps, backend, seconds = query_gpus("nvidia-smi", nvidia_smi, timeout, apps=True)
     by_vmid = {}
     for app in apps or ():
         info = describe(app["pid"], proc)
-        if info and info["vmid"] is not None and info["container_pid"] is not None:
+        if info and info["vmid"] is not None and info["container_pid"] is not None and holds_device(app["pid"], proc=proc) is not False:
             by_vmid.setdefault(info["vmid"], []).append(dict(app, pid=info["container_pid"]))
     return {"gpus": gpus, "backend": backend, "seconds": round(seconds, 4)}, by_vmid
 

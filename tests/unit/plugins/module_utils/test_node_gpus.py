@@ -43,11 +43,15 @@ NODE_GPUS = ["0, %s, NVIDIA H200, 0, 143771, 0" % (UUID % 0), "1, %s, NVIDIA H20
 
 def test_the_node_maps_each_holder_to_its_container_and_its_pid_there(tmp_path):
     proc = tmp_path / "proc"
-    fake_pid(proc, 48211, "0::/lxc/101/ns/user.slice\n", (48211, 1731))
-    fake_pid(proc, 48300, "0::/lxc.payload.102/init.scope\n", (48300, 55))
-    fake_pid(proc, 900, "0::/system.slice/pvedaemon.service\n", (900,))  # the node's own: no container's
+    fake_pid(proc, 48211, "0::/lxc/101/ns/user.slice\n", (48211, 1731), fds=("/dev/nvidiactl", "/dev/nvidia1"))
+    fake_pid(proc, 48300, "0::/lxc.payload.102/init.scope\n", (48300, 55), fds=("/dev/null", "/dev/nvidia0"))
+    fake_pid(proc, 900, "0::/system.slice/pvedaemon.service\n", (900,), fds=("/dev/nvidia0",))  # the node's own: no container's
+    # Container 103's sshd holds no GPU: a row naming it (a process of 101 that called itself
+    # "x\n<row>") is no holder of 103's.
+    fake_pid(proc, 48400, "0::/lxc/103/ns/system.slice/ssh.service\n", (48400, 77), fds=("/dev/null", "socket:[123]"))
     smi = fake_smi(tmp_path, "nvidia-smi", NODE_GPUS, ["%s, 48211, 40960, python3" % (UUID % 1), "%s, 48300, 10, python3" % (UUID % 0),
-                                                       "%s, 900, 5, Xorg" % (UUID % 0), "%s, 4242, 5, gone" % (UUID % 0)])
+                                                       "%s, 900, 5, Xorg" % (UUID % 0), "%s, 4242, 5, gone" % (UUID % 0),
+                                                       "%s, 48400, 40960, sshd" % (UUID % 1)])
     reading, by_vmid = node_gpus(smi, 15, proc=str(proc))
     assert [g["uuid"] for g in reading["gpus"]] == [UUID % 0, UUID % 1] and reading["backend"] == "nvidia-smi"
     assert by_vmid == {101: [{"gpu_uuid": UUID % 1, "pid": 1731, "used_memory_mib": 40960, "name": "python3"}],

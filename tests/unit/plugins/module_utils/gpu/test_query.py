@@ -98,6 +98,21 @@ def test_parse_apps_names_with_commas_and_spaces():
     ]
 
 
+def test_a_malformed_app_row_is_that_row_s_problem_not_the_reading_s():
+    """A process names itself with any bytes: a newline in its name continues it on the next line,
+    which starts no row. A stray line before any row, or memory nvidia-smi prints as garbage,
+    spoil no other row."""
+    text = ("stray line, before any row\n"
+            "GPU-aaa, 121, 40960, python3 evil\nname, on two lines\n"
+            "GPU-aaa, 122, lots, python3\n"
+            "GPU-bbb, 123, 512, /usr/bin/python3\n\n")
+    assert parse_apps(text) == [
+        {"gpu_uuid": "GPU-aaa", "pid": 121, "used_memory_mib": 40960, "name": "python3 evil\nname, on two lines"},
+        {"gpu_uuid": "GPU-aaa", "pid": 122, "used_memory_mib": None, "name": "python3"},
+        {"gpu_uuid": "GPU-bbb", "pid": 123, "used_memory_mib": 512, "name": "/usr/bin/python3"},
+    ]
+
+
 def test_read_gpus_mocked(fake_popen):
     fake_popen.answers = {
         "gpu": (0, "0, GPU-aaa, NVIDIA H200, 41498, 143771, 87\n"),
