@@ -16,6 +16,7 @@ import shlex
 import stat
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import getpwuid
 
 
 def _chain(path):
@@ -113,12 +114,11 @@ def privileged_run(identity, run):
     (no supplementary groups) before executing argv, with that user's HOME."""
     if identity is None:
         return run
-    import pwd
     import subprocess
 
     uid, gid, _why = identity
     try:
-        home = pwd.getpwuid(uid).pw_dir
+        home = getpwuid(uid).pw_dir
     except KeyError:
         home = "/"
 

@@ -48,3 +48,50 @@ def test_each_module_imports_alone_in_a_fresh_interpreter(name):
     proc = subprocess.run([sys.executable, "-c", "import %s" % name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, timeout=60, check=False, env={"PYTHONPATH": os.pathsep.join(sys.path)})
     assert proc.returncode == 0, proc.stderr
+
+
+# The packages of module_utils, lowest first: a module imports only from its own package or from
+# one in a lower layer, so that what reads a container's files and processes (fs/, view/) never
+# depends on what decides and acts on them.
+LAYERS = (
+    ("common",),
+    ("fs", "transport"),
+    ("view",),
+    ("proc", "venv"),
+    ("gpu", "cache", "job"),
+    ("readiness",),
+    ("proxmox",),
+)
+
+
+def package_edges(files):
+    """{(package, imported package, module, imported module)} across packages."""
+    edges = set()
+    for name, path in files.items():
+        with open(path, encoding="utf-8") as handle:
+            top, late = collection_imports(handle.read(), files, path)
+        for other in top | late:
+            a, b = name[len(PACKAGE) + 1:].split(".")[0], other[len(PACKAGE) + 1:].split(".")[0]
+            if a != b:
+                edges.add((a, b, name[len(PACKAGE) + 1:], other[len(PACKAGE) + 1:]))
+    return edges
+
+
+def layering_breaks(edges, layers=LAYERS):
+    layer = dict((pkg, i) for i, row in enumerate(layers) for pkg in row)
+    return sorted("%s imports %s (%s is not below %s)" % (mod, other, b, a)
+                  for a, b, mod, other in edges if layer.get(b, len(layers)) >= layer.get(a, -1))
+
+
+def test_every_package_imports_only_packages_below_it():
+    files = module_files()
+    packages = set(name[len(PACKAGE) + 1:].split(".")[0] for name in files)
+    assert packages == set(p for row in LAYERS for p in row), "a package missing from LAYERS, or one gone"
+    assert layering_breaks(package_edges(files)) == []
+
+
+def test_the_layering_check_sees_an_import_upwards_and_across():
+    edges = {("fs", "view", "fs._files", "view._view"), ("gpu", "job", "gpu._state", "job._liveness"),
+             ("proc", "fs", "proc._proc", "fs._root")}
+    assert layering_breaks(edges) == ["fs._files imports view._view (view is not below fs)",
+                                      "gpu._state imports job._liveness (job is not below gpu)"]
