@@ -32,9 +32,9 @@ import time
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped, open_regular, read_fd
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import proc_file
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import current_view
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import label_cuda, name_cuda, soname_cuda
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._elf import _read_needed
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import current_view
 
 PROC = "/proc"
 # A torch job's maps run to a few thousand lines (well under 1 MiB); a cap stops a broken one.

@@ -18,9 +18,9 @@ import re
 import threading
 import time
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import CACHE_NAMES, TorchCache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, out_of_range
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._findings import check_record
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
