@@ -115,6 +115,26 @@ def init_pid(lxcpath, vmid):
     return int(out.strip())
 
 
+def node_pid(lxcpath, vmid, pid):
+    """The node's pid of the container's process ``pid``: the process of the node whose NSpid
+    ends in it and whose cgroup is under the container's (that of its init)."""
+    with open("/proc/%d/cgroup" % init_pid(lxcpath, vmid)) as f:
+        top = "/" + f.read().split("::", 1)[1].strip().strip("/").split("/")[0] + "/"
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/status" % name) as f:
+                nspid = [line.split()[1:] for line in f if line.startswith("NSpid:")][0]
+            with open("/proc/%s/cgroup" % name) as f:
+                cgroup = f.read().split("::", 1)[1].strip() + "/"
+        except (OSError, IndexError):
+            continue
+        if len(nspid) >= 2 and nspid[1] == str(pid) and cgroup.startswith(top):
+            return int(name)
+    raise LookupError("no process %d of container %s on the node" % (pid, vmid))
+
+
 def id_map(lxcpath, vmid, kind="uid"):
     """The container's uid_map (or gid_map) as the node reads it from /proc/<init pid>/:
     [(first id inside, first id on the node, count)]."""
