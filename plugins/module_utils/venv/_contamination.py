@@ -201,6 +201,8 @@ class Stash(object):
             self.where = tempfile.mkdtemp(prefix="gpufleet-preserve-")
             self.fd = os.open(self.where, _DIR_FLAGS)
         self.items = []
+        # (dev, ino) of a directory when the files were taken -> of the one put_back made in its place
+        self.remade = {}
 
     def take(self, site, rel, digest=None, algo=None):
         """Copy ``rel`` of the directory ``site`` (real, absolute: the venv's) here; a problem
@@ -283,10 +285,12 @@ class Stash(object):
                     if (uid, gid) != (os.fstat(fd).st_uid, os.fstat(fd).st_gid):
                         os.fchown(fd, uid, gid)
                     os.fchmod(fd, mode)
+                    # The next files of that directory are put back into this one, not refused as exchanged.
+                    self.remade[(dev, ino)] = (child.dev, child.ino)
                 elif made:  # not the directory this run made (its inode may even be the old one's again)
                     raise _tree.ChainChanged(where, path, f"is reached through {path}, which this run made again and found "
                                                           f"exchanged for a directory of uid {os.fstat(fd).st_uid} when it opened it")
-                elif (child.dev, child.ino) != (dev, ino):
+                elif (child.dev, child.ino) not in ((dev, ino), self.remade.get((dev, ino))):
                     raise _tree.ChainChanged(where, path, "is reached through %s, which is another directory than "
                                              "before the uninstall (it was exchanged meanwhile)" % path)
                 here = child

@@ -1676,6 +1676,55 @@ def test_taking_and_putting_back_a_copy_leave_no_descriptor_open(plain_site):
     assert (taking, putting) == (before, before)
 
 
+def test_every_file_of_a_directory_the_uninstall_removed_goes_back_into_the_one_made_again(plain_site, tmp_path):
+    """The uninstall took pkg/ away with its files: the first file put back makes it again, and the
+    others go into that same directory, never refused as if it had been exchanged meanwhile."""
+    bodies = {"pkg/data.bin": BODY, "pkg/two.bin": b"two\n", "pkg/three.bin": b"three\n"}
+    for rel, data in bodies.items():
+        _write(os.path.join(plain_site, rel), data)
+    stash = _contamination.Stash()
+    try:
+        for rel, data in bodies.items():
+            assert stash.take(plain_site, rel, digest(data), "sha256") is None
+        # The uninstall, as pip does it: the directory moved aside with its files (so that its inode
+        # number is not the one the directory made again gets).
+        os.rename(os.path.join(plain_site, "pkg"), str(tmp_path / "uninstalled"))
+        problems = [stash.put_back(item) for item in stash.items]
+    finally:
+        stash.close()
+    assert problems == [None, None, None]
+    assert sorted(os.listdir(os.path.join(plain_site, "pkg"))) == ["data.bin", "three.bin", "two.bin"]
+    for rel, data in bodies.items():
+        with open(os.path.join(plain_site, rel), "rb") as f:
+            assert f.read() == data, rel
+
+
+def test_a_directory_made_again_then_exchanged_before_the_next_file_is_refused_for_that_file(plain_site, tmp_path):
+    """The directory a put-back made again is accepted for the next files only while it is that
+    directory: exchanged for another between two files, the next is refused and nothing goes there."""
+    bodies = {"pkg/data.bin": BODY, "pkg/two.bin": b"two\n"}
+    for rel, data in bodies.items():
+        _write(os.path.join(plain_site, rel), data)
+    other = tmp_path / "other"
+    other.mkdir()
+    pkg = os.path.join(plain_site, "pkg")
+    stash = _contamination.Stash()
+    try:
+        for rel, data in bodies.items():
+            assert stash.take(plain_site, rel, digest(data), "sha256") is None
+        os.rename(pkg, str(tmp_path / "uninstalled"))
+        first = stash.put_back(stash.items[0])
+        os.rename(pkg, pkg + ".made")
+        os.rename(str(other), pkg)
+        second = stash.put_back(stash.items[1])
+    finally:
+        stash.close()
+    assert first is None and os.listdir(pkg + ".made") == ["data.bin"]
+    assert second == ("%s was not put back: it is reached through %s, which is another directory than before the uninstall (it "
+                      "was exchanged meanwhile); nothing was written there" % (os.path.join(pkg, "two.bin"), pkg))
+    assert os.listdir(pkg) == []
+
+
 def test_a_file_directly_in_the_site_is_taken_and_put_back(plain_site):
     _write(os.path.join(plain_site, "top.py"), BODY)
     stash = _contamination.Stash()
