@@ -138,6 +138,7 @@ def _state_dir_fd(create, path=None, mode=0o755):
 # the venv's programs as its owner (its .pth lines included), who may meanwhile swap any
 # directory of the venv for a link, and root must never write where such a link points.
 _COPY_CHUNK = 1 << 20
+_SEEK_DATA, _SEEK_HOLE = getattr(os, "SEEK_DATA", 3), getattr(os, "SEEK_HOLE", 4)
 # The largest file kept aside: shared files are small (an __init__.py every wheel of a family
 # holds); a larger one is not copied into root's directory: it is named, and its package is
 # recorded as restore pending until it is reinstalled.
@@ -149,23 +150,57 @@ def stash_dir():
     return os.path.join(os.path.dirname(STATE_DIR), "stash")
 
 
+def _data_extent(fd, pos):
+    """``(start, end)`` of the first run of data at or after ``pos`` (SEEK_DATA/SEEK_HOLE: what
+    lies between runs is a hole, which reads as zeros and takes no space); None when none is
+    left. Where the kernel cannot say, the rest of the file is one run."""
+    try:
+        start = os.lseek(fd, pos, _SEEK_DATA)
+        return start, os.lseek(fd, start, _SEEK_HOLE)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # nothing but a hole (or nothing) from pos on
+            return None
+        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    size = os.fstat(fd).st_size
+    return (pos, size) if size > pos else None
+
+
 def _copy_fd(src, dst, algo="sha256", limit=None):
-    """Copy ``src`` to ``dst``; the hash of what was copied. Past ``limit`` bytes: ValueError."""
+    """Copy ``src`` to ``dst`` (a new file), its holes left holes: a sparse file is copied
+    sparse, and no more is written than it holds. The hash of the whole file, holes as the zeros
+    they read as. Past ``limit`` bytes of file: ValueError."""
     import hashlib
 
     h = hashlib.new(algo)
-    total = 0
+    zeros = memoryview(bytes(_COPY_CHUNK))
+    pos = 0
     while True:
-        chunk = os.read(src, _COPY_CHUNK)
-        if not chunk:
-            return h
-        total += len(chunk)
-        if limit is not None and total > limit:
+        extent = _data_extent(src, pos)
+        # What is left before the next data (or before the end) is a hole: hashed, never written.
+        start = extent[0] if extent else max(pos, os.fstat(src).st_size)
+        if limit is not None and start > limit:
             raise ValueError("larger than %d bytes" % limit)
-        h.update(chunk)
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(dst, view):]
+        while pos < start:
+            n = min(start - pos, _COPY_CHUNK)
+            h.update(zeros[:n])
+            pos += n
+        if extent is None:
+            os.ftruncate(dst, pos)  # a hole at the end is the file's size, not data
+            return h
+        os.lseek(src, pos, os.SEEK_SET)
+        os.lseek(dst, pos, os.SEEK_SET)
+        while pos < extent[1]:
+            chunk = os.read(src, min(_COPY_CHUNK, extent[1] - pos))
+            if not chunk:
+                break  # the file shrank meanwhile: its new end is found above
+            pos += len(chunk)
+            if limit is not None and pos > limit:
+                raise ValueError("larger than %d bytes" % limit)
+            h.update(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(dst, view):]
 
 
 class Stash(object):

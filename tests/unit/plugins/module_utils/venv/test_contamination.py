@@ -649,7 +649,7 @@ def test_a_copy_reads_in_chunks(tmp_path, monkeypatch):
     monkeypatch.setattr(_contamination.os, "read", read)
     data = b"abcdefghij"
     assert _copy(tmp_path, data).hexdigest() == hashlib.sha256(data).hexdigest()
-    assert reads == [4, 4, 4, 4]
+    assert reads == [4, 4, 2]  # up to the end of the data SEEK_HOLE gave, never a read past it
     assert (tmp_path / "dst").read_bytes() == data
 
 
@@ -668,6 +668,99 @@ def test_a_short_write_is_written_on_from_where_it_stopped(tmp_path, monkeypatch
     assert _copy(tmp_path, data).hexdigest() == hashlib.sha256(data).hexdigest()
     assert writes == [b"abc", b"def", b"ghi", b"j"]
     assert (tmp_path / "dst").read_bytes() == data
+
+
+MiB = 1 << 20
+
+
+def _sparse(path, runs, size):
+    """A file of ``size`` bytes holding data only at ``runs`` ({offset: bytes}): holes elsewhere."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for offset, data in runs.items():
+            os.pwrite(fd, data, offset)
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+    return path
+
+
+def _content_digest(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(MiB), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _allocated(path):
+    return os.stat(path).st_blocks * 512
+
+
+@pytest.mark.parametrize("runs", [{}, {0: b"head" * 1024, 40 * MiB: b"tail" * 1024}, {8 * MiB: b"x" * (3 * MiB + 5)}],
+                         ids=["all-hole", "head-and-middle", "one-run-of-chunks"])
+def test_a_sparse_file_is_copied_sparse_byte_for_byte_and_hashed_whole(tmp_path, runs):
+    src_path = _sparse(str(tmp_path / "src"), runs, 64 * MiB)
+    assert _allocated(src_path) <= 2 * sum(len(d) for d in runs.values()) + 64 * 1024  # the file system keeps holes
+    src = os.open(src_path, os.O_RDONLY)
+    dst = os.open(str(tmp_path / "dst"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        h = _contamination._copy_fd(src, dst)
+    finally:
+        os.close(src)
+        os.close(dst)
+    dst_path = str(tmp_path / "dst")
+    assert os.stat(dst_path).st_size == 64 * MiB
+    assert h.hexdigest() == _content_digest(src_path) == _content_digest(dst_path)
+    # Only the data was written: a dense copy would take 64 MiB.
+    assert _allocated(dst_path) <= _allocated(src_path) + 64 * 1024, (_allocated(dst_path), _allocated(src_path))
+
+
+def test_where_the_kernel_cannot_tell_holes_the_file_is_copied_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(_contamination, "_SEEK_DATA", 99)  # no such whence: lseek says EINVAL
+    src_path = _sparse(str(tmp_path / "src"), {MiB: b"data"}, 3 * MiB)
+    src = os.open(src_path, os.O_RDONLY)
+    dst = os.open(str(tmp_path / "dst"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        h = _contamination._copy_fd(src, dst)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert h.hexdigest() == _content_digest(src_path) == _content_digest(str(tmp_path / "dst"))
+    assert os.stat(str(tmp_path / "dst")).st_size == 3 * MiB
+
+
+def test_a_hole_past_the_limit_is_refused_before_it_is_hashed(tmp_path, monkeypatch):
+    src_path = _sparse(str(tmp_path / "src"), {}, 1 << 40)  # a TiB of hole
+    src = os.open(src_path, os.O_RDONLY)
+    dst = os.open(str(tmp_path / "dst"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ValueError) as exc:
+            _contamination._copy_fd(src, dst, limit=MiB)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert (str(exc.value), os.stat(str(tmp_path / "dst")).st_size) == ("larger than %d bytes" % MiB, 0)
+    assert time.monotonic() - started < 5
+
+
+def test_a_sparse_shared_file_is_kept_aside_and_put_back_sparse(plain_site):
+    path = _sparse(os.path.join(plain_site, "pkg", "big.bin"), {16 * MiB: b"the only data"}, 48 * MiB)
+    want = _content_digest(path)
+    stash = _contamination.Stash()
+    try:
+        assert stash.take(plain_site, "pkg/big.bin", base64.urlsafe_b64encode(
+            bytes.fromhex(want)).rstrip(b"=").decode("ascii"), "sha256") is None
+        kept = os.path.join(stash.where, stash.items[0]["copy"])
+        aside = (os.stat(kept).st_size, _allocated(kept))
+        os.remove(path)  # the uninstall
+        assert stash.put_back(stash.items[0]) is None
+    finally:
+        stash.close()
+    assert aside[0] == 48 * MiB and aside[1] <= 64 * 1024, aside
+    assert (os.stat(path).st_size, _content_digest(path)) == (48 * MiB, want)
+    assert _allocated(path) <= 64 * 1024, _allocated(path)
 
 
 # --------------------------------------------------------------------------------- RestoreRecord
