@@ -168,7 +168,8 @@ def test_a_file_that_changed_before_it_was_copied_is_not_kept(site):
 # Venvs are laid out by hand (bin/python a shell script, pyvenv.cfg, site-packages with dist-info
 # directories as pip writes them); the installer is FakeInstaller, which acts on those files.
 
-DEFAULTS = (_contamination.STATE_DIR, _contamination._STATE_MAX, _contamination._COPY_CHUNK, _contamination.STASH_FILE_MAX)
+DEFAULTS = (_contamination.STATE_DIR, _contamination._STATE_MAX, _contamination._COPY_CHUNK, _contamination.STASH_FILE_MAX,
+            _contamination.STASH_TOTAL_MAX)
 SITE_REL = os.path.join("lib", "python3.11", "site-packages")
 PIP_UNINSTALL = ["-m", "pip", "uninstall", "--yes", "--disable-pip-version-check", "--no-input"]
 PIP_INSTALL = ["-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-cache-dir", "--disable-pip-version-check", "--no-input"]
@@ -355,8 +356,8 @@ AFTER = "keeppkg==1.0\ntorch==2.9.1+cu128\n"
 HINT = ["--find-links", "<a directory holding these wheels>"]
 
 
-def test_the_state_is_root_s_and_its_caps_are_64_kib_a_record_1_mib_a_read_and_1_gib_a_kept_file():
-    assert DEFAULTS == ("/var/lib/gpufleet-hygiene/restore", 65536, 1 << 20, 1 << 30)
+def test_the_state_is_root_s_and_its_caps_are_64_kib_a_record_1_mib_a_read_1_gib_a_kept_file_and_2_gib_in_all():
+    assert DEFAULTS == ("/var/lib/gpufleet-hygiene/restore", 65536, 1 << 20, 1 << 30, 2 << 30)
 
 
 # ------------------------------------------------------------------------------------ VenvLock
@@ -610,7 +611,9 @@ def _copy(tmp_path, data, **kw):
     src = os.open(src_path, os.O_RDONLY)
     dst = os.open(str(tmp_path / "dst"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        return _contamination._copy_fd(src, dst, **kw)
+        h, written = _contamination._copy_fd(src, dst, **kw)
+        assert written == len(data)  # every byte is data: none is a hole
+        return h
     finally:
         os.close(src)
         os.close(dst)
@@ -636,6 +639,27 @@ def test_a_copy_of_exactly_the_limit_is_whole_and_one_byte_more_is_refused(tmp_p
         _copy(tmp_path, data, limit=9)
     assert str(exc.value) == "larger than 9 bytes"
     assert (tmp_path / "dst").read_bytes() == (b"" if chunk > 10 else b"012345678")
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 3])
+def test_a_copy_that_writes_exactly_its_budget_is_whole_and_one_byte_more_is_refused_unwritten(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(_contamination, "_COPY_CHUNK", chunk)
+    data = b"0123456789"
+    assert _copy(tmp_path, data, budget=10).hexdigest() == hashlib.sha256(data).hexdigest()
+    with pytest.raises(_contamination.StashFull):
+        _copy(tmp_path, data, budget=9)
+    assert (tmp_path / "dst").read_bytes() == (b"" if chunk > 10 else b"012345678")
+
+
+def test_a_copy_s_budget_counts_data_not_holes(tmp_path):
+    src = os.open(_sparse(str(tmp_path / "src"), {}, 64 * MiB), os.O_RDONLY)
+    dst = os.open(str(tmp_path / "dst"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        _h, written = _contamination._copy_fd(src, dst, budget=0)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert (written, os.stat(str(tmp_path / "dst")).st_size) == (0, 64 * MiB)
 
 
 def test_a_copy_reads_in_chunks(tmp_path, monkeypatch):
@@ -705,11 +729,14 @@ def test_a_sparse_file_is_copied_sparse_byte_for_byte_and_hashed_whole(tmp_path,
     src = os.open(src_path, os.O_RDONLY)
     dst = os.open(str(tmp_path / "dst"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        h = _contamination._copy_fd(src, dst)
+        h, written = _contamination._copy_fd(src, dst)
     finally:
         os.close(src)
         os.close(dst)
     dst_path = str(tmp_path / "dst")
+    # The data, each run to its file-system block's end (where SEEK_HOLE says it ends).
+    data = sum(len(d) for d in runs.values())
+    assert data <= written <= data + len(runs) * os.statvfs(str(tmp_path)).f_bsize, (data, written)
     assert os.stat(dst_path).st_size == 64 * MiB
     assert h.hexdigest() == _content_digest(src_path) == _content_digest(dst_path)
     # Only the data was written: a dense copy would take 64 MiB.
@@ -722,11 +749,12 @@ def test_where_the_kernel_cannot_tell_holes_the_file_is_copied_whole(tmp_path, m
     src = os.open(src_path, os.O_RDONLY)
     dst = os.open(str(tmp_path / "dst"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        h = _contamination._copy_fd(src, dst)
+        h, written = _contamination._copy_fd(src, dst)
     finally:
         os.close(src)
         os.close(dst)
     assert h.hexdigest() == _content_digest(src_path) == _content_digest(str(tmp_path / "dst"))
+    assert written == 3 * MiB
     assert os.stat(str(tmp_path / "dst")).st_size == 3 * MiB
 
 
@@ -1716,6 +1744,114 @@ def test_a_stash_that_cannot_be_made_stops_the_removal_before_anything_is_remove
         % (os.path.join(state, "stash"), state))
     assert [c["name"] for c in exc.value.partial["contaminants"]] == ["droppkg"]
     assert w.fake.calls == [] and w.read("shared/data.txt") == DROP_DATA
+
+
+# --------------------------------------------------------------- the stash's bound on all it keeps aside
+
+
+def test_the_stash_counts_the_data_it_keeps_and_refuses_the_file_that_would_pass_its_bound(plain_site, monkeypatch):
+    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", MiB)
+    for i in range(3):  # 48 MiB each, 13 bytes of data: holes are not kept, so they do not count
+        _sparse(os.path.join(plain_site, "pkg", "sparse%d.bin" % i), {16 * MiB: b"the only data"}, 48 * MiB)
+    for name in ("one.bin", "two.bin"):
+        _write(os.path.join(plain_site, "pkg", name), os.urandom(600 * 1024))
+    stash = _contamination.Stash()
+    try:
+        told = [stash.take(plain_site, "pkg/sparse%d.bin" % i) for i in range(3)] + [stash.take(plain_site, "pkg/one.bin")]
+        used = stash.used
+        with pytest.raises(_contamination.StashFull) as exc:
+            stash.take(plain_site, "pkg/two.bin")
+        kept = sorted(os.listdir(stash.where))
+    finally:
+        stash.close()
+    block = os.statvfs(plain_site).f_bsize
+    assert told == [None] * 4 and 600 * 1024 + 3 * 13 <= used <= 600 * 1024 + 3 * block, used
+    assert exc.value.where == os.path.join(plain_site, "pkg", "two.bin")
+    assert kept == ["0", "1", "2", "3"]  # nothing of two.bin was copied
+
+
+def test_a_file_that_grew_past_the_bound_after_its_size_was_read_is_refused_as_it_is_copied(plain_site, monkeypatch):
+    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 4096)
+    path = _write(os.path.join(plain_site, "pkg", "grows.bin"), b"small\n")
+    real = _contamination._copy_fd
+
+    def copy(src, dst, *args):  # the venv's owner appends to it once root has read its size
+        with open(path, "ab") as f:
+            f.write(b"x" * 8192)
+        return real(src, dst, *args)
+
+    monkeypatch.setattr(_contamination, "_copy_fd", copy)
+    stash = _contamination.Stash()
+    try:
+        with pytest.raises(_contamination.StashFull) as exc:
+            stash.take(plain_site, "pkg/grows.bin")
+        copied = os.stat(os.path.join(stash.where, "0")).st_size
+    finally:
+        stash.close()
+    assert (exc.value.where, stash.items, copied <= 4096) == (path, [], True)
+
+
+def _big_sharing(tmp_path, sizes):
+    """keeppkg 1.0 and droppkg 1.0+cu130 (the contaminant) both install big/f<i>.bin, ``sizes``
+    bytes each, the same bytes: kept aside for keeppkg during the removal."""
+    w = World(str(tmp_path))
+    w.add("torch", "2.9.1+cu128", {"torch/__init__.py": b"t\n"})
+    files = dict(("big/f%d.bin" % i, os.urandom(n)) for i, n in enumerate(sizes))
+    w.add("keeppkg", "1.0", files)
+    w.add("droppkg", "1.0+cu130", files)
+    return w, files
+
+
+def _untouched(w, files, state_dir):
+    assert w.fake.calls == []
+    assert os.path.isdir(os.path.join(w.site, "droppkg-1.0+cu130.dist-info"))
+    for rel, data in files.items():
+        assert w.read(rel) == data, rel
+    assert not os.path.exists(os.path.join(os.path.dirname(state_dir), "stash"))
+
+
+@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check-mode"])
+def test_shared_files_past_the_stash_s_bound_stop_the_removal_before_anything_is_removed(tmp_path, state_dir, monkeypatch,
+                                                                                          check_mode):
+    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 3 * 3000 - 1)
+    w, files = _big_sharing(tmp_path, [3000, 3000, 3000])
+    with pytest.raises(_contamination.GpufleetError) as exc:
+        w.contamination(check_mode=check_mode).run(remove=True)
+    big = os.path.join(os.path.realpath(w.venv), SITE_REL, "big")
+    assert exc.value.msg == (
+        "the files that keeppkg==1.0 share with the packages to remove hold more than 8999 bytes of data, the most a removal "
+        "keeps aside while it runs (STASH_TOTAL_MAX; the largest: %s/f2.bin (3000 bytes), %s/f1.bin (3000 bytes), %s/f0.bin "
+        "(3000 bytes)); nothing was removed. Shared files are small (the __init__.py a family of wheels holds): see what those "
+        "packages' RECORD lists (pip_inventory verify_files=true) and reinstall them if that is not what they ship, or remove "
+        "them too (also_remove) and install them again afterwards" % (big, big, big))
+    partial = exc.value.partial
+    assert (partial["changed"], partial["removed"], partial["preserved_files"]) == (False, [], 0)
+    _untouched(w, files, state_dir)
+
+
+def test_shared_files_of_exactly_the_stash_s_bound_are_kept_aside_and_put_back(tmp_path, state_dir, monkeypatch):
+    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 3 * 3000)
+    w, files = _big_sharing(tmp_path, [3000, 3000, 3000])
+    result = w.contamination().run(remove=True)
+    assert (result["removed"], result["preserved_files"]) == ([{"name": "droppkg", "version": "1.0+cu130"}], 3)
+    for rel, data in files.items():
+        assert w.read(rel) == data, rel
+
+
+def test_a_stash_that_reaches_its_bound_while_it_copies_stops_the_removal_before_anything_is_removed(tmp_path, state_dir,
+                                                                                                       monkeypatch):
+    # The files grew between the plan's look and the copy (here: the plan sees nothing to keep).
+    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 3 * 3000 - 1)
+    monkeypatch.setattr(_contamination, "_stash_need", lambda preserve: [])
+    w, files = _big_sharing(tmp_path, [3000, 3000, 3000])
+    with pytest.raises(_contamination.GpufleetError) as exc:
+        w.contamination().run(remove=True)
+    at = os.path.join(os.path.realpath(w.venv), SITE_REL, "big", "f2.bin")
+    assert exc.value.msg.startswith(
+        "the files that keeppkg==1.0 share with the packages to remove hold more than 8999 bytes of data, the most a removal "
+        "keeps aside while it runs (STASH_TOTAL_MAX; it went past it at %s); nothing was removed. " % at), exc.value.msg
+    assert (exc.value.partial["changed"], exc.value.partial["removed"]) == (False, [])
+    _untouched(w, files, state_dir)
 
 
 # ------------------------------------------------------------------------- the stash, as any user
