@@ -2159,6 +2159,45 @@ def test_a_temporary_file_exchanged_for_a_link_before_it_is_put_in_place_is_neve
     assert (os.path.islink(where), os.stat(victim).st_nlink) == (True, 1)
 
 
+def _exchange(a, b):
+    """renameat2(RENAME_EXCHANGE): ``a`` and ``b`` trade places in one step, as the venv's owner can."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 2) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), a)
+
+
+@pytest.mark.parametrize("rel", ["pkg/data.bin", "data.bin"], ids=["below-a-directory", "in-the-site"])
+@pytest.mark.parametrize("exchanged", ["the site", "the directory above it"])
+def test_a_site_exchanged_for_another_real_directory_after_the_stash_is_refused_and_nothing_is_written(tmp_path, exchanged, rel):
+    """Between the stash and the put-back, the site directory (or the one above it) trades places
+    with another real directory laid out alike (renameat2 RENAME_EXCHANGE): the put-back walks the
+    chain taken from / again, finds the exchanged directory, names it, and writes nothing in either
+    (a file directly in the site has no directory of its own whose identity would tell)."""
+    site = str(tmp_path / "a" / "venv" / "site")
+    other = str(tmp_path / "b" / "venv" / "site")
+    _write(os.path.join(site, rel), BODY)
+    os.makedirs(os.path.dirname(os.path.join(other, rel)), exist_ok=True)
+    stash = _contamination.Stash()
+    try:
+        assert stash.take(site, rel, digest(BODY), "sha256") is None
+        os.remove(os.path.join(site, rel))  # the uninstall
+        swapped = site if exchanged == "the site" else os.path.dirname(site)
+        _exchange(swapped, swapped.replace(str(tmp_path / "a"), str(tmp_path / "b")))
+        problem = stash.put_back(stash.items[0])
+    finally:
+        stash.close()
+    said = ("is another directory than when it was first read" if exchanged == "the site" else
+            "is reached through %s, which is another directory than when it was first read" % swapped)
+    assert problem == "%s was not put back: %s %s (it was exchanged meanwhile); nothing was written there" % (
+        os.path.join(site, rel), site, said), problem
+    # Neither the directory now at the site's path (the other one) nor the site (now at the other's) got the file.
+    for top in (site, other):
+        assert os.listdir(os.path.dirname(os.path.join(top, rel))) == [], top
+
+
 def test_a_directory_exchanged_for_one_of_a_lower_inode_is_refused_too(plain_site):
     made = [os.path.join(plain_site, n) for n in ("one", "two")]
     for path in made:
