@@ -14,9 +14,10 @@ import sys
 
 import pytest
 from cuda_fixtures import SEED_BASE, UV, install, make_seed_venv, make_venv, pins
-from wheelmaker import build_shared_object
+from wheelmaker import build_shared_object, build_wheel
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _libraries
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import check_libraries
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
 
@@ -217,3 +218,96 @@ def test_processes_left_when_the_time_is_up_are_named(seed_venv, job, cudart13):
     reading = _libraries.mapped_libraries([p.pid, p.pid, os.getpid()], seconds=0)
     assert reading["processes"] == []
     assert reading["problems"] == ["2 process(es) not read within 0s: %s" % ", ".join(str(x) for x in sorted({p.pid, os.getpid()}))]
+
+
+def _reading(venv, pids):
+    """What the readiness read gives check_libraries: the processes' libraries and the reference."""
+    env = Venv(venv, None)
+    result = Contamination(env, None, evidence_cache=False).scan()[0]
+    found = _libraries.mapped_libraries(pids, index=_libraries.VenvIndex(env.distributions, result["clobbered"]))
+    found.update(reference=result["reference"])
+    return found
+
+
+def test_a_library_of_an_older_major_than_torch_s_is_wrong_too(tmp_path, seed_venv, job):
+    """A CUDA 11 NVRTC (which the venv does not ship: no other reason) in torch cu128's job is
+    named: a major below the reference is as wrong as one above it."""
+    build_shared_object(str(tmp_path / "cuda11"), "libnvrtc.so.11.2")
+    old = str(tmp_path / "cuda11" / "libnvrtc.so.11.2")
+    p = job(old)
+    reading = _reading(seed_venv, [p.pid])
+    lib = by_path(reading, p.pid)[old]
+    assert (lib["cuda_major"], lib["outside_venv"], lib["deleted"]) == (11, False, False)
+    assert _libraries.wrong(lib, 12) == ["CUDA 11, torch is CUDA 12"]
+    check = check_libraries(reading)
+    assert (check["ok"], [(b["path"], b["reasons"]) for b in check["libraries"]]) == (
+        False, [(old, ["CUDA 11, torch is CUDA 12.8"])])
+
+
+@pytest.fixture
+def ext_venv(tmp_path):
+    """A venv whose torch (cu128) ships a Python extension module, torch/_C.cpython-311-x86_64-linux-gnu.so,
+    and libtorch_cuda.so; and another venv's copies of both, outside it."""
+    work = str(tmp_path / "work")
+    wheels = str(tmp_path / "wheels")
+    os.makedirs(wheels)
+    ext = "_C.cpython-311-x86_64-linux-gnu.so"
+    build_wheel(wheels, "torch", "2.8.0+cu128", {
+        "torch/__init__.py": "", "torch/version.py": "cuda = '12.8'\n",
+        "torch/" + ext: build_shared_object(os.path.join(work, "ext"), ext),
+        "torch/lib/libtorch_cuda.so": build_shared_object(os.path.join(work, "lib"), "libtorch_cuda.so"),
+    })
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, wheels, ["torch==2.8.0+cu128"])
+    other = tmp_path / "other" / "lib" / "python3.11" / "site-packages" / "torch"
+    os.makedirs(other / "lib")
+    shutil.copy(os.path.join(work, "ext", ext), str(other / ext))
+    shutil.copy(os.path.join(work, "lib", "libtorch_cuda.so"), str(other / "lib" / "libtorch_cuda.so"))
+    return venv, str(other / ext), str(other / "lib" / "libtorch_cuda.so")
+
+
+def test_only_a_library_named_by_its_soname_is_judged_mapped_from_outside_the_venv(ext_venv, job):
+    """Another venv's torch extension module and libtorch_cuda.so, both of names the venv ships:
+    the library (lib*.so*) is mapped from outside the venv; the extension module's name says
+    nothing of which library it is, so it is not."""
+    venv, ext, lib = ext_venv
+    p = job(lib, ext)
+    libs = by_path(_reading(venv, [p.pid]), p.pid)
+    sp = os.path.realpath(site(venv))
+    assert (libs[lib]["family"], libs[lib]["outside_venv"], libs[lib]["venv_copy"]) == (
+        "torch", True, sp + "/torch/lib/libtorch_cuda.so")
+    assert (libs[ext]["family"], libs[ext]["outside_venv"], libs[ext]["venv_copy"]) == ("torch", False, None)
+    assert _libraries.wrong(libs[ext], 12) == []
+
+
+MAPPER = ("import mmap, os, sys\n"
+          "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+          "held = [mmap.mmap(fd, 4096, prot=mmap.PROT_READ) for _ in range(int(sys.argv[2]))]\n"
+          "print('mapped', flush=True)\n"
+          "sys.stdin.read()\n")
+
+
+def test_maps_are_read_up_to_16_mib_and_no_further(tmp_path):
+    """A real process whose maps runs past 16 MiB (one file of a ~3900-character path mapped
+    4400 times, each a line of its own): its first 16 MiB are read, and the cut is said."""
+    path = str(tmp_path)
+    while len(path) < 3700:
+        path = os.path.join(path, "d" * 200)
+    os.makedirs(path)
+    path = os.path.join(path, "mapped.bin")
+    with open(path, "wb") as f:
+        f.write(b"\0" * 4096)
+    p = subprocess.Popen([sys.executable, "-c", MAPPER, path, "4400"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "mapped\n", p.stderr.read()
+        with open("/proc/%d/maps" % p.pid, "rb") as f:
+            whole = f.read()
+        problems = []
+        data = _libraries.read_maps(p.pid, problems=problems)
+    finally:
+        p.kill()
+        p.wait()
+    assert len(whole) > (16 << 20) + 4096
+    assert (len(data), data == whole[:16 << 20]) == (16 << 20, True)
+    assert problems == ["/proc/%d/maps is larger than 16777216 bytes: truncated at 16777216 bytes" % p.pid]
