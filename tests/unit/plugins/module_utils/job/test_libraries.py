@@ -311,3 +311,54 @@ def test_maps_are_read_up_to_16_mib_and_no_further(tmp_path):
     assert len(whole) > (16 << 20) + 4096
     assert (len(data), data == whole[:16 << 20]) == (16 << 20, True)
     assert problems == ["/proc/%d/maps is larger than 16777216 bytes: truncated at 16777216 bytes" % p.pid]
+
+
+@pytest.fixture
+def cupti13_venv(tmp_path):
+    """A torch cu130 venv shipping CUPTI 13 (nvidia/cu13/lib/libcupti.so.13), and a CUDA 12 CUPTI
+    outside it (libcupti.so.12, linking its libcudart.so.12)."""
+    work = str(tmp_path / "work")
+    wheels = str(tmp_path / "wheels")
+    os.makedirs(wheels)
+    build_wheel(wheels, "torch", "2.9.0+cu130", {
+        "torch/__init__.py": "", "torch/version.py": "cuda = '13.0'\n",
+        "torch/lib/libtorch_cuda.so": build_shared_object(os.path.join(work, "torch"), "libtorch_cuda.so"),
+    })
+    build_wheel(wheels, "nvidia-cuda-cupti", "13.0.48", {
+        "nvidia/__init__.py": "", "nvidia/cu13/__init__.py": "",
+        "nvidia/cu13/lib/libcupti.so.13": build_shared_object(os.path.join(work, "cupti13"), "libcupti.so.13"),
+    })
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, wheels, ["torch==2.9.0+cu130", "nvidia-cuda-cupti==13.0.48"])
+    build_shared_object(str(tmp_path / "cuda12"), "libcupti.so.12", needed=["libcudart.so.12"])
+    return venv, str(tmp_path / "cuda12")
+
+
+def test_a_deleted_library_keeps_the_major_its_soname_says(cupti13_venv, job):
+    """A CUDA 12 CUPTI from outside the venv, deleted under a CUDA 13 job: its file is gone (its
+    DT_NEEDED cannot be read), and its soname still says CUDA 12, which the reasons name."""
+    venv, cuda12 = cupti13_venv
+    cupti12 = os.path.join(cuda12, "libcupti.so.12")
+    p = job(os.path.join(cuda12, "libcudart.so.12"), cupti12)
+    os.unlink(cupti12)  # the CUDA 12 toolkit removed under the running job
+    reading = _reading(venv, [p.pid])
+    lib = by_path(reading, p.pid)[cupti12]
+    copy = os.path.realpath(site(venv)) + "/nvidia/cu13/lib/libcupti.so.13"
+    assert (lib["deleted"], lib["cuda_major"], lib["evidence"], lib["venv_copy"]) == (True, 12, ["soname libcupti.so.12"], copy)
+    reasons = ["CUDA 12, torch is CUDA 13.0", "mapped from outside the venv, which ships %s" % copy,
+               "deleted since it was mapped (removed or replaced under the running job)"]
+    assert _libraries.wrong(lib, 13, "torch is CUDA 13.0") == reasons
+    check = check_libraries(reading)
+    assert [(b["path"], b["cuda_major"], b["reasons"]) for b in check["libraries"] if b["path"] == cupti12] == [
+        (cupti12, 12, reasons)]
+    assert "%s (no package of the venv): %s" % (cupti12, "; ".join(reasons)) in check["summary"]
+
+
+@pytest.mark.parametrize("name, major", [
+    ("libcupti.so.12", 12), ("libcupti.so.13", 13), ("libcupti.so.11.8", 11),
+    ("libcupti.so.2025.1.1", None),  # a toolkit's file behind the soname's link: its name says no CUDA major
+    ("libcudart.so.12", 12), ("libnccl.so.2", None), ("libcufft.so.12", None),
+])
+def test_the_major_a_deleted_library_s_name_says(name, major):
+    lib = _libraries.judge_library("/usr/local/cuda/lib64/" + name, True, None)
+    assert (lib["cuda_major"], lib["evidence"]) == (major, ["soname %s" % name] if major else [])
