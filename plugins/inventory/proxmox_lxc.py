@@ -78,6 +78,8 @@ options:
     description:
       - Base URL of the Proxmox VE API (any node of the cluster), for example V(https://pve1.example.com:8006).
         Required with O(source=api).
+      - It must be an C(https://) URL; an C(http://) one (or any other scheme) is refused before any request, since
+        the API token is sent in every request's header. There is no option to send it over plain HTTP.
     type: string
     env:
       - name: GPUFLEET_PVE_API_URL
@@ -542,6 +544,13 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         for opt in ("api_url", "api_token_id", "api_token_secret"):
             if not self.get_option(opt):
                 raise AnsibleParserError("proxmox_lxc: source: api needs %s" % opt)
+        # The token goes in every request's header: never where anyone on the way can read it.
+        url = urllib.parse.urlsplit(self.get_option("api_url"))
+        if url.scheme.lower() != "https" or not url.hostname:
+            raise AnsibleParserError(
+                "proxmox_lxc: api_url %s is no https:// URL, and the API token would cross the network in clear: nothing "
+                "was sent. Give the API's https:// address (Proxmox VE serves it at https://<node>:8006), with ca_path for "
+                "the cluster's own certificate (/etc/pve/pve-root-ca.pem)" % self.get_option("api_url"))
         if not re.fullmatch(r"[^@!=\s]+@[^@!=\s]+![A-Za-z][A-Za-z0-9._-]*", self.get_option("api_token_id")):
             raise AnsibleParserError("proxmox_lxc: api_token_id must read <user>@<realm>!<tokenid> (e.g. gpufleet@pve!inventory), got %r"
                                      % self.get_option("api_token_id"))

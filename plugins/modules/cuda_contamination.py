@@ -24,6 +24,10 @@ description:
   - With O(remove=true), uninstalls the contaminants and O(also_remove) with uv (when the
     target has it) or pip, keeps the files that remaining packages share with them, and
     reinstalls at their recorded versions the packages whose files had been overwritten.
+  - The shared files wait out the uninstall in root's C(/var/lib/gpufleet-hygiene/stash), copied with
+    their holes, at most 1 GiB a file (a larger one is not kept, and its package is recorded to be
+    reinstalled) and 2 GiB of data in all. Past that the removal is refused before anything is removed,
+    in check mode too.
   - A reinstall that fails is remembered outside the venv; the venv is not clean (RV(restore_pending))
     until the files are back.
   - Removes only from a virtual environment (C(pyvenv.cfg)) or a conda environment (C(conda-meta)),

@@ -29,13 +29,16 @@ def free_port():
 
 
 @contextlib.contextmanager
-def running(state, cert_dir=None, port=None, log=None):
-    """Start the stand-in over state; yield its url, CA file and token; stop it at the end."""
+def running(state, cert_dir=None, port=None, log=None, plain=False):
+    """Start the stand-in over state; yield its url, CA file and token; stop it at the end.
+    ``plain``: over plain HTTP (no CA file then), which pveproxy never serves."""
     secret = secrets.token_hex(16)
     token = "%s!%s=%s" % (USER, TOKEN, secret)
     argv = [sys.executable, STANDIN, "--state", str(state), "--port", str(port or free_port()), "--token", token]
     if cert_dir:
         argv += ["--cert-dir", str(cert_dir)]
+    if plain:
+        argv.append("--plain-http")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log if log is not None else subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline()

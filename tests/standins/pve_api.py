@@ -12,7 +12,7 @@ real state: the nodes of <state>/fleet.json, each container's PVE config in
 each container's real LXC state (`lxc-info` in <state>/nodes/<node>/lxc).
 
     python3 tests/standins/pve_api.py --state /var/tmp/gpufleet-sim --port 8006 \
-        --token 'root@pam!gpufleet=SECRET' [--listen 127.0.0.1] [--cert-dir DIR]
+        --token 'root@pam!gpufleet=SECRET' [--listen 127.0.0.1] [--cert-dir DIR] [--plain-http]
 
 prints one JSON line when it listens: {"url": ..., "cafile": ..., "pid": ...}.
 
@@ -409,23 +409,28 @@ def main(argv=None):
     p.add_argument("--port", type=int, default=8006)
     p.add_argument("--token", required=True, help="user@realm!tokenid=secret")
     p.add_argument("--cert-dir", default=None)
+    # Not pveproxy's (it serves HTTPS only): an API reached over plain HTTP, to show that a client
+    # refuses to send its token there.
+    p.add_argument("--plain-http", action="store_true", help="serve plain HTTP, no TLS")
     args = p.parse_args(argv)
     if not re.fullmatch(r"[^@!=\s]+@[^@!=\s]+![A-Za-z][A-Za-z0-9._-]*=\S+", args.token):
         p.error("--token must read user@realm!tokenid=secret")
-    cert, key = make_cert(args.cert_dir or os.path.join(args.state, "pve-api"), args.listen)
     server = http.server.ThreadingHTTPServer((args.listen, args.port), Handler)
     server.daemon_threads = True
     server.fleet = Fleet(args.state)
     server.token = args.token
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(cert, key)
-    server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    with open(cert) as f:
-        der = ssl.PEM_cert_to_DER_cert(f.read())
-    digest = hashlib.sha256(der).hexdigest().upper()
-    server.fingerprint = ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
-    print(json.dumps({"url": "https://%s:%d" % (args.listen, server.server_address[1]), "cafile": cert,
-                      "pid": os.getpid()}), flush=True)
+    cert = server.fingerprint = None
+    if not args.plain_http:
+        cert, key = make_cert(args.cert_dir or os.path.join(args.state, "pve-api"), args.listen)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+        with open(cert) as f:
+            der = ssl.PEM_cert_to_DER_cert(f.read())
+        digest = hashlib.sha256(der).hexdigest().upper()
+        server.fingerprint = ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
+    print(json.dumps({"url": "%s://%s:%d" % ("http" if args.plain_http else "https", args.listen, server.server_address[1]),
+                      "cafile": cert, "pid": os.getpid()}), flush=True)
     server.serve_forever()
     return 0
 

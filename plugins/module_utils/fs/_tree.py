@@ -454,8 +454,9 @@ def walk(path, expect=None):
                                  f"is reached through {here}, which is not a directory")
             chain.append([st.st_dev, st.st_ino])
             if expect is not None and (len(expect) <= i or list(expect[i]) != chain[-1]):
-                raise ChainChanged(path, here, f"is reached through {here}, which is another directory than when it "
-                                   "was first read (it was exchanged meanwhile)")
+                raise ChainChanged(path, here, ("is another directory" if i == len(parts) else
+                                                f"is reached through {here}, which is another directory")
+                                   + " than when it was first read (it was exchanged meanwhile)")
         final = os.open(".", DIR_FLAGS, dir_fd=fd)
     finally:
         os.close(fd)

@@ -62,6 +62,11 @@ _FAMILIES = tuple((name, re.compile(rx)) for name, rx in FAMILIES)
 # cache (~/.triton/cache) holds the helper modules it compiled, which are no library of a package.
 _DIR_FAMILIES = (("triton", re.compile(r"/(?:site|dist)-packages/triton/")), ("torch", re.compile(r"/(?:site|dist)-packages/torch/")))
 _SO_RE = re.compile(r"\.so(?:\.\d+)*$")
+# Mapped libraries whose soname's major is the CUDA major, besides those the contamination check
+# reads (_cuda.CUDA_SONAMES): a deleted one's name is all that is left to say its major. Two
+# digits: a toolkit's CUPTI file is libcupti.so.2025.1.1 behind its soname's link.
+CUDA_MAJOR_SONAMES = ("libcupti",)
+_MAJOR_SONAME_RE = re.compile(r"^(?:%s)\.so\.(\d{2})(?:\.|$)" % "|".join(re.escape(s) for s in CUDA_MAJOR_SONAMES))
 _CU_DIR_RE = re.compile(r"/nvidia/cu(\d{2})/")
 
 
@@ -272,7 +277,8 @@ def judge_library(path, deleted, index, open_file=default_open, needed_cache=Non
     base = path.rsplit("/", 1)[-1]
     evidence = []
     majors = []
-    major = soname_cuda(base)
+    named = _MAJOR_SONAME_RE.match(base)
+    major = int(named.group(1)) if named else soname_cuda(base)
     if major is not None:
         majors.append(major)
         evidence.append("soname %s" % base)

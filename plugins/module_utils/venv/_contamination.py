@@ -138,10 +138,23 @@ def _state_dir_fd(create, path=None, mode=0o755):
 # the venv's programs as its owner (its .pth lines included), who may meanwhile swap any
 # directory of the venv for a link, and root must never write where such a link points.
 _COPY_CHUNK = 1 << 20
+_SEEK_DATA, _SEEK_HOLE = getattr(os, "SEEK_DATA", 3), getattr(os, "SEEK_HOLE", 4)
 # The largest file kept aside: shared files are small (an __init__.py every wheel of a family
 # holds); a larger one is not copied into root's directory: it is named, and its package is
 # recorded as restore pending until it is reinstalled.
 STASH_FILE_MAX = 1 << 30
+# The most data one removal keeps aside in all (holes, which are not copied, aside). Past it the
+# removal is refused before anything is removed: root's disk is not the venv owner's to fill,
+# and a venv whose shared files hold that much is not what this repair was made for.
+STASH_TOTAL_MAX = 2 << 30
+
+
+class StashFull(GpufleetError):
+    """Keeping a file aside would take the stash past STASH_TOTAL_MAX; ``where`` names it."""
+
+    def __init__(self, where=None):
+        super().__init__("keeping %s aside would take the stash past %d bytes" % (where or "a file", STASH_TOTAL_MAX))
+        self.where = where
 
 
 def stash_dir():
@@ -149,23 +162,61 @@ def stash_dir():
     return os.path.join(os.path.dirname(STATE_DIR), "stash")
 
 
-def _copy_fd(src, dst, algo="sha256", limit=None):
-    """Copy ``src`` to ``dst``; the hash of what was copied. Past ``limit`` bytes: ValueError."""
+def _data_extent(fd, pos):
+    """``(start, end)`` of the first run of data at or after ``pos`` (SEEK_DATA/SEEK_HOLE: what
+    lies between runs is a hole, which reads as zeros and takes no space); None when none is
+    left. Where the kernel cannot say, the rest of the file is one run."""
+    try:
+        start = os.lseek(fd, pos, _SEEK_DATA)
+        return start, os.lseek(fd, start, _SEEK_HOLE)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # nothing but a hole (or nothing) from pos on
+            return None
+        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    size = os.fstat(fd).st_size
+    return (pos, size) if size > pos else None
+
+
+def _copy_fd(src, dst, algo="sha256", limit=None, budget=None):
+    """Copy ``src`` to ``dst`` (a new file), its holes left holes: a sparse file is copied
+    sparse, and no more is written than it holds. ``(hash, written)``: the hash of the whole
+    file, holes as the zeros they read as, and the bytes of data written. Past ``limit`` bytes
+    of file: ValueError; past ``budget`` bytes written: StashFull, before they are written."""
     import hashlib
 
     h = hashlib.new(algo)
-    total = 0
+    zeros = memoryview(bytes(_COPY_CHUNK))
+    pos = written = 0
     while True:
-        chunk = os.read(src, _COPY_CHUNK)
-        if not chunk:
-            return h
-        total += len(chunk)
-        if limit is not None and total > limit:
+        extent = _data_extent(src, pos)
+        # What is left before the next data (or before the end) is a hole: hashed, never written.
+        start = extent[0] if extent else max(pos, os.fstat(src).st_size)
+        if limit is not None and start > limit:
             raise ValueError("larger than %d bytes" % limit)
-        h.update(chunk)
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(dst, view):]
+        while pos < start:
+            n = min(start - pos, _COPY_CHUNK)
+            h.update(zeros[:n])
+            pos += n
+        if extent is None:
+            os.ftruncate(dst, pos)  # a hole at the end is the file's size, not data
+            return h, written
+        os.lseek(src, pos, os.SEEK_SET)
+        os.lseek(dst, pos, os.SEEK_SET)
+        while pos < extent[1]:
+            chunk = os.read(src, min(_COPY_CHUNK, extent[1] - pos))
+            if not chunk:
+                break  # the file shrank meanwhile: its new end is found above
+            pos += len(chunk)
+            if limit is not None and pos > limit:
+                raise ValueError("larger than %d bytes" % limit)
+            written += len(chunk)
+            if budget is not None and written > budget:
+                raise StashFull()
+            h.update(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(dst, view):]
 
 
 class Stash(object):
@@ -201,11 +252,15 @@ class Stash(object):
             self.where = tempfile.mkdtemp(prefix="gpufleet-preserve-")
             self.fd = os.open(self.where, _DIR_FLAGS)
         self.items = []
+        self.used = 0  # bytes of data kept aside, against STASH_TOTAL_MAX
+        # (dev, ino) of a directory when the files were taken -> of the one put_back made in its place
+        self.remade = {}
 
     def take(self, site, rel, digest=None, algo=None):
         """Copy ``rel`` of the directory ``site`` (real, absolute: the venv's) here; a problem
         (text) when it cannot be (a link on the way, a file that is no regular file or no longer
-        matches ``digest``), else None."""
+        matches ``digest``), else None. StashFull when its data would take the stash past
+        STASH_TOTAL_MAX: the removal must not start."""
         import base64
         import hashlib
 
@@ -232,13 +287,20 @@ class Stash(object):
                     return "%s is not a regular file: not preserved" % where
                 if st.st_size > STASH_FILE_MAX:
                     return "%s is larger than %d bytes: not kept aside" % (where, STASH_FILE_MAX)
+                # Its data as its blocks say (a sparse file's holes take none), before a byte is copied;
+                # the copy counts again what it writes, should the file grow meanwhile.
+                if self.used + min(st.st_size, st.st_blocks * 512) > STASH_TOTAL_MAX:
+                    raise StashFull(where)
                 copy = str(len(self.items))
                 dst = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600, dir_fd=self.fd)
                 try:
-                    h = _copy_fd(src, dst, algo if digest and algo in hashlib.algorithms_guaranteed else "sha256",
-                                 STASH_FILE_MAX)
+                    h, wrote = _copy_fd(src, dst, algo if digest and algo in hashlib.algorithms_guaranteed else "sha256",
+                                        STASH_FILE_MAX, STASH_TOTAL_MAX - self.used)
+                except StashFull:
+                    raise StashFull(where) from None
                 finally:
                     os.close(dst)
+                self.used += wrote
             finally:
                 os.close(src)
         except (_tree.UnsafePath, OSError, ValueError) as exc:
@@ -283,10 +345,12 @@ class Stash(object):
                     if (uid, gid) != (os.fstat(fd).st_uid, os.fstat(fd).st_gid):
                         os.fchown(fd, uid, gid)
                     os.fchmod(fd, mode)
+                    # The next files of that directory are put back into this one, not refused as exchanged.
+                    self.remade[(dev, ino)] = (child.dev, child.ino)
                 elif made:  # not the directory this run made (its inode may even be the old one's again)
                     raise _tree.ChainChanged(where, path, f"is reached through {path}, which this run made again and found "
                                                           f"exchanged for a directory of uid {os.fstat(fd).st_uid} when it opened it")
-                elif (child.dev, child.ino) != (dev, ino):
+                elif (child.dev, child.ino) not in ((dev, ino), self.remade.get((dev, ino))):
                     raise _tree.ChainChanged(where, path, "is reached through %s, which is another directory than "
                                              "before the uninstall (it was exchanged meanwhile)" % path)
                 here = child
@@ -466,6 +530,33 @@ def blocking_entries(sites):
         if not valid_project_name(name) or (version and not valid_version(version.split("-", 1)[0])):
             found.append(os.path.join(site, entry))
     return found
+
+
+def _stash_need(preserve):
+    """``[(bytes, path)]``: the data each file of ``preserve`` would add to the stash, as lstat
+    says now (a file outside the venv or larger than STASH_FILE_MAX is not kept aside)."""
+    out = []
+    for anchor, rel, _algo, _digest, _keepers in preserve:
+        if anchor is None:
+            continue
+        where = os.path.join(anchor, rel)
+        try:
+            st = os.lstat(where)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_size <= STASH_FILE_MAX:
+            out.append((min(st.st_size, st.st_blocks * 512), where))
+    return out
+
+
+def _stash_full(preserve, which):
+    """The refusal of a removal whose shared files the stash cannot hold (STASH_TOTAL_MAX)."""
+    keepers = sorted(set("%s==%s" % k for _a, _r, _al, _d, ks in preserve for k in ks))
+    return ("the files that %s share with the packages to remove hold more than %d bytes of data, the most a removal keeps "
+            "aside while it runs (STASH_TOTAL_MAX; %s); nothing was removed. Shared files are small (the __init__.py a "
+            "family of wheels holds): see what those packages' RECORD lists (pip_inventory verify_files=true) and "
+            "reinstall them if that is not what they ship, or remove them too (also_remove) and install them again "
+            "afterwards" % (", ".join(keepers), STASH_TOTAL_MAX, which))
 
 
 def _pkg_lines(dists):
@@ -673,6 +764,13 @@ class Contamination(object):
         if not remove and not pending:
             result["changed"] = False
             return result
+        # Validate before destroy: shared files too large to keep aside stop the removal here, in
+        # check mode too (the stash counts again as it copies, before the uninstall).
+        need = _stash_need(preserve) if remove else []
+        if sum(size for size, _w in need) > STASH_TOTAL_MAX:
+            largest = sorted(need, reverse=True)[:3]
+            raise DistError(_stash_full(preserve, "the largest: %s" % ", ".join(
+                "%s (%d bytes)" % (where, size) for size, where in largest)), result)
         installer = Installer.choose(self.installer_pref, self.venv, self.python, self.sites, self.path_env)
         blocking = blocking_entries(sorted(self.own_sites))
         if blocking and installer.tool == "uv":
@@ -715,7 +813,10 @@ class Contamination(object):
                 if anchor is None:
                     lost.append(("%s is not in the venv: not kept aside" % rel, keepers))
                     continue
-                problem = stash.take(anchor, rel, digest, algo)
+                try:
+                    problem = stash.take(anchor, rel, digest, algo)
+                except StashFull as exc:
+                    raise DistError(_stash_full(preserve, "it went past it at %s" % exc.where)) from None
                 if problem:
                     lost.append((problem, keepers))
                 else:

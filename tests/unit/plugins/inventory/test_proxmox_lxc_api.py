@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import urllib.error
+import urllib.request
 
 import pveapi
 import pytest
@@ -31,8 +33,7 @@ CONFS = {
 }
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory):
+def _fleet_state(tmp_path_factory):
     state = tmp_path_factory.mktemp("sim")
     nodes = [{"name": n, "address": "127.0.1.%d" % i, "port": 2222, "containers": []} for i, n in enumerate(("pve1", "pve2", "pve3"), 1)]
     (state / "fleet.json").write_text(json.dumps({"nodes": nodes}))
@@ -40,7 +41,22 @@ def api(tmp_path_factory):
         d = state / "nodes" / node / "pve" / "lxc"
         d.mkdir(parents=True, exist_ok=True)
         (d / ("%d.conf" % vmid)).write_text(text)
-    with pveapi.running(state) as info:
+    return state
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory):
+    with pveapi.running(_fleet_state(tmp_path_factory)) as info:
+        yield info
+
+
+@pytest.fixture
+def plain_api(tmp_path_factory):
+    """The stand-in over plain HTTP, each request it answers a line of ``info["log"]``."""
+    state = _fleet_state(tmp_path_factory)
+    log = state / "requests.log"
+    with open(log, "w") as f, pveapi.running(state, log=f, plain=True) as info:
+        info["log"] = log
         yield info
 
 
@@ -118,3 +134,23 @@ def test_bad_token_id_and_missing_options_are_said(api):
         plugin_with(**api_options(api, api_token_id="hygiene"))._discover_api()
     with pytest.raises(AnsibleError, match=r"source: api needs api_url"):
         plugin_with(**{**api_options(api), "api_url": None})._discover_api()
+
+
+@pytest.mark.parametrize("scheme", ["http", "HTTP", "ftp", ""])
+def test_an_api_url_that_is_not_https_is_refused_and_no_request_is_sent(plain_api, scheme):
+    """The stand-in answers plain HTTP (pveproxy never does): an http:// api_url would send the
+    token in clear, so it is refused before any request, saying what to give instead."""
+    url = plain_api["url"].replace("http://", "%s://" % scheme if scheme else "")
+    plugin = plugin_with(**api_options(plain_api, api_url=url, ca_path=None))
+    with pytest.raises(AnsibleError) as exc:
+        plugin._discover_api()
+    assert exc.value.message == (
+        "proxmox_lxc: api_url %s is no https:// URL, and the API token would cross the network in clear: nothing was sent. "
+        "Give the API's https:// address (Proxmox VE serves it at https://<node>:8006), with ca_path for the cluster's own "
+        "certificate (/etc/pve/pve-root-ca.pem)" % url)
+    assert plain_api["secret"] not in exc.value.message
+    assert plain_api["log"].read_text() == ""
+    # The stand-in does log what reaches it: a request of the test's own, without the token, is there.
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(plain_api["url"] + "/api2/json/version", timeout=10)
+    assert "GET /api2/json/version" in plain_api["log"].read_text()

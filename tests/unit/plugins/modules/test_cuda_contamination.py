@@ -615,3 +615,114 @@ def test_a_users_venv_is_repaired_by_its_user_and_stays_all_theirs(run_module, s
     not_theirs = [os.path.join(top, n) for top, dirs, files in os.walk(venv) for n in [""] + dirs + files
                   if os.lstat(os.path.join(top, n)).st_uid != uid or os.lstat(os.path.join(top, n)).st_gid != gid]
     assert not_theirs == [], not_theirs
+
+
+# ---------------------------------- the audit's case: sparse files a kept and a removed package share
+
+SPARSE_SIZE = 128 << 20  # the audit's files were 1 GiB; the shape is what matters, and this keeps the test short
+SPARSE_FILES = ["bigdata/f%d.bin" % i for i in range(3)]
+
+
+@pytest.fixture(scope="session")
+def sparse_wheels(tmp_path_factory):
+    """keeppkg 1.0 and droppkg 1.0+cu130 both install bigdata/f0..f2.bin, alone in that directory
+    (empty in the wheels: the venv's owner makes them sparse), and the sha256 RECORD gives a file of
+    SPARSE_SIZE zeros."""
+    import base64
+    import hashlib
+
+    out = str(tmp_path_factory.mktemp("sparse"))
+    build_wheel(out, "keeppkg", "1.0", dict({"keeppkg/__init__.py": ""}, **{f: "" for f in SPARSE_FILES}))
+    build_wheel(out, "droppkg", "1.0+cu130", dict({"droppkg/__init__.py": ""}, **{f: "" for f in SPARSE_FILES}))
+    h = hashlib.sha256()
+    zeros = bytes(1 << 20)
+    for _ in range(SPARSE_SIZE >> 20):
+        h.update(zeros)
+    return out, "sha256=" + base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
+
+
+def _sparse_shared_venv(path, wheels, zeros_digest, seed_pip):
+    """A real venv holding keeppkg and droppkg, whose shared files its owner made sparse files of
+    SPARSE_SIZE bytes, no byte of data, and listed so in both RECORDs."""
+    venv = make_venv(path, UV, seed_pip=seed_pip)
+    install(UV, venv, wheels, ["keeppkg==1.0", "droppkg==1.0+cu130"])
+    site = _contamination.Venv(venv, None).own_site_dirs[0]
+    for rel in SPARSE_FILES:
+        with open(os.path.join(site, rel), "wb") as f:
+            f.truncate(SPARSE_SIZE)
+    for info in ("keeppkg-1.0.dist-info", "droppkg-1.0+cu130.dist-info"):
+        record = os.path.join(site, info, "RECORD")
+        with open(record) as f:
+            rows = f.read().splitlines()
+        rows = ["%s,%s,%d" % (r.split(",")[0], zeros_digest, SPARSE_SIZE) if r.split(",")[0] in SPARSE_FILES else r for r in rows]
+        with open(record, "w") as f:
+            f.write("\n".join(rows) + "\n")
+    return venv, site
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_sparse_files_a_kept_and_a_removed_package_share_are_all_put_back_sparse(
+        run_module, tmp_path, sparse_wheels, state_dir, own_files, monkeypatch, installer):
+    """The audit's case: three sparse files (no byte of data) that keeppkg and the removed droppkg
+    both list, alone in their directory, which the uninstall removes. Each is kept aside and put back
+    sparse (the stash and the venv take what the files take: nothing), all three into the directory
+    the first put-back made again, and keeppkg is whole. The stash's bound counts their data, not
+    their size: below their sizes' sum, it still takes them."""
+    wheels, zeros_digest = sparse_wheels
+    venv, site = _sparse_shared_venv(str(tmp_path / "venv"), wheels, zeros_digest, seed_pip=(installer == "pip"))
+    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 2 * SPARSE_SIZE, raising=False)
+    aside = []
+    real_put_back = _contamination.Stash.put_back
+
+    def put_back(self, item):  # what the stash holds of each file, and whether its directory is there, just before
+        st = os.stat(os.path.join(self.where, item["copy"]))
+        aside.append(("/".join(item["rel"].rsplit("/", 2)[-2:]), st.st_size, st.st_blocks * 512,
+                      os.path.isdir(os.path.join(site, "bigdata"))))
+        return real_put_back(self, item)
+
+    monkeypatch.setattr(_contamination.Stash, "put_back", put_back)
+    result = run_module(cuda_contamination.main, dict(venv=venv, remove=True, expected_cuda="12", installer=installer))
+    assert not result.get("failed"), result.get("msg")
+    assert (result["removed"], result["preserved_files"]) == ([{"name": "droppkg", "version": "1.0+cu130"}], 3)
+    assert not os.path.isdir(os.path.join(site, "droppkg"))
+    # The uninstall removed the directory: the first put-back made it again, the next two went into it.
+    assert [(rel, size, there) for rel, size, _allocated, there in aside] == [
+        ("bigdata/f0.bin", SPARSE_SIZE, False), ("bigdata/f1.bin", SPARSE_SIZE, True), ("bigdata/f2.bin", SPARSE_SIZE, True)]
+    assert all(allocated <= 64 << 10 for _rel, _size, allocated, _there in aside), aside
+    for rel in SPARSE_FILES:
+        st = os.stat(os.path.join(site, rel))
+        assert (st.st_size, st.st_blocks * 512 <= 64 << 10) == (SPARSE_SIZE, True), (rel, st.st_blocks)
+    assert inventory(run_module, venv, verify_files=True)["integrity"]["ok"] is True
+    assert not os.path.exists(os.path.join(os.path.dirname(state_dir), "stash"))
+
+
+@pytest.fixture(scope="session")
+def dense_wheels(tmp_path_factory):
+    """keeppkg 1.0 and droppkg 1.0+cu130 both install bigdata/f0..f2.bin, 512 KiB of data each."""
+    out = str(tmp_path_factory.mktemp("dense"))
+    files = {f: os.urandom(512 << 10) for f in SPARSE_FILES}
+    build_wheel(out, "keeppkg", "1.0", dict({"keeppkg/__init__.py": ""}, **files))
+    build_wheel(out, "droppkg", "1.0+cu130", dict({"droppkg/__init__.py": ""}, **files))
+    return out
+
+
+def test_shared_files_the_stash_cannot_hold_stop_the_removal_before_anything_is_removed(
+        run_module, tmp_path, dense_wheels, state_dir, own_files, monkeypatch):
+    """Three shared files of 512 KiB of data each against a stash bound of 1 MiB: the removal is
+    refused before the installer runs, in check mode and in a run, naming the kept package and what
+    to do; the venv is as it was, and no stash is left."""
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, dense_wheels, ["keeppkg==1.0", "droppkg==1.0+cu130"])
+    before = inventory(run_module, venv, verify_files=True)
+    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 1 << 20, raising=False)
+    for check_mode in (True, False):
+        result = run_module(cuda_contamination.main, dict(venv=venv, remove=True, expected_cuda="12"), check_mode=check_mode)
+        assert result["failed"] and result["changed"] is False and result["removed"] == [], result
+        assert result["msg"].startswith("the files that keeppkg==1.0 share with the packages to remove hold more than 1048576 "
+                                        "bytes of data, the most a removal keeps aside while it runs (STASH_TOTAL_MAX; the "
+                                        "largest: "), result["msg"]
+        assert "nothing was removed" in result["msg"] and "also_remove" in result["msg"]
+    after = inventory(run_module, venv, verify_files=True)
+    assert names_versions(after) == names_versions(before) and names_versions(after)["droppkg"] == "1.0+cu130"
+    assert after["integrity"]["ok"] is True
+    assert not os.path.exists(os.path.join(os.path.dirname(state_dir), "stash"))

@@ -14,9 +14,10 @@ import sys
 
 import pytest
 from cuda_fixtures import SEED_BASE, UV, install, make_seed_venv, make_venv, pins
-from wheelmaker import build_shared_object
+from wheelmaker import build_shared_object, build_wheel
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _libraries
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import check_libraries
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
 
@@ -217,3 +218,147 @@ def test_processes_left_when_the_time_is_up_are_named(seed_venv, job, cudart13):
     reading = _libraries.mapped_libraries([p.pid, p.pid, os.getpid()], seconds=0)
     assert reading["processes"] == []
     assert reading["problems"] == ["2 process(es) not read within 0s: %s" % ", ".join(str(x) for x in sorted({p.pid, os.getpid()}))]
+
+
+def _reading(venv, pids):
+    """What the readiness read gives check_libraries: the processes' libraries and the reference."""
+    env = Venv(venv, None)
+    result = Contamination(env, None, evidence_cache=False).scan()[0]
+    found = _libraries.mapped_libraries(pids, index=_libraries.VenvIndex(env.distributions, result["clobbered"]))
+    found.update(reference=result["reference"])
+    return found
+
+
+def test_a_library_of_an_older_major_than_torch_s_is_wrong_too(tmp_path, seed_venv, job):
+    """A CUDA 11 NVRTC (which the venv does not ship: no other reason) in torch cu128's job is
+    named: a major below the reference is as wrong as one above it."""
+    build_shared_object(str(tmp_path / "cuda11"), "libnvrtc.so.11.2")
+    old = str(tmp_path / "cuda11" / "libnvrtc.so.11.2")
+    p = job(old)
+    reading = _reading(seed_venv, [p.pid])
+    lib = by_path(reading, p.pid)[old]
+    assert (lib["cuda_major"], lib["outside_venv"], lib["deleted"]) == (11, False, False)
+    assert _libraries.wrong(lib, 12) == ["CUDA 11, torch is CUDA 12"]
+    check = check_libraries(reading)
+    assert (check["ok"], [(b["path"], b["reasons"]) for b in check["libraries"]]) == (
+        False, [(old, ["CUDA 11, torch is CUDA 12.8"])])
+
+
+@pytest.fixture
+def ext_venv(tmp_path):
+    """A venv whose torch (cu128) ships a Python extension module, torch/_C.cpython-311-x86_64-linux-gnu.so,
+    and libtorch_cuda.so; and another venv's copies of both, outside it."""
+    work = str(tmp_path / "work")
+    wheels = str(tmp_path / "wheels")
+    os.makedirs(wheels)
+    ext = "_C.cpython-311-x86_64-linux-gnu.so"
+    build_wheel(wheels, "torch", "2.8.0+cu128", {
+        "torch/__init__.py": "", "torch/version.py": "cuda = '12.8'\n",
+        "torch/" + ext: build_shared_object(os.path.join(work, "ext"), ext),
+        "torch/lib/libtorch_cuda.so": build_shared_object(os.path.join(work, "lib"), "libtorch_cuda.so"),
+    })
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, wheels, ["torch==2.8.0+cu128"])
+    other = tmp_path / "other" / "lib" / "python3.11" / "site-packages" / "torch"
+    os.makedirs(other / "lib")
+    shutil.copy(os.path.join(work, "ext", ext), str(other / ext))
+    shutil.copy(os.path.join(work, "lib", "libtorch_cuda.so"), str(other / "lib" / "libtorch_cuda.so"))
+    return venv, str(other / ext), str(other / "lib" / "libtorch_cuda.so")
+
+
+def test_only_a_library_named_by_its_soname_is_judged_mapped_from_outside_the_venv(ext_venv, job):
+    """Another venv's torch extension module and libtorch_cuda.so, both of names the venv ships:
+    the library (lib*.so*) is mapped from outside the venv; the extension module's name says
+    nothing of which library it is, so it is not."""
+    venv, ext, lib = ext_venv
+    p = job(lib, ext)
+    libs = by_path(_reading(venv, [p.pid]), p.pid)
+    sp = os.path.realpath(site(venv))
+    assert (libs[lib]["family"], libs[lib]["outside_venv"], libs[lib]["venv_copy"]) == (
+        "torch", True, sp + "/torch/lib/libtorch_cuda.so")
+    assert (libs[ext]["family"], libs[ext]["outside_venv"], libs[ext]["venv_copy"]) == ("torch", False, None)
+    assert _libraries.wrong(libs[ext], 12) == []
+
+
+MAPPER = ("import mmap, os, sys\n"
+          "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+          "held = [mmap.mmap(fd, 4096, prot=mmap.PROT_READ) for _ in range(int(sys.argv[2]))]\n"
+          "print('mapped', flush=True)\n"
+          "sys.stdin.read()\n")
+
+
+def test_maps_are_read_up_to_16_mib_and_no_further(tmp_path):
+    """A real process whose maps runs past 16 MiB (one file of a ~3900-character path mapped
+    4400 times, each a line of its own): its first 16 MiB are read, and the cut is said."""
+    path = str(tmp_path)
+    while len(path) < 3700:
+        path = os.path.join(path, "d" * 200)
+    os.makedirs(path)
+    path = os.path.join(path, "mapped.bin")
+    with open(path, "wb") as f:
+        f.write(b"\0" * 4096)
+    p = subprocess.Popen([sys.executable, "-c", MAPPER, path, "4400"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "mapped\n", p.stderr.read()
+        with open("/proc/%d/maps" % p.pid, "rb") as f:
+            whole = f.read()
+        problems = []
+        data = _libraries.read_maps(p.pid, problems=problems)
+    finally:
+        p.kill()
+        p.wait()
+    assert len(whole) > (16 << 20) + 4096
+    assert (len(data), data == whole[:16 << 20]) == (16 << 20, True)
+    assert problems == ["/proc/%d/maps is larger than 16777216 bytes: truncated at 16777216 bytes" % p.pid]
+
+
+@pytest.fixture
+def cupti13_venv(tmp_path):
+    """A torch cu130 venv shipping CUPTI 13 (nvidia/cu13/lib/libcupti.so.13), and a CUDA 12 CUPTI
+    outside it (libcupti.so.12, linking its libcudart.so.12)."""
+    work = str(tmp_path / "work")
+    wheels = str(tmp_path / "wheels")
+    os.makedirs(wheels)
+    build_wheel(wheels, "torch", "2.9.0+cu130", {
+        "torch/__init__.py": "", "torch/version.py": "cuda = '13.0'\n",
+        "torch/lib/libtorch_cuda.so": build_shared_object(os.path.join(work, "torch"), "libtorch_cuda.so"),
+    })
+    build_wheel(wheels, "nvidia-cuda-cupti", "13.0.48", {
+        "nvidia/__init__.py": "", "nvidia/cu13/__init__.py": "",
+        "nvidia/cu13/lib/libcupti.so.13": build_shared_object(os.path.join(work, "cupti13"), "libcupti.so.13"),
+    })
+    venv = make_venv(str(tmp_path / "venv"), UV)
+    install(UV, venv, wheels, ["torch==2.9.0+cu130", "nvidia-cuda-cupti==13.0.48"])
+    build_shared_object(str(tmp_path / "cuda12"), "libcupti.so.12", needed=["libcudart.so.12"])
+    return venv, str(tmp_path / "cuda12")
+
+
+def test_a_deleted_library_keeps_the_major_its_soname_says(cupti13_venv, job):
+    """A CUDA 12 CUPTI from outside the venv, deleted under a CUDA 13 job: its file is gone (its
+    DT_NEEDED cannot be read), and its soname still says CUDA 12, which the reasons name."""
+    venv, cuda12 = cupti13_venv
+    cupti12 = os.path.join(cuda12, "libcupti.so.12")
+    p = job(os.path.join(cuda12, "libcudart.so.12"), cupti12)
+    os.unlink(cupti12)  # the CUDA 12 toolkit removed under the running job
+    reading = _reading(venv, [p.pid])
+    lib = by_path(reading, p.pid)[cupti12]
+    copy = os.path.realpath(site(venv)) + "/nvidia/cu13/lib/libcupti.so.13"
+    assert (lib["deleted"], lib["cuda_major"], lib["evidence"], lib["venv_copy"]) == (True, 12, ["soname libcupti.so.12"], copy)
+    reasons = ["CUDA 12, torch is CUDA 13.0", "mapped from outside the venv, which ships %s" % copy,
+               "deleted since it was mapped (removed or replaced under the running job)"]
+    assert _libraries.wrong(lib, 13, "torch is CUDA 13.0") == reasons
+    check = check_libraries(reading)
+    assert [(b["path"], b["cuda_major"], b["reasons"]) for b in check["libraries"] if b["path"] == cupti12] == [
+        (cupti12, 12, reasons)]
+    assert "%s (no package of the venv): %s" % (cupti12, "; ".join(reasons)) in check["summary"]
+
+
+@pytest.mark.parametrize("name, major", [
+    ("libcupti.so.12", 12), ("libcupti.so.13", 13), ("libcupti.so.11.8", 11),
+    ("libcupti.so.2025.1.1", None),  # a toolkit's file behind the soname's link: its name says no CUDA major
+    ("libcudart.so.12", 12), ("libnccl.so.2", None), ("libcufft.so.12", None),
+])
+def test_the_major_a_deleted_library_s_name_says(name, major):
+    lib = _libraries.judge_library("/usr/local/cuda/lib64/" + name, True, None)
+    assert (lib["cuda_major"], lib["evidence"]) == (major, ["soname %s" % name] if major else [])

@@ -168,7 +168,8 @@ def test_a_file_that_changed_before_it_was_copied_is_not_kept(site):
 # Venvs are laid out by hand (bin/python a shell script, pyvenv.cfg, site-packages with dist-info
 # directories as pip writes them); the installer is FakeInstaller, which acts on those files.
 
-DEFAULTS = (_contamination.STATE_DIR, _contamination._STATE_MAX, _contamination._COPY_CHUNK, _contamination.STASH_FILE_MAX)
+DEFAULTS = (_contamination.STATE_DIR, _contamination._STATE_MAX, _contamination._COPY_CHUNK, _contamination.STASH_FILE_MAX,
+            _contamination.STASH_TOTAL_MAX)
 SITE_REL = os.path.join("lib", "python3.11", "site-packages")
 PIP_UNINSTALL = ["-m", "pip", "uninstall", "--yes", "--disable-pip-version-check", "--no-input"]
 PIP_INSTALL = ["-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-cache-dir", "--disable-pip-version-check", "--no-input"]
@@ -355,8 +356,8 @@ AFTER = "keeppkg==1.0\ntorch==2.9.1+cu128\n"
 HINT = ["--find-links", "<a directory holding these wheels>"]
 
 
-def test_the_state_is_root_s_and_its_caps_are_64_kib_a_record_1_mib_a_read_and_1_gib_a_kept_file():
-    assert DEFAULTS == ("/var/lib/gpufleet-hygiene/restore", 65536, 1 << 20, 1 << 30)
+def test_the_state_is_root_s_and_its_caps_are_64_kib_a_record_1_mib_a_read_1_gib_a_kept_file_and_2_gib_in_all():
+    assert DEFAULTS == ("/var/lib/gpufleet-hygiene/restore", 65536, 1 << 20, 1 << 30, 2 << 30)
 
 
 # ------------------------------------------------------------------------------------ VenvLock
@@ -610,7 +611,9 @@ def _copy(tmp_path, data, **kw):
     src = os.open(src_path, os.O_RDONLY)
     dst = os.open(str(tmp_path / "dst"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        return _contamination._copy_fd(src, dst, **kw)
+        h, written = _contamination._copy_fd(src, dst, **kw)
+        assert written == len(data)  # every byte is data: none is a hole
+        return h
     finally:
         os.close(src)
         os.close(dst)
@@ -638,6 +641,27 @@ def test_a_copy_of_exactly_the_limit_is_whole_and_one_byte_more_is_refused(tmp_p
     assert (tmp_path / "dst").read_bytes() == (b"" if chunk > 10 else b"012345678")
 
 
+@pytest.mark.parametrize("chunk", [1 << 20, 3])
+def test_a_copy_that_writes_exactly_its_budget_is_whole_and_one_byte_more_is_refused_unwritten(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(_contamination, "_COPY_CHUNK", chunk)
+    data = b"0123456789"
+    assert _copy(tmp_path, data, budget=10).hexdigest() == hashlib.sha256(data).hexdigest()
+    with pytest.raises(_contamination.StashFull):
+        _copy(tmp_path, data, budget=9)
+    assert (tmp_path / "dst").read_bytes() == (b"" if chunk > 10 else b"012345678")
+
+
+def test_a_copy_s_budget_counts_data_not_holes(tmp_path):
+    src = os.open(_sparse(str(tmp_path / "src"), {}, 64 * MiB), os.O_RDONLY)
+    dst = os.open(str(tmp_path / "dst"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        _h, written = _contamination._copy_fd(src, dst, budget=0)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert (written, os.stat(str(tmp_path / "dst")).st_size) == (0, 64 * MiB)
+
+
 def test_a_copy_reads_in_chunks(tmp_path, monkeypatch):
     monkeypatch.setattr(_contamination, "_COPY_CHUNK", 4)
     real, reads = os.read, []
@@ -649,7 +673,7 @@ def test_a_copy_reads_in_chunks(tmp_path, monkeypatch):
     monkeypatch.setattr(_contamination.os, "read", read)
     data = b"abcdefghij"
     assert _copy(tmp_path, data).hexdigest() == hashlib.sha256(data).hexdigest()
-    assert reads == [4, 4, 4, 4]
+    assert reads == [4, 4, 2]  # up to the end of the data SEEK_HOLE gave, never a read past it
     assert (tmp_path / "dst").read_bytes() == data
 
 
@@ -668,6 +692,103 @@ def test_a_short_write_is_written_on_from_where_it_stopped(tmp_path, monkeypatch
     assert _copy(tmp_path, data).hexdigest() == hashlib.sha256(data).hexdigest()
     assert writes == [b"abc", b"def", b"ghi", b"j"]
     assert (tmp_path / "dst").read_bytes() == data
+
+
+MiB = 1 << 20
+
+
+def _sparse(path, runs, size):
+    """A file of ``size`` bytes holding data only at ``runs`` ({offset: bytes}): holes elsewhere."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for offset, data in runs.items():
+            os.pwrite(fd, data, offset)
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+    return path
+
+
+def _content_digest(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(MiB), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _allocated(path):
+    return os.stat(path).st_blocks * 512
+
+
+@pytest.mark.parametrize("runs", [{}, {0: b"head" * 1024, 40 * MiB: b"tail" * 1024}, {8 * MiB: b"x" * (3 * MiB + 5)}],
+                         ids=["all-hole", "head-and-middle", "one-run-of-chunks"])
+def test_a_sparse_file_is_copied_sparse_byte_for_byte_and_hashed_whole(tmp_path, runs):
+    src_path = _sparse(str(tmp_path / "src"), runs, 64 * MiB)
+    assert _allocated(src_path) <= 2 * sum(len(d) for d in runs.values()) + 64 * 1024  # the file system keeps holes
+    src = os.open(src_path, os.O_RDONLY)
+    dst = os.open(str(tmp_path / "dst"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        h, written = _contamination._copy_fd(src, dst)
+    finally:
+        os.close(src)
+        os.close(dst)
+    dst_path = str(tmp_path / "dst")
+    # The data, each run to its file-system block's end (where SEEK_HOLE says it ends).
+    data = sum(len(d) for d in runs.values())
+    assert data <= written <= data + len(runs) * os.statvfs(str(tmp_path)).f_bsize, (data, written)
+    assert os.stat(dst_path).st_size == 64 * MiB
+    assert h.hexdigest() == _content_digest(src_path) == _content_digest(dst_path)
+    # Only the data was written: a dense copy would take 64 MiB.
+    assert _allocated(dst_path) <= _allocated(src_path) + 64 * 1024, (_allocated(dst_path), _allocated(src_path))
+
+
+def test_where_the_kernel_cannot_tell_holes_the_file_is_copied_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(_contamination, "_SEEK_DATA", 99)  # no such whence: lseek says EINVAL
+    src_path = _sparse(str(tmp_path / "src"), {MiB: b"data"}, 3 * MiB)
+    src = os.open(src_path, os.O_RDONLY)
+    dst = os.open(str(tmp_path / "dst"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        h, written = _contamination._copy_fd(src, dst)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert h.hexdigest() == _content_digest(src_path) == _content_digest(str(tmp_path / "dst"))
+    assert written == 3 * MiB
+    assert os.stat(str(tmp_path / "dst")).st_size == 3 * MiB
+
+
+def test_a_hole_past_the_limit_is_refused_before_it_is_hashed(tmp_path, monkeypatch):
+    src_path = _sparse(str(tmp_path / "src"), {}, 1 << 40)  # a TiB of hole
+    src = os.open(src_path, os.O_RDONLY)
+    dst = os.open(str(tmp_path / "dst"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ValueError) as exc:
+            _contamination._copy_fd(src, dst, limit=MiB)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert (str(exc.value), os.stat(str(tmp_path / "dst")).st_size) == ("larger than %d bytes" % MiB, 0)
+    assert time.monotonic() - started < 5
+
+
+def test_a_sparse_shared_file_is_kept_aside_and_put_back_sparse(plain_site):
+    path = _sparse(os.path.join(plain_site, "pkg", "big.bin"), {16 * MiB: b"the only data"}, 48 * MiB)
+    want = _content_digest(path)
+    stash = _contamination.Stash()
+    try:
+        assert stash.take(plain_site, "pkg/big.bin", base64.urlsafe_b64encode(
+            bytes.fromhex(want)).rstrip(b"=").decode("ascii"), "sha256") is None
+        kept = os.path.join(stash.where, stash.items[0]["copy"])
+        aside = (os.stat(kept).st_size, _allocated(kept))
+        os.remove(path)  # the uninstall
+        assert stash.put_back(stash.items[0]) is None
+    finally:
+        stash.close()
+    assert aside[0] == 48 * MiB and aside[1] <= 64 * 1024, aside
+    assert (os.stat(path).st_size, _content_digest(path)) == (48 * MiB, want)
+    assert _allocated(path) <= 64 * 1024, _allocated(path)
 
 
 # --------------------------------------------------------------------------------- RestoreRecord
@@ -1625,6 +1746,114 @@ def test_a_stash_that_cannot_be_made_stops_the_removal_before_anything_is_remove
     assert w.fake.calls == [] and w.read("shared/data.txt") == DROP_DATA
 
 
+# --------------------------------------------------------------- the stash's bound on all it keeps aside
+
+
+def test_the_stash_counts_the_data_it_keeps_and_refuses_the_file_that_would_pass_its_bound(plain_site, monkeypatch):
+    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", MiB)
+    for i in range(3):  # 48 MiB each, 13 bytes of data: holes are not kept, so they do not count
+        _sparse(os.path.join(plain_site, "pkg", "sparse%d.bin" % i), {16 * MiB: b"the only data"}, 48 * MiB)
+    for name in ("one.bin", "two.bin"):
+        _write(os.path.join(plain_site, "pkg", name), os.urandom(600 * 1024))
+    stash = _contamination.Stash()
+    try:
+        told = [stash.take(plain_site, "pkg/sparse%d.bin" % i) for i in range(3)] + [stash.take(plain_site, "pkg/one.bin")]
+        used = stash.used
+        with pytest.raises(_contamination.StashFull) as exc:
+            stash.take(plain_site, "pkg/two.bin")
+        kept = sorted(os.listdir(stash.where))
+    finally:
+        stash.close()
+    block = os.statvfs(plain_site).f_bsize
+    assert told == [None] * 4 and 600 * 1024 + 3 * 13 <= used <= 600 * 1024 + 3 * block, used
+    assert exc.value.where == os.path.join(plain_site, "pkg", "two.bin")
+    assert kept == ["0", "1", "2", "3"]  # nothing of two.bin was copied
+
+
+def test_a_file_that_grew_past_the_bound_after_its_size_was_read_is_refused_as_it_is_copied(plain_site, monkeypatch):
+    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 4096)
+    path = _write(os.path.join(plain_site, "pkg", "grows.bin"), b"small\n")
+    real = _contamination._copy_fd
+
+    def copy(src, dst, *args):  # the venv's owner appends to it once root has read its size
+        with open(path, "ab") as f:
+            f.write(b"x" * 8192)
+        return real(src, dst, *args)
+
+    monkeypatch.setattr(_contamination, "_copy_fd", copy)
+    stash = _contamination.Stash()
+    try:
+        with pytest.raises(_contamination.StashFull) as exc:
+            stash.take(plain_site, "pkg/grows.bin")
+        copied = os.stat(os.path.join(stash.where, "0")).st_size
+    finally:
+        stash.close()
+    assert (exc.value.where, stash.items, copied <= 4096) == (path, [], True)
+
+
+def _big_sharing(tmp_path, sizes):
+    """keeppkg 1.0 and droppkg 1.0+cu130 (the contaminant) both install big/f<i>.bin, ``sizes``
+    bytes each, the same bytes: kept aside for keeppkg during the removal."""
+    w = World(str(tmp_path))
+    w.add("torch", "2.9.1+cu128", {"torch/__init__.py": b"t\n"})
+    files = dict(("big/f%d.bin" % i, os.urandom(n)) for i, n in enumerate(sizes))
+    w.add("keeppkg", "1.0", files)
+    w.add("droppkg", "1.0+cu130", files)
+    return w, files
+
+
+def _untouched(w, files, state_dir):
+    assert w.fake.calls == []
+    assert os.path.isdir(os.path.join(w.site, "droppkg-1.0+cu130.dist-info"))
+    for rel, data in files.items():
+        assert w.read(rel) == data, rel
+    assert not os.path.exists(os.path.join(os.path.dirname(state_dir), "stash"))
+
+
+@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check-mode"])
+def test_shared_files_past_the_stash_s_bound_stop_the_removal_before_anything_is_removed(tmp_path, state_dir, monkeypatch,
+                                                                                          check_mode):
+    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 3 * 3000 - 1)
+    w, files = _big_sharing(tmp_path, [3000, 3000, 3000])
+    with pytest.raises(_contamination.GpufleetError) as exc:
+        w.contamination(check_mode=check_mode).run(remove=True)
+    big = os.path.join(os.path.realpath(w.venv), SITE_REL, "big")
+    assert exc.value.msg == (
+        "the files that keeppkg==1.0 share with the packages to remove hold more than 8999 bytes of data, the most a removal "
+        "keeps aside while it runs (STASH_TOTAL_MAX; the largest: %s/f2.bin (3000 bytes), %s/f1.bin (3000 bytes), %s/f0.bin "
+        "(3000 bytes)); nothing was removed. Shared files are small (the __init__.py a family of wheels holds): see what those "
+        "packages' RECORD lists (pip_inventory verify_files=true) and reinstall them if that is not what they ship, or remove "
+        "them too (also_remove) and install them again afterwards" % (big, big, big))
+    partial = exc.value.partial
+    assert (partial["changed"], partial["removed"], partial["preserved_files"]) == (False, [], 0)
+    _untouched(w, files, state_dir)
+
+
+def test_shared_files_of_exactly_the_stash_s_bound_are_kept_aside_and_put_back(tmp_path, state_dir, monkeypatch):
+    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 3 * 3000)
+    w, files = _big_sharing(tmp_path, [3000, 3000, 3000])
+    result = w.contamination().run(remove=True)
+    assert (result["removed"], result["preserved_files"]) == ([{"name": "droppkg", "version": "1.0+cu130"}], 3)
+    for rel, data in files.items():
+        assert w.read(rel) == data, rel
+
+
+def test_a_stash_that_reaches_its_bound_while_it_copies_stops_the_removal_before_anything_is_removed(tmp_path, state_dir,
+                                                                                                       monkeypatch):
+    # The files grew between the plan's look and the copy (here: the plan sees nothing to keep).
+    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 3 * 3000 - 1)
+    monkeypatch.setattr(_contamination, "_stash_need", lambda preserve: [])
+    w, files = _big_sharing(tmp_path, [3000, 3000, 3000])
+    with pytest.raises(_contamination.GpufleetError) as exc:
+        w.contamination().run(remove=True)
+    at = os.path.join(os.path.realpath(w.venv), SITE_REL, "big", "f2.bin")
+    assert exc.value.msg.startswith(
+        "the files that keeppkg==1.0 share with the packages to remove hold more than 8999 bytes of data, the most a removal "
+        "keeps aside while it runs (STASH_TOTAL_MAX; it went past it at %s); nothing was removed. " % at), exc.value.msg
+    assert (exc.value.partial["changed"], exc.value.partial["removed"]) == (False, [])
+    _untouched(w, files, state_dir)
+
+
 # ------------------------------------------------------------------------- the stash, as any user
 
 
@@ -1674,6 +1903,55 @@ def test_taking_and_putting_back_a_copy_leave_no_descriptor_open(plain_site):
         stash.close()
     assert problems[0] is None and problems[1].startswith("%s/pkg/absent could not be copied" % plain_site) and problems[2] is None
     assert (taking, putting) == (before, before)
+
+
+def test_every_file_of_a_directory_the_uninstall_removed_goes_back_into_the_one_made_again(plain_site, tmp_path):
+    """The uninstall took pkg/ away with its files: the first file put back makes it again, and the
+    others go into that same directory, never refused as if it had been exchanged meanwhile."""
+    bodies = {"pkg/data.bin": BODY, "pkg/two.bin": b"two\n", "pkg/three.bin": b"three\n"}
+    for rel, data in bodies.items():
+        _write(os.path.join(plain_site, rel), data)
+    stash = _contamination.Stash()
+    try:
+        for rel, data in bodies.items():
+            assert stash.take(plain_site, rel, digest(data), "sha256") is None
+        # The uninstall, as pip does it: the directory moved aside with its files (so that its inode
+        # number is not the one the directory made again gets).
+        os.rename(os.path.join(plain_site, "pkg"), str(tmp_path / "uninstalled"))
+        problems = [stash.put_back(item) for item in stash.items]
+    finally:
+        stash.close()
+    assert problems == [None, None, None]
+    assert sorted(os.listdir(os.path.join(plain_site, "pkg"))) == ["data.bin", "three.bin", "two.bin"]
+    for rel, data in bodies.items():
+        with open(os.path.join(plain_site, rel), "rb") as f:
+            assert f.read() == data, rel
+
+
+def test_a_directory_made_again_then_exchanged_before_the_next_file_is_refused_for_that_file(plain_site, tmp_path):
+    """The directory a put-back made again is accepted for the next files only while it is that
+    directory: exchanged for another between two files, the next is refused and nothing goes there."""
+    bodies = {"pkg/data.bin": BODY, "pkg/two.bin": b"two\n"}
+    for rel, data in bodies.items():
+        _write(os.path.join(plain_site, rel), data)
+    other = tmp_path / "other"
+    other.mkdir()
+    pkg = os.path.join(plain_site, "pkg")
+    stash = _contamination.Stash()
+    try:
+        for rel, data in bodies.items():
+            assert stash.take(plain_site, rel, digest(data), "sha256") is None
+        os.rename(pkg, str(tmp_path / "uninstalled"))
+        first = stash.put_back(stash.items[0])
+        os.rename(pkg, pkg + ".made")
+        os.rename(str(other), pkg)
+        second = stash.put_back(stash.items[1])
+    finally:
+        stash.close()
+    assert first is None and os.listdir(pkg + ".made") == ["data.bin"]
+    assert second == ("%s was not put back: it is reached through %s, which is another directory than before the uninstall (it "
+                      "was exchanged meanwhile); nothing was written there" % (os.path.join(pkg, "two.bin"), pkg))
+    assert os.listdir(pkg) == []
 
 
 def test_a_file_directly_in_the_site_is_taken_and_put_back(plain_site):
@@ -1879,6 +2157,45 @@ def test_a_temporary_file_exchanged_for_a_link_before_it_is_put_in_place_is_neve
         stash.close()
     where = os.path.join(plain_site, "pkg", "data.bin")
     assert (os.path.islink(where), os.stat(victim).st_nlink) == (True, 1)
+
+
+def _exchange(a, b):
+    """renameat2(RENAME_EXCHANGE): ``a`` and ``b`` trade places in one step, as the venv's owner can."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 2) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), a)
+
+
+@pytest.mark.parametrize("rel", ["pkg/data.bin", "data.bin"], ids=["below-a-directory", "in-the-site"])
+@pytest.mark.parametrize("exchanged", ["the site", "the directory above it"])
+def test_a_site_exchanged_for_another_real_directory_after_the_stash_is_refused_and_nothing_is_written(tmp_path, exchanged, rel):
+    """Between the stash and the put-back, the site directory (or the one above it) trades places
+    with another real directory laid out alike (renameat2 RENAME_EXCHANGE): the put-back walks the
+    chain taken from / again, finds the exchanged directory, names it, and writes nothing in either
+    (a file directly in the site has no directory of its own whose identity would tell)."""
+    site = str(tmp_path / "a" / "venv" / "site")
+    other = str(tmp_path / "b" / "venv" / "site")
+    _write(os.path.join(site, rel), BODY)
+    os.makedirs(os.path.dirname(os.path.join(other, rel)), exist_ok=True)
+    stash = _contamination.Stash()
+    try:
+        assert stash.take(site, rel, digest(BODY), "sha256") is None
+        os.remove(os.path.join(site, rel))  # the uninstall
+        swapped = site if exchanged == "the site" else os.path.dirname(site)
+        _exchange(swapped, swapped.replace(str(tmp_path / "a"), str(tmp_path / "b")))
+        problem = stash.put_back(stash.items[0])
+    finally:
+        stash.close()
+    said = ("is another directory than when it was first read" if exchanged == "the site" else
+            "is reached through %s, which is another directory than when it was first read" % swapped)
+    assert problem == "%s was not put back: %s %s (it was exchanged meanwhile); nothing was written there" % (
+        os.path.join(site, rel), site, said), problem
+    # Neither the directory now at the site's path (the other one) nor the site (now at the other's) got the file.
+    for top in (site, other):
+        assert os.listdir(os.path.dirname(os.path.join(top, rel))) == [], top
 
 
 def test_a_directory_exchanged_for_one_of_a_lower_inode_is_refused_too(plain_site):
