@@ -74,20 +74,22 @@ def describe_errors(name, root, errors):
     return f"cannot clear the {name} cache {root}: {len(errors)} paths failed ({listed})"
 
 
-def find_holders(roots, proc="/proc", skip_pids=None):
-    """Processes with a file, a mapping or their working directory under one of ``roots``.
+def find_holders(roots, proc="/proc", skip_pids=None, kept=None):
+    """Processes with a file, a mapping or their working directory under one of ``roots``, the
+    paths under ``kept[root]`` (what a clear of that root leaves) aside.
 
     Returns ``({root: [{pid, command, paths}]}, uninspected)``; ``uninspected`` counts
     processes whose /proc entries could not be read (not root, or gone meanwhile).
     """
     found = {r: {} for r in roots}
+    kept = kept or {}
     uninspected = 0
     try:
         for pid, paths, denied in open_files(proc, set(skip_pids or (os.getpid(),)), cwd=True, maps=True):
             uninspected += denied
             for path in paths:
                 for root in roots:
-                    if within(path, root):
+                    if within(path, root) and not any(within(path, k) for k in kept.get(root, ())):
                         held = found[root].setdefault(pid, [])
                         if path not in held and len(held) < 5:
                             held.append(path)

@@ -156,7 +156,10 @@ class TorchCache:
         roots = [e["path"] for e in entries if e["exists"] and not e.get("_problem")]
         if not roots:
             return
-        holders, uninspected = find_holders(roots, self.proc)
+        # A process using only what a clear leaves (FlashInfer's cubins) holds nothing cleared.
+        kept = {e["path"]: [os.path.join(e["path"], n) for n in KEPT[e["name"]]] for e in entries
+                if e["name"] in KEPT and e["exists"] and not e.get("_problem")}
+        holders, uninspected = find_holders(roots, self.proc, kept=kept)
         for e in entries:
             e["holders"] = holders.get(e["path"], []) if e["exists"] and not e.get("_problem") else []
         clearing = [e for e in entries if e["action"] in ("clear", "clear_and_record")]

@@ -81,6 +81,22 @@ def test_flashinfer_workspace_held_kept_and_cleared_around_its_cubins(tmp_path):
     assert again["changed"] is False and again["caches"][0]["entries"] == 0
 
 
+def test_a_process_reading_flashinfers_cubins_holds_nothing_a_clear_removes(tmp_path):
+    """The cubins stay through a clear: a job with one of them open is no holder of the workspace,
+    while one with a JIT module open still is."""
+    root = tmp_path / ".cache" / "flashinfer"
+    make_tree(str(root), dict(flashinfer_tree("0.6.11.post1", "90a"), **FLASHINFER_CUBINS))
+    env = {"HOME": str(tmp_path)}
+    cubin = root / "cubins/8ec3a5f2/fmha/trtllm-gen/kernel.cubin"
+    with holder(str(cubin), "open") as reader:
+        with holder(str(root / "0.6.11.post1/90a/cached_ops/norm/norm.so"), "open") as user:
+            [entry] = TorchCache(["flashinfer"], environment=env).execute()["caches"]
+            assert [h["pid"] for h in entry["holders"]] == [user.pid]
+        result = TorchCache(["flashinfer"], state="absent", environment=env).execute()
+        assert reader.poll() is None and result["caches"][0]["holders"] == []
+    assert result["changed"] is True and sorted(os.listdir(str(root))) == ["cubins"] and cubin.exists()
+
+
 def snapshot_of(tree, prefix):
     """What snapshot() shows of the part of ``tree`` under ``prefix``, its folders included."""
     out = {}
