@@ -100,6 +100,21 @@ def test_absent_clears_contents_keeps_roots_then_changes_nothing(run_module, job
     assert [c["action"] for c in again["caches"]] == ["none", "none"]
 
 
+def test_absent_clears_every_kind_by_its_own_rules(run_module, job, tmp_path):
+    """Every cache the job's variables place, FlashInfer's under its base and TVM FFI's, emptied
+    through their handles; FlashInfer's downloaded cubins kept; a second run finds nothing."""
+    make_tree(str(tmp_path / "fi/.cache/flashinfer"), FLASHINFER_CUBINS)
+    result = run_module(torch_cache.main, dict(state="absent", environment=job))
+    caches = by_name(result)
+    assert {n: c["action"] for n, c in caches.items()} == dict.fromkeys(caches, "clear") and len(caches) == 6
+    assert caches["flashinfer"]["removed"] == len(flashinfer_tree("0.6.11.post1", "120f"))
+    assert caches["tvm_ffi"]["freed"] == sum(len(v) for v in TVM_FFI_TREE.values())
+    for name in ("inductor", "triton", "torch_extensions", "cuda", "tvm_ffi"):
+        assert os.listdir(caches[name]["path"]) == [], name
+    assert os.listdir(caches["flashinfer"]["path"]) == ["cubins"]
+    assert run_module(torch_cache.main, dict(state="absent", environment=job))["changed"] is False
+
+
 def test_check_mode_and_diff_change_nothing(run_module, job, tmp_path):
     before = snapshot(str(tmp_path))
     result = run_module(torch_cache.main, dict(state="absent", environment=job), check_mode=True, diff=True)
