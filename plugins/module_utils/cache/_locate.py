@@ -2,9 +2,9 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Where the compile caches of torch, Triton, CUDA, FlashInfer and TVM FFI live, as the job would place them: the
-account and environment it runs with, its variables, its defaults. Each is decided the way the
-libraries decide it (see docs/torch_cache.md):
+"""Where the compile caches of torch, Triton, CUDA, FlashInfer and TVM FFI live, as the job
+would place them: the account and environment it runs with, its variables, its defaults. Each
+is decided the way the libraries decide it (see docs/torch_cache.md):
 
 - TorchInductor: ``TORCHINDUCTOR_CACHE_DIR``, else ``<tempfile.gettempdir()>/torchinductor_<user>``
   (torch/_inductor/runtime/cache_dir_utils.py). Inductor puts Triton's kernels under
