@@ -7,13 +7,14 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: torch_cache
-short_description: Find, measure, clear and keep fresh the compile caches of torch, Triton and CUDA
+short_description: Find, measure, clear and keep fresh the compile caches of torch, Triton, CUDA and FlashInfer
 version_added: 0.1.0
 author: gpufleet.hygiene maintainers (@gpufleet)
 description:
-  - Finds the TorchInductor, Triton, torch_extensions and CUDA JIT caches of an account the way
-    torch, Triton and the CUDA driver place them, with the training job's environment variables
-    when given, and reports each one's path, size and number of entries.
+  - Finds the TorchInductor, Triton, torch_extensions, CUDA JIT, FlashInfer JIT and TVM FFI caches
+    of an account the way torch, Triton, the CUDA driver, FlashInfer and TVM FFI place them, with
+    the training job's environment variables when given, and reports each one's path, size and
+    number of entries.
   - TorchInductor uses E(TORCHINDUCTOR_CACHE_DIR), else C(<tmp>/torchinductor_<user>), where
     C(<tmp>) is what Python's C(tempfile.gettempdir) returns (E(TMPDIR), E(TEMP), E(TMP), then C(/tmp)). When
     E(TRITON_CACHE_DIR) is not set, the Triton kernels Inductor compiles live under it (C(triton/<device>)).
@@ -22,11 +23,16 @@ description:
     torch builds into a C(py<ver>_cu<ver>) folder under that default root, but not under the
     variable; the whole root is measured and cleared, and the folder is returned as RV(caches[].build_dir).
   - The CUDA JIT cache (PTX compiled by the driver) uses E(CUDA_CACHE_PATH), else C(~/.nv/ComputeCache).
+  - FlashInfer's JIT workspace (the kernels it compiles with the CUDA toolkit and torch, under
+    C(<version>/<archs>/cached_ops) and C(generated)) is C(<FLASHINFER_WORKSPACE_BASE or ~>/.cache/flashinfer).
+    Its C(cubins) folder (prebuilt kernels FlashInfer downloads) is neither measured nor cleared.
+  - TVM FFI, whose C(load_inline) builds sglang's JIT kernels against the CUDA runtime, uses
+    E(TVM_FFI_CACHE_DIR) (C(~) expanded), else C(~/.cache/tvm-ffi).
   - O(state=absent) clears the caches; O(state=fresh) clears one only when the environment
-    fingerprint recorded in it (torch, triton and CUDA versions) differs from that of O(venv),
+    fingerprint recorded in it (torch, triton, CUDA and flashinfer versions) differs from that of O(venv),
     then records the new fingerprint; O(state=present) only reports.
   - The fingerprint is recorded in C(.gpufleet-hygiene-fingerprint.json) inside the cache root
-    (torch, Triton and the driver ignore it). It is removed first when a cache is cleared, so an
+    (the libraries that write the caches ignore it). It is removed first when a cache is cleared, so an
     interrupted clear is never taken for a fresh cache, and written again afterwards.
 extends_documentation_fragment:
   - gpufleet.hygiene.attributes
@@ -59,12 +65,13 @@ options:
       - Which caches to handle, each found as the description above says.
     type: list
     elements: str
-    choices: [inductor, triton, torch_extensions, cuda]
-    default: [inductor, triton, torch_extensions, cuda]
+    choices: [inductor, triton, torch_extensions, cuda, flashinfer, tvm_ffi]
+    default: [inductor, triton, torch_extensions, cuda, flashinfer, tvm_ffi]
   venv:
     description:
-      - The training virtual environment. Its torch, triton (or pytorch-triton) and CUDA versions
-        are read from C(*.dist-info) and C(torch/version.py) on disk, without importing anything;
+      - The training virtual environment. Its torch, triton (or pytorch-triton), CUDA and flashinfer
+        (C(flashinfer-python)) versions are read from C(*.dist-info) and C(torch/version.py) on disk,
+        without importing anything;
         a venv made with C(--system-site-packages) also sees the base interpreter's packages.
       - Required with O(state=fresh). With O(state=present), RV(caches[].stale) is reported.
     type: path
@@ -100,7 +107,8 @@ notes:
     directory (or a directory holding one), O(venv) and any virtual environment (or anything
     inside one) are refused.'
   - 'Only caches are cleared: a root that is not where its kind puts its cache (C(~/.triton/cache),
-    C(~/.cache/torch_extensions), C(~/.nv/ComputeCache), C(<tmp>/torchinductor_<user>)) must hold
+    C(~/.cache/torch_extensions), C(~/.nv/ComputeCache), C(<tmp>/torchinductor_<user>), C(.cache/flashinfer),
+    C(~/.cache/tvm-ffi)) must hold
     what that kind''s cache holds (see docs/torch_cache.md), else it is refused, saying which rule
     refused it.'
   - 'Clearing works on directory handles opened without following symbolic links, and removes
@@ -126,13 +134,14 @@ EXAMPLES = r"""
     caches: [inductor, torch_extensions]
     user: trainer
 
-- name: Keep the caches only while torch, triton and CUDA are unchanged (job's own variables)
+- name: Keep the caches only while torch, triton, CUDA and flashinfer are unchanged (job's own variables)
   gpufleet.hygiene.torch_cache:
     state: fresh
     venv: /root/venv
     environment:
       TORCHINDUCTOR_CACHE_DIR: /scratch/inductor
       TRITON_CACHE_DIR: /scratch/triton
+      FLASHINFER_WORKSPACE_BASE: /scratch
 
 - name: Fail when a cache is stale
   ansible.builtin.assert:
@@ -147,7 +156,7 @@ caches:
   elements: dict
   contains:
     name:
-      description: V(inductor), V(triton), V(torch_extensions) or V(cuda).
+      description: V(inductor), V(triton), V(torch_extensions), V(cuda), V(flashinfer) or V(tvm_ffi).
       type: str
     path:
       description: The cache root, C(.) and C(..) resolved (a path through a symbolic link is refused).
@@ -162,13 +171,15 @@ caches:
       description: Whether the root is an existing directory.
       type: bool
     size:
-      description: Bytes in regular files (a hard-linked file once; symbolic links not followed).
+      description:
+        - Bytes in regular files (a hard-linked file once; symbolic links not followed).
+        - For V(flashinfer), its C(cubins) folder left out.
       type: int
     entries:
       description: Files and symbolic links in the tree (directories and the marker not counted).
       type: int
     fingerprint:
-      description: The fingerprint recorded in the cache (C(torch), C(triton), C(cuda)), or null.
+      description: The fingerprint recorded in the cache (C(torch), C(triton), C(cuda), C(flashinfer)), or null.
       type: dict
     stale:
       description:
@@ -208,7 +219,7 @@ caches:
       exists: true
       size: 48213504
       entries: 912
-      fingerprint: {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8"}
+      fingerprint: {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8", "flashinfer": null}
       stale: false
       marker: /tmp/torchinductor_root/.gpufleet-hygiene-fingerprint.json
       holders: []
@@ -217,10 +228,12 @@ caches:
       freed: 0
       problems: []
 fingerprint:
-  description: The current fingerprint of O(venv) (C(torch), C(triton), C(cuda)); null without O(venv).
+  description:
+    - The current fingerprint of O(venv) (C(torch), C(triton), C(cuda), C(flashinfer)); null without O(venv).
+    - A package the venv does not hold is null.
   returned: success
   type: dict
-  sample: {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8"}
+  sample: {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8", "flashinfer": "0.6.11.post1"}
 """
 
 from ansible.module_utils.basic import AnsibleModule

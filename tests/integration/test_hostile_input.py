@@ -54,7 +54,8 @@ SITE = "/opt/venv/lib/python3.11/site-packages"
 
 # The caches that did not exist are created and recorded as this venv's by purge (state fresh
 # records a missing cache, docs/torch_cache.md): their roots and the record, nothing else.
-_MISSING = ["/root/.cache/torch_extensions", "/root/.nv/ComputeCache", "/root/.triton/cache"]
+_MISSING = ["/root/.cache/flashinfer", "/root/.cache/torch_extensions", "/root/.cache/tvm-ffi", "/root/.nv/ComputeCache",
+            "/root/.triton/cache"]
 RECORDED_CACHES = sorted(_MISSING + [r + "/.gpufleet-hygiene-fingerprint.json" for r in _MISSING]
                          + ["/root/.cache", "/root/.nv", "/root/.triton"])
 

@@ -151,7 +151,13 @@ def test_stale_cache_cleared(main_job):
     listing = sh(node, ct, "cd %s && find . -mindepth 1 | sort" % cache).split()
     assert listing == ["./.gpufleet-hygiene-fingerprint.json"], listing
     marker = json.loads(sh(node, ct, "cat %s/.gpufleet-hygiene-fingerprint.json" % cache))
-    assert marker["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8"}
+    assert marker["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8", "flashinfer": None}
+    # The seed's FlashInfer workspace in the same user's home: emptied and recorded as well.
+    workspace = "%s/.cache/flashinfer" % ("/home/trainer" if ct.get("unprivileged") else "/root")
+    listing = sh(node, ct, "cd %s && find . -mindepth 1 | sort" % workspace).split()
+    assert listing == ["./.gpufleet-hygiene-fingerprint.json"], listing
+    marker = json.loads(sh(node, ct, "cat %s/.gpufleet-hygiene-fingerprint.json" % workspace))
+    assert marker["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8", "flashinfer": None}
 
 
 def test_healthy_containers_untouched(main_job):

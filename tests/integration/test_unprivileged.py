@@ -25,7 +25,8 @@ import os
 import re
 import subprocess
 
-import cuda_fixtures  # tests/lib, on pytest's pythonpath (pytest.ini)
+import cachetree  # tests/lib, on pytest's pythonpath (pytest.ini)
+import cuda_fixtures
 import pytest
 import simfleet
 
@@ -182,6 +183,10 @@ def test_the_node_read_shows_owners_as_the_container_sees_them(run):
     assert (caches["inductor"]["path"], caches["inductor"]["exists"], caches["inductor"]["stale"], caches["inductor"]["entries"]) == (
         "/tmp/torchinductor_trainer", True, True, 2), caches["inductor"]
     assert caches["triton"]["path"] == "/home/trainer/.triton/cache", caches["triton"]
+    # The seed's FlashInfer workspace in trainer's home, no record: stale too.
+    workspace = cachetree.flashinfer_tree(dict(cuda_fixtures.SEED_ADDED)["flashinfer-python"], "120f")
+    assert (caches["flashinfer"]["path"], caches["flashinfer"]["exists"], caches["flashinfer"]["stale"],
+            caches["flashinfer"]["entries"]) == ("/home/trainer/.cache/flashinfer", True, True, len(workspace)), caches["flashinfer"]
     found = {c["name"] for c in read[by_role["contaminated"]["name"]]["cuda_contamination"]["contaminants"]}
     assert found == cuda_fixtures.SEED_CUDA13, found
 
@@ -255,7 +260,14 @@ def test_stale_cache_cleared_and_left_to_its_owner(run):
     assert listing == ["./.gpufleet-hygiene-fingerprint.json"], listing
     assert simfleet.owners(lxcpath(), ct["vmid"], "/tmp/torchinductor_trainer") == {(TRAINER, TRAINER)}
     marker = json.loads(simfleet.sh(lxcpath(), ct["vmid"], "cat /tmp/torchinductor_trainer/.gpufleet-hygiene-fingerprint.json"))
-    assert marker["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8"}
+    assert marker["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8", "flashinfer": None}
+    # FlashInfer's workspace too: emptied, recorded, still trainer's.
+    workspace = "/home/trainer/.cache/flashinfer"
+    listing = simfleet.sh(lxcpath(), ct["vmid"], "cd %s && find . -mindepth 1 | sort" % workspace).split()
+    assert listing == ["./.gpufleet-hygiene-fingerprint.json"], listing
+    assert simfleet.owners(lxcpath(), ct["vmid"], workspace) == {(TRAINER, TRAINER)}
+    marker = json.loads(simfleet.sh(lxcpath(), ct["vmid"], "cat %s/.gpufleet-hygiene-fingerprint.json" % workspace))
+    assert marker["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8", "flashinfer": None}
 
 
 def test_privileged_healthy_containers_untouched(run):

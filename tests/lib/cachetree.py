@@ -1,20 +1,24 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Real compile-cache trees, real venvs with torch/triton wheels, and real processes holding files.
+"""Real compile-cache trees, real venvs with torch/triton wheels, real FlashInfer releases, and
+real processes holding files.
 
-The trees mimic what torch and Triton write (hash-named folders, .so launchers, .cubin
-kernels, a locks folder); sizes and names are real on disk, contents are tiny.
+The trees mimic what torch, Triton, FlashInfer and TVM FFI write (hash-named folders, .so
+launchers, .cubin kernels, a locks folder); sizes and names are real on disk, contents are tiny.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 from cuda_fixtures import UV
 from wheelmaker import build_wheel
@@ -35,6 +39,101 @@ TRITON_TREE = {
     "ZXCVB456/add_kernel.cubin": b"\0" * 128,
     "ZXCVB456/add_kernel.ptx": b".version 8.7\n",
 }
+
+
+# sglang's JIT kernels as TVM FFI's load_inline builds them: <module>_<16 hex digits of the hash
+# of its sources and flags>/ holding the sources it wrote, build.ninja, its lock and the module.
+TVM_FFI_TREE = {
+    "sgl_kernel_jit_add_constant_4_3f9a0c1d2b4e5f60/main.cpp": b'#include "add_constant.cuh"\n',
+    "sgl_kernel_jit_add_constant_4_3f9a0c1d2b4e5f60/cuda.cu": b"// generated\n",
+    "sgl_kernel_jit_add_constant_4_3f9a0c1d2b4e5f60/build.ninja": b"ninja_required_version = 1.3\n",
+    "sgl_kernel_jit_add_constant_4_3f9a0c1d2b4e5f60/lock": b"",
+    "sgl_kernel_jit_add_constant_4_3f9a0c1d2b4e5f60/cuda_0.o": b"\x7fELF" + b"\0" * 60,
+    "sgl_kernel_jit_add_constant_4_3f9a0c1d2b4e5f60/sgl_kernel_jit_add_constant_4.so": b"\x7fELF" + b"\0" * 80,
+}
+
+
+def flashinfer_tree(version, archs="90a"):
+    """FlashInfer's JIT workspace as release ``version`` (0.5 on) lays it out under its cache root
+    (flashinfer/jit/env.py, core.py, cpp_ext.py): ``<version>/<archs>/`` holding its log,
+    ``cached_ops/<module>/`` (build.ninja, one object per source named <folder>_<stem>.cuda.o, the
+    module), ``cached_ops/tmp/<module>.lock``, and ``generated/<uri>/`` sources."""
+    ws = "%s/%s/" % (version, archs)
+    uri = ("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_"
+           "head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False")
+    return {
+        ws + "flashinfer_jit.log": b"2026-01-01 00:00:00 - INFO - core.py:301 - flashinfer.jit: Finished building norm\n",
+        ws + "cached_ops/norm/build.ninja": b"ninja_required_version = 1.3\n",
+        ws + "cached_ops/norm/.ninja_log": b"# ninja log v6\n",
+        ws + "cached_ops/norm/csrc_norm.cuda.o": b"\x7fELF" + b"\0" * 120,
+        ws + "cached_ops/norm/csrc_flashinfer_norm_binding.cuda.o": b"\x7fELF" + b"\0" * 100,
+        ws + "cached_ops/norm/norm.so": b"\x7fELF" + b"\0" * 200,
+        ws + "cached_ops/tmp/norm.lock": b"",
+        ws + "cached_ops/%s/%s.so" % (uri, uri): b"\x7fELF" + b"\0" * 150,
+        ws + "generated/%s/batch_prefill_config.inc" % uri: b"#pragma once\n",
+    }
+
+
+# Prebuilt kernels FlashInfer downloads when flashinfer-cubin is not installed: kept by a clear.
+FLASHINFER_CUBINS = {"cubins/8ec3a5f2/fmha/trtllm-gen/checksums.txt": b"0123abcd  kernel.cubin\n",
+                     "cubins/8ec3a5f2/fmha/trtllm-gen/kernel.cubin": b"\0" * 64}
+
+# Released flashinfer-python wheels, by version: the SHA-256 pip checks them against.
+FLASHINFER_WHEELS = {
+    "0.6.11.post1": "52c6dbd1262ff0d46dce0253996108e0c55e86faa7c25a1bed7072b31d23551a",  # the seed's
+    "0.6.0": "e8be4fd2f9229a7faef411579439eebc6c6dc54893d62bd50498f374cd04cc16",
+}
+WHEEL_CACHE = os.path.join(os.path.dirname(__file__), "..", "..", ".cache", "wheels")
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def flashinfer_wheel(version):
+    """The released flashinfer-python ``version`` wheel (pure Python, 7 to 14 MB), downloaded once
+    by pip from the package index with its hash pinned, kept in the checkout's .cache/wheels."""
+    name = "flashinfer_python-%s-py3-none-any.whl" % version
+    path = os.path.abspath(os.path.join(WHEEL_CACHE, name))
+    if os.path.exists(path) and _sha256(path) == FLASHINFER_WHEELS[version]:
+        return path
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(path))  # a worker of its own: the rename is atomic
+    try:
+        req = os.path.join(tmp, "req.txt")
+        with open(req, "w") as f:
+            f.write("flashinfer-python==%s --hash=sha256:%s\n" % (version, FLASHINFER_WHEELS[version]))
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+                        "--only-binary=:all:", "--require-hashes", "-r", req, "-d", tmp], check=True)
+        os.replace(os.path.join(tmp, name), path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def flashinfer_release(venv):
+    """The version an installed FlashInfer names its workspace by (flashinfer.__version__, from
+    the _build_meta.py its wheel ships), read without importing it."""
+    import glob
+    import re
+    [meta] = glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "flashinfer", "_build_meta.py"))
+    with open(meta, encoding="utf-8") as f:
+        return re.search(r"^__version__ = [\"']([^\"']+)[\"']", f.read(), re.MULTILINE).group(1)
+
+
+def install_wheel(venv, wheel):
+    """Install a wheel file as it is (its dependencies, torch among them, not wanted here)."""
+    subprocess.run([UV, "pip", "install", "--quiet", "--no-deps", "--python", os.path.join(venv, "bin", "python"), wheel],
+                   check=True)
+
+
+def uninstall(venv, *names):
+    subprocess.run([UV, "pip", "uninstall", "--quiet", "--python", os.path.join(venv, "bin", "python")] + list(names),
+                   check=True)
 
 
 def make_tree(root, files):

@@ -19,7 +19,7 @@ from ansible.plugins.loader import init_plugin_loader
 # failed by the order pytest collected them in.
 init_plugin_loader([os.path.join(os.path.dirname(__file__), "..", "..", ".ansible", "collections")])
 
-from cachetree import torch_wheels  # noqa: E402 - after the collection loader: it may import the collection
+from cachetree import FLASHINFER_WHEELS, flashinfer_wheel, torch_wheels  # noqa: E402 - after the collection loader: it may import the collection
 from cuda_fixtures import build_seed_wheels  # noqa: E402 - after the collection loader: it may import the collection
 
 
@@ -70,6 +70,13 @@ def wheel_dir(tmp_path_factory):
     torch_wheels(d, torch="2.8.0+cu130", cuda="13.0", triton="3.5.0")
     torch_wheels(d, torch="2.9.0", cuda="13.0", triton="3.5.0")  # writes the same triton wheel again
     return d
+
+
+@pytest.fixture(scope="session")
+def flashinfer_wheels():
+    """The released flashinfer-python wheels (0.6.11.post1, the seed's, and 0.6.0), as PyPI
+    serves them: {version: path}. Downloaded once into .cache/wheels, their hashes checked."""
+    return {v: flashinfer_wheel(v) for v in FLASHINFER_WHEELS}
 
 
 @pytest.fixture(autouse=True)

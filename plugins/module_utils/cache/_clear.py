@@ -21,24 +21,26 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tree import m
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import open_files, proc_file
 
 
-def measure(root):
-    """``(size_bytes, entries, problems)`` of a cache root (a Dir or a path), marker excluded.
+def measure(root, keep=()):
+    """``(size_bytes, entries, problems)`` of a cache root (a Dir or a path), marker and the
+    names in ``keep`` (what the root holds beside the cache) excluded.
 
     Symbolic links are counted as entries, never followed; another file system mounted
     inside is not entered; a hard-linked file is counted once.
     """
     try:
         with opened(root) as d:
-            return measure_tree(d, skip=(MARKER,))
+            return measure_tree(d, skip=(MARKER,) + tuple(keep))
     except (OSError, UnsafePath) as exc:
         return 0, 0, ["{}: {}".format(getattr(root, "path", root), getattr(exc, "strerror", None) or exc)]
 
 
-def has_content(root, keep_marker=True):
-    """Whether the root (a Dir or a path) holds anything (the marker aside when ``keep_marker``)."""
+def has_content(root, keep_marker=True, keep=()):
+    """Whether the root (a Dir or a path) holds anything but ``keep`` (the marker aside too
+    when ``keep_marker``)."""
     try:
         with opened(root) as d:
-            return not is_empty(d, skip=(MARKER,) if keep_marker else ())
+            return not is_empty(d, skip=((MARKER,) if keep_marker else ()) + tuple(keep))
     except (OSError, UnsafePath):
         return True  # unreadable: let the clear report why
 
@@ -46,15 +48,16 @@ def has_content(root, keep_marker=True):
 # --------------------------------------------------------------------------- clearing
 
 
-def clear_root(root):
-    """Remove everything inside a cache root (a Dir or a path) and keep the directory itself.
+def clear_root(root, keep=()):
+    """Remove everything inside a cache root (a Dir or a path) and keep the directory itself
+    and its names in ``keep``.
 
     Works through directory handles opened without following links (fs/_tree.py), so nothing
     outside the root is reached even if a directory on the way or inside is swapped.
     The marker goes first, so an interrupted clear is never taken for a fresh cache.
     """
     with opened(root) as d:
-        return clear(d, first=(MARKER,))
+        return clear(d, first=(MARKER,), keep=keep)
 
 
 def describe_errors(name, root, errors):
@@ -71,20 +74,22 @@ def describe_errors(name, root, errors):
     return f"cannot clear the {name} cache {root}: {len(errors)} paths failed ({listed})"
 
 
-def find_holders(roots, proc="/proc", skip_pids=None):
-    """Processes with a file, a mapping or their working directory under one of ``roots``.
+def find_holders(roots, proc="/proc", skip_pids=None, kept=None):
+    """Processes with a file, a mapping or their working directory under one of ``roots``, the
+    paths under ``kept[root]`` (what a clear of that root leaves) aside.
 
     Returns ``({root: [{pid, command, paths}]}, uninspected)``; ``uninspected`` counts
     processes whose /proc entries could not be read (not root, or gone meanwhile).
     """
     found = {r: {} for r in roots}
+    kept = kept or {}
     uninspected = 0
     try:
         for pid, paths, denied in open_files(proc, set(skip_pids or (os.getpid(),)), cwd=True, maps=True):
             uninspected += denied
             for path in paths:
                 for root in roots:
-                    if within(path, root):
+                    if within(path, root) and not any(within(path, k) for k in kept.get(root, ())):
                         held = found[root].setdefault(pid, [])
                         if path not in held and len(held) < 5:
                             held.append(path)

@@ -2,9 +2,9 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""What a compile cache is built against: the torch, Triton and CUDA versions of a virtual
-environment (its fingerprint), read from the files on disk, and the Python tag torch names its
-extension builds by.
+"""What a compile cache is built against: the torch, Triton, CUDA and FlashInfer versions of a
+virtual environment (its fingerprint), read from the files on disk, and the Python tag torch
+names its extension builds by.
 
 Private to gpufleet.hygiene (leading underscore): not a public API.
 Standard library only: this runs on the target.
@@ -21,8 +21,10 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
 
-FINGERPRINT_KEYS = ("torch", "triton", "cuda")
+FINGERPRINT_KEYS = ("torch", "triton", "cuda", "flashinfer")
 TRITON_NAMES = ("triton", "pytorch-triton", "pytorch-triton-rocm")
+# flashinfer-python on PyPI; flashinfer on the project's own wheel index before it.
+FLASHINFER_NAMES = ("flashinfer-python", "flashinfer")
 
 _PY_DIR = re.compile(r"python(\d+)\.(\d+)([a-z]*)$")
 
@@ -37,9 +39,16 @@ def python_tag(site_dirs):
     return None
 
 
+def _first(by_key, names):
+    for key in names:
+        if key in by_key:
+            return by_key[key]
+    return None
+
+
 def venv_fingerprint(venv, run):
-    """``{torch, triton, cuda}`` of a venv (a path or a Venv), read from dist-info and
-    torch/version.py.
+    """``{torch, triton, cuda, flashinfer}`` of a venv (a path or a Venv), read from dist-info
+    and torch/version.py.
 
     Nothing is imported: the versions come from the files on disk. A missing package is None;
     ``cuda`` is ``"cpu"`` for a CPU-only torch.
@@ -47,11 +56,10 @@ def venv_fingerprint(venv, run):
     dists = Venv.of(venv, run).distributions
     by_key = {d.key: d for d in dists}
     torch = by_key.get("torch")
-    triton = None
-    for key in TRITON_NAMES:
-        if key in by_key:
-            triton = by_key[key]
-            break
+    triton = _first(by_key, TRITON_NAMES)
+    # FlashInfer names its workspace by this version too (<root>/<version>/), so its dist-info
+    # is what the JIT modules were built by.
+    flashinfer = _first(by_key, FLASHINFER_NAMES)
     ref = torch_reference(dists)
     if isinstance(ref, tuple):
         cuda = ref[1]
@@ -68,6 +76,7 @@ def venv_fingerprint(venv, run):
         "torch": torch_version,
         "triton": triton.version if triton else None,
         "cuda": cuda,
+        "flashinfer": flashinfer.version if flashinfer else None,
     }
 
 

@@ -2,9 +2,9 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Where the compile caches of torch, Triton and CUDA live, as the job would place them: the
-account and environment it runs with, its variables, its defaults. Each is decided the way the
-libraries decide it (see docs/torch_cache.md):
+"""Where the compile caches of torch, Triton, CUDA, FlashInfer and TVM FFI live, as the job
+would place them: the account and environment it runs with, its variables, its defaults. Each
+is decided the way the libraries decide it (see docs/torch_cache.md):
 
 - TorchInductor: ``TORCHINDUCTOR_CACHE_DIR``, else ``<tempfile.gettempdir()>/torchinductor_<user>``
   (torch/_inductor/runtime/cache_dir_utils.py). Inductor puts Triton's kernels under
@@ -14,6 +14,10 @@ libraries decide it (see docs/torch_cache.md):
   (torch/utils/cpp_extension.py); torch adds a ``py<ver>_cu<ver>`` folder under the default
   root only, never under the variable.
 - CUDA JIT: ``CUDA_CACHE_PATH``, else ``~/.nv/ComputeCache``.
+- FlashInfer's JIT workspace: ``<FLASHINFER_WORKSPACE_BASE or ~>/.cache/flashinfer``
+  (flashinfer/jit/env.py); the releases before the variable used ``~/.cache/flashinfer``.
+- TVM FFI's build cache (sglang's JIT kernels): ``TVM_FFI_CACHE_DIR`` (``~`` expanded), else
+  ``~/.cache/tvm-ffi`` (tvm_ffi/cpp/extension.py, load_inline.py in 0.1.0).
 
 Private to gpufleet.hygiene (leading underscore): not a public API.
 Standard library only: this runs on the target.
@@ -28,7 +32,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors im
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import getpwnam, getpwuid
 
-CACHE_NAMES = ("inductor", "triton", "torch_extensions", "cuda")
+CACHE_NAMES = ("inductor", "triton", "torch_extensions", "cuda", "flashinfer", "tvm_ffi")
 
 _USER_UNSAFE = re.compile(r'[\\/:*?"<>|]')
 
@@ -121,10 +125,18 @@ class Location:
         self.notes = list(notes)
 
 
-def _from_variable(name, var, value):
+def _from_variable(name, var, value, ident=None):
     if value is None or not value.strip():
         return Location(name, None, var, f"{var} is set but empty: it names no cache directory (and "
                         f"clearing ${var}/ would clear /); unset it or give it an absolute directory")
+    if var in _EXPANDS_TILDE and ident is not None and (value == "~" or value.startswith("~/")):
+        # Path.expanduser(), as the library does: HOME, else the password database.
+        if ident.home_problem:
+            return Location(name, None, var, f"{var}={value} starts with ~ and " + ident.home_problem)
+        value = ident.home + value[1:]
+    elif var in _EXPANDS_TILDE and value.startswith("~"):
+        return Location(name, value, var, f"{var}={value} names another account's home directory: give an "
+                        "absolute directory")
     if not os.path.isabs(value):
         return Location(name, value, var, f"{var}={value} is not an absolute path (it would depend on the "
                         "job's working directory): give an absolute directory")
@@ -144,20 +156,30 @@ def _home_path(ident, name, rel, source):
 
 
 # Where the other caches live: (their own variable, a variable naming a base directory, the
-# path under that base, the path under the home directory), as Triton, torch and the driver say.
+# path under that base, the path under the home directory), as Triton, torch, the driver,
+# FlashInfer and TVM FFI say. FlashInfer has no variable of its own for the root: only a base.
 _PLACES = {
     "triton": ("TRITON_CACHE_DIR", "TRITON_HOME", ".triton/cache", ".triton/cache"),
     "torch_extensions": ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME", "torch_extensions", ".cache/torch_extensions"),
     "cuda": ("CUDA_CACHE_PATH", None, None, ".nv/ComputeCache"),
+    "flashinfer": (None, "FLASHINFER_WORKSPACE_BASE", ".cache/flashinfer", ".cache/flashinfer"),
+    "tvm_ffi": ("TVM_FFI_CACHE_DIR", None, None, ".cache/tvm-ffi"),
 }
+# Variables the library passes through Path.expanduser() (tvm_ffi); the others are used as they are.
+_EXPANDS_TILDE = frozenset(("TVM_FFI_CACHE_DIR",))
+
+# Every variable of the job's environment that moves a cache (the roles pass these alone).
+PLACING_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "TORCH_EXTENSIONS_DIR",
+                     "XDG_CACHE_HOME", "CUDA_CACHE_PATH", "FLASHINFER_WORKSPACE_BASE", "TVM_FFI_CACHE_DIR",
+                     "HOME", "USER", "LOGNAME", "LNAME", "USERNAME", "TMPDIR", "TEMP", "TMP")
 
 
 def _place(name, ident):
     own, base_var, under_base, under_home = _PLACES[name]
     env = ident.env
-    if own in env:
-        return _from_variable(name, own, env[own])
-    if base_var in env:
+    if own is not None and own in env:
+        return _from_variable(name, own, env[own], ident)
+    if base_var is not None and base_var in env:
         base = _from_variable(name, base_var, env[base_var])
         if base.problem:
             return base

@@ -103,14 +103,21 @@ def unsafe_root(real, homes=(), venv=None):
     return None
 
 
-# What each kind's root is called where torch, Triton and the driver put it (the tail of the
-# path), and, for a root found elsewhere, what its top level must hold to be taken for one.
+# What each kind's root is called where torch, Triton, the driver, FlashInfer and TVM FFI put it
+# (the tail of the path), and, for a root found elsewhere, what its top level must hold to be
+# taken for one.
 LAYOUTS = {
     "inductor": "<tmp>/torchinductor_<user>",
     "triton": "~/.triton/cache",
     "torch_extensions": "~/.cache/torch_extensions",
     "cuda": "~/.nv/ComputeCache",
+    "flashinfer": "<FLASHINFER_WORKSPACE_BASE or ~>/.cache/flashinfer",
+    "tvm_ffi": "~/.cache/tvm-ffi",
 }
+# What a root holds beside its kind's cache, never measured nor cleared: FlashInfer downloads its
+# prebuilt kernels into <root>/cubins (checksummed, not built here); an offline host could not
+# fetch them again.
+KEPT = {"flashinfer": ("cubins",)}
 INDUCTOR_DIRS = frozenset(("fxgraph", "aotautograd", "triton", "locks", "cache", "kernel", "kernels", "precompile",
                            "precompiled_headers", "dynamo", "pgo", "autotune", "cutlass", "cuda", "cudagraphs",
                            "aot_inductor", "cpp_wrapper", "static_cuda_launcher"))
@@ -120,6 +127,11 @@ _TRITON_KEY = re.compile(r"(?:[A-Z0-9]{6,}|[0-9a-f]{16,}|[0-9]{1,3})\Z")
 _EXT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _EXT_BUILD_ROOT = re.compile(r"py\d+t?_(?:cu\d+|cpu)\Z")
 _CUDA_BUCKET = re.compile(r"[0-9a-fA-F]{1,2}\Z")
+# FlashInfer 0.5 on: <root>/<release>/<archs>/ (0.6.11.post1, 0.0.0+unknown from a source tree);
+# before: <root>/<archs>/ (80, 90a, 80_89_90a, 120f; noarch when no GPU was seen).
+_FLASHINFER_RELEASE = re.compile(r"\d+(?:\.\d+)+(?:(?:a|b|rc|\.post|\.dev)\d+)*(?:\+[A-Za-z0-9_.]+)?\Z")
+_FLASHINFER_ARCHS = re.compile(r"(?:\d+[a-z]?(?:_\d+[a-z]?)*|noarch)\Z")
+_TVM_FFI_BUILD = re.compile(r".+_[0-9a-f]{16}\Z")  # <module name>_<16 hex digits of its sources' hash>
 
 
 def is_layout(kind, real):
@@ -132,6 +144,10 @@ def is_layout(kind, real):
         return os.path.basename(real) == "torch_extensions"
     if kind == "cuda":
         return real.endswith("/.nv/ComputeCache")
+    if kind == "flashinfer":
+        return real.endswith("/.cache/flashinfer")
+    if kind == "tvm_ffi":
+        return real.endswith("/.cache/tvm-ffi")
     raise CacheError(f"unknown cache {kind!r}")
 
 
@@ -199,6 +215,19 @@ def content_problem(kind, d):
             if not (stat.S_ISDIR(st.st_mode) and _CUDA_BUCKET.match(name)):
                 return f"holds {name!r}, and a CUDA JIT cache holds only its index and hexadecimal folders"
         return None
+    if kind == "flashinfer":
+        why = _dirs_only(kind, entries)
+        for name, _st in entries:
+            if why is None and not (name in KEPT[kind] or _FLASHINFER_RELEASE.match(name) or _FLASHINFER_ARCHS.match(name)):
+                why = (f"holds {name!r}, and a flashinfer workspace's top level holds only release folders "
+                       "(0.6.11.post1), CUDA architecture folders (90a, 80_89) and cubins")
+        return why
+    if kind == "tvm_ffi":
+        why = _dirs_only(kind, entries)
+        for name, _st in entries:
+            if why is None and not _TVM_FFI_BUILD.match(name):
+                why = f"holds {name!r}, and a tvm_ffi cache's top level holds only <module>_<hash> build folders"
+        return why
     raise CacheError(f"unknown cache {kind!r}")
 
 

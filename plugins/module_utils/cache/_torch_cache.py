@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Compile caches of torch, Triton and CUDA: found, measured, cleared safely, kept fresh.
+"""Compile caches of torch, Triton, CUDA, FlashInfer and TVM FFI: found, measured, cleared
+safely, kept fresh.
 
 The job of the torch_cache module and of the readiness read, one account's caches at a time.
 Its parts: where a cache lives (_locate), what it is built against (_fingerprint), its marker
@@ -26,7 +27,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._fingerprin
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._locate import CACHE_NAMES, CacheError, Identity, locate
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._marker import MARKER, read_marker, write_marker
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._roots import make_root, open_root, protected_homes
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._roots import KEPT, make_root, open_root, protected_homes
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tree import UnsafePath
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
 
@@ -62,8 +63,8 @@ class TorchCache:
 
     def execute(self):
         if self.state == "fresh" and not self.venv:
-            raise CacheError("state=fresh needs venv: the virtual environment whose torch, triton and "
-                             "CUDA versions the caches must match")
+            raise CacheError("state=fresh needs venv: the virtual environment whose torch, triton, "
+                             "CUDA and flashinfer versions the caches must match")
         current = venv_fingerprint(self.env, self.run) if self.env else None
         pytag = python_tag(self.env.own_site_dirs) if self.env else None
         homes = protected_homes([self.ident.home])
@@ -118,11 +119,12 @@ class TorchCache:
             entry["marker"] = os.path.join(root.real, MARKER)
             if root.exists:
                 entry["_id"] = (root.dir.dev, root.dir.ino)
-                size, count, problems = measure(root.dir)
+                kept = KEPT.get(loc.name, ())
+                size, count, problems = measure(root.dir, kept)
                 entry["size"], entry["entries"] = size, count
                 entry["problems"].extend(problems)
-                entry["_content"] = has_content(root.dir)
-                entry["_any"] = has_content(root.dir, keep_marker=False)
+                entry["_content"] = has_content(root.dir, keep=kept)
+                entry["_any"] = has_content(root.dir, keep_marker=False, keep=kept)
         if entry["exists"]:
             recorded, mproblem = read_marker(entry["path"])
             entry["fingerprint"] = recorded
@@ -154,7 +156,10 @@ class TorchCache:
         roots = [e["path"] for e in entries if e["exists"] and not e.get("_problem")]
         if not roots:
             return
-        holders, uninspected = find_holders(roots, self.proc)
+        # A process using only what a clear leaves (FlashInfer's cubins) holds nothing cleared.
+        kept = {e["path"]: [os.path.join(e["path"], n) for n in KEPT[e["name"]]] for e in entries
+                if e["name"] in KEPT and e["exists"] and not e.get("_problem")}
+        holders, uninspected = find_holders(roots, self.proc, kept=kept)
         for e in entries:
             e["holders"] = holders.get(e["path"], []) if e["exists"] and not e.get("_problem") else []
         clearing = [e for e in entries if e["action"] in ("clear", "clear_and_record")]
@@ -200,7 +205,7 @@ class TorchCache:
 
     def _clear(self, e, d, result):
         try:
-            res = clear_root(d)
+            res = clear_root(d, KEPT.get(e["name"], ()))
         except OSError as exc:
             raise CacheError(f"cannot open the {e['name']} cache {d.path}: {exc.strerror}", self._public(result)) from exc
         e["removed"], e["freed"] = res.removed, res.freed

@@ -352,10 +352,10 @@ class ClearResult:
         self.kept = []
 
 
-def clear(top, first=()):
-    """Remove everything inside the Dir ``top`` and keep ``top`` itself; the names in
-    ``first`` go before anything else. Every removal is relative to a handle: a directory
-    swapped for a link is removed as a link, never entered."""
+def clear(top, first=(), keep=()):
+    """Remove everything inside the Dir ``top`` and keep ``top`` itself and its names in
+    ``keep``; the names in ``first`` go before anything else. Every removal is relative to a
+    handle: a directory swapped for a link is removed as a link, never entered."""
     res = ClearResult()
     for name in first:
         try:
@@ -371,7 +371,7 @@ def clear(top, first=()):
         else:
             res.errors.append((path, exc if exc is not None else OSError(errno.ELOOP, _WHY[why].format(verb="cleared"))))
 
-    for d, name, st in _below(top, (), trouble):
+    for d, name, st in _below(top, keep, trouble):
         if stat.S_ISDIR(st.st_mode):
             _rmdir(d, name, res)
             continue

@@ -268,7 +268,7 @@ def check_caches(caches):
     elif not stale:
         summary = "%d cache(s), built for this venv" % len([c for c in caches["caches"] if c["exists"]])
     else:
-        summary = "built for another torch/Triton/CUDA: " + ", ".join("%s %s (%s entries)" % (c["name"], c["path"], c["entries"]) for c in stale)
+        summary = "built for another torch/Triton/CUDA/FlashInfer: " + ", ".join("%s %s (%s entries)" % (c["name"], c["path"], c["entries"]) for c in stale)
     return {"name": "caches_fresh", "severity": "fail", "ok": not error and not stale, "error": error, "summary": summary}
 
 

@@ -21,7 +21,7 @@ import sys
 import time
 
 import pytest
-from cachetree import INDUCTOR_TREE, make_tree
+from cachetree import INDUCTOR_TREE, flashinfer_tree, make_tree
 from cuda_fixtures import SEED_BASE, make_seed_venv, pins
 from wheelmaker import build_shared_object
 
@@ -58,6 +58,8 @@ def rig(tmp_path, seed_wheels):
     trainers = gpu_standin.Trainers(state)
     env = {"HOME": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     make_tree(env["TORCHINDUCTOR_CACHE_DIR"], INDUCTOR_TREE)
+    # The JIT modules the seed's flashinfer-python built, where that release puts them in ~.
+    make_tree(str(tmp_path / ".cache" / "flashinfer"), flashinfer_tree("0.6.11.post1", "120f"))
     try:
         # This rig's stand-ins only (other tests on the machine run the same program).
         job = [re.escape(gpu_standin.TRAINER) + " --state " + re.escape(str(state)) + " "]
@@ -113,7 +115,9 @@ def test_one_call_reads_what_the_five_modules_read(run_module, rig):
     assert checks["packages"]["summary"].startswith("%d packages; %d missing (" % (res["pip_inventory"]["count"], len(drift["missing"])))
     assert ", %d not in the baseline; files differ from RECORD in " % len(drift["extra"]) in checks["packages"]["summary"]
     assert checks["caches_fresh"]["ok"] is False
-    assert checks["caches_fresh"]["summary"].startswith("built for another torch/Triton/CUDA: inductor %s (" % rig["env"]["TORCHINDUCTOR_CACHE_DIR"])
+    assert checks["caches_fresh"]["summary"].startswith("built for another torch/Triton/CUDA/FlashInfer: inductor %s (" % rig["env"]["TORCHINDUCTOR_CACHE_DIR"])
+    assert ", flashinfer %s/.cache/flashinfer (%d entries)" % (rig["env"]["HOME"], len(flashinfer_tree("0.6.11.post1", "120f"))) \
+        in checks["caches_fresh"]["summary"]
     assert res["ready"] is False and res["running_job"] is True
 
 

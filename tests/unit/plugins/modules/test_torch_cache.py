@@ -14,7 +14,22 @@ import tempfile
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from cachetree import INDUCTOR_TREE, TRITON_TREE, holder, install, listing, make_tree, make_venv, snapshot
+from cachetree import (
+    FLASHINFER_CUBINS,
+    INDUCTOR_TREE,
+    TRITON_TREE,
+    TVM_FFI_TREE,
+    flashinfer_release,
+    flashinfer_tree,
+    holder,
+    install,
+    install_wheel,
+    listing,
+    make_tree,
+    make_venv,
+    snapshot,
+    uninstall,
+)
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import MARKER
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
@@ -32,8 +47,12 @@ def job(tmp_path):
         "TRITON_CACHE_DIR": str(tmp_path / "triton"),
         "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"),
         "CUDA_CACHE_PATH": str(tmp_path / "nv"),
+        "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "fi"),
+        "TVM_FFI_CACHE_DIR": str(tmp_path / "tvm"),
     }
     make_tree(env["TORCHINDUCTOR_CACHE_DIR"], INDUCTOR_TREE)
+    make_tree(str(tmp_path / "fi/.cache/flashinfer"), flashinfer_tree("0.6.11.post1", "120f"))
+    make_tree(env["TVM_FFI_CACHE_DIR"], TVM_FFI_TREE)
     make_tree(env["TRITON_CACHE_DIR"], TRITON_TREE)
     make_tree(env["TORCH_EXTENSIONS_DIR"], {"fused_adam/fused_adam.so": b"\x7fELF" * 10, "fused_adam/build.ninja": b"rule cc\n"})
     make_tree(env["CUDA_CACHE_PATH"], {"index": b"\0" * 64, "ab/cd/0123": b"\1" * 32})
@@ -49,7 +68,7 @@ def test_present_reports_every_cache_and_changes_nothing(run_module, job, tmp_pa
     result = run_module(torch_cache.main, dict(environment=job))
     assert result["changed"] is False
     caches = by_name(result)
-    assert list(caches) == ["inductor", "triton", "torch_extensions", "cuda"]
+    assert list(caches) == ["inductor", "triton", "torch_extensions", "cuda", "flashinfer", "tvm_ffi"]
     ind = caches["inductor"]
     assert ind["path"] == job["TORCHINDUCTOR_CACHE_DIR"] and ind["exists"] is True
     assert ind["entries"] == len(INDUCTOR_TREE)
@@ -58,6 +77,10 @@ def test_present_reports_every_cache_and_changes_nothing(run_module, job, tmp_pa
     assert ind["fingerprint"] is None and ind["stale"] is None and ind["action"] == "none"
     assert caches["torch_extensions"]["entries"] == 2 and caches["torch_extensions"]["build_dir"] is None
     assert caches["cuda"]["size"] == 96
+    fi = caches["flashinfer"]
+    assert (fi["path"], fi["source"]) == (str(tmp_path / "fi/.cache/flashinfer"), "default: $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer")
+    assert fi["entries"] == len(flashinfer_tree("0.6.11.post1", "120f"))
+    assert (caches["tvm_ffi"]["path"], caches["tvm_ffi"]["entries"]) == (job["TVM_FFI_CACHE_DIR"], len(TVM_FFI_TREE))
     assert result["fingerprint"] is None
     assert snapshot(str(tmp_path)) == before
 
@@ -77,11 +100,26 @@ def test_absent_clears_contents_keeps_roots_then_changes_nothing(run_module, job
     assert [c["action"] for c in again["caches"]] == ["none", "none"]
 
 
+def test_absent_clears_every_kind_by_its_own_rules(run_module, job, tmp_path):
+    """Every cache the job's variables place, FlashInfer's under its base and TVM FFI's, emptied
+    through their handles; FlashInfer's downloaded cubins kept; a second run finds nothing."""
+    make_tree(str(tmp_path / "fi/.cache/flashinfer"), FLASHINFER_CUBINS)
+    result = run_module(torch_cache.main, dict(state="absent", environment=job))
+    caches = by_name(result)
+    assert {n: c["action"] for n, c in caches.items()} == dict.fromkeys(caches, "clear") and len(caches) == 6
+    assert caches["flashinfer"]["removed"] == len(flashinfer_tree("0.6.11.post1", "120f"))
+    assert caches["tvm_ffi"]["freed"] == sum(len(v) for v in TVM_FFI_TREE.values())
+    for name in ("inductor", "triton", "torch_extensions", "cuda", "tvm_ffi"):
+        assert os.listdir(caches[name]["path"]) == [], name
+    assert os.listdir(caches["flashinfer"]["path"]) == ["cubins"]
+    assert run_module(torch_cache.main, dict(state="absent", environment=job))["changed"] is False
+
+
 def test_check_mode_and_diff_change_nothing(run_module, job, tmp_path):
     before = snapshot(str(tmp_path))
     result = run_module(torch_cache.main, dict(state="absent", environment=job), check_mode=True, diff=True)
     assert result["changed"] is True
-    assert [c["action"] for c in result["caches"]] == ["clear"] * 4
+    assert [c["action"] for c in result["caches"]] == ["clear"] * 6
     assert snapshot(str(tmp_path)) == before
     diff = {d["before_header"]: d for d in result["diff"]}
     d = diff["inductor cache %s" % job["TORCHINDUCTOR_CACHE_DIR"]]
@@ -98,7 +136,7 @@ def test_fresh_keeps_while_unchanged_and_clears_when_real_wheels_change(run_modu
     # Nothing recorded yet: who built these is unknown, so they go and the fingerprint is recorded.
     first = run_module(torch_cache.main, args)
     assert first["changed"] is True
-    assert first["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8"}
+    assert first["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8", "flashinfer": None}
     assert [c["action"] for c in first["caches"]] == ["clear_and_record"] * 2
     assert os.listdir(ind) == [MARKER]
     with open(os.path.join(ind, MARKER)) as f:
@@ -123,7 +161,7 @@ def test_fresh_keeps_while_unchanged_and_clears_when_real_wheels_change(run_modu
     assert by_name(stale)["inductor"]["stale"] is True and os.path.exists(os.path.join(ind, "fxgraph"))
     cleared = run_module(torch_cache.main, args, diff=True)
     assert cleared["changed"] is True
-    assert cleared["fingerprint"] == {"torch": "2.8.0+cu130", "triton": "3.5.0", "cuda": "13.0"}
+    assert cleared["fingerprint"] == {"torch": "2.8.0+cu130", "triton": "3.5.0", "cuda": "13.0", "flashinfer": None}
     assert by_name(cleared)["inductor"]["removed"] == len(INDUCTOR_TREE)
     assert by_name(cleared)["triton"]["action"] == "record"  # empty already: only the record changes
     assert os.listdir(ind) == [MARKER]
@@ -131,6 +169,50 @@ def test_fresh_keeps_while_unchanged_and_clears_when_real_wheels_change(run_modu
 
     again = run_module(torch_cache.main, args)
     assert again["changed"] is False
+
+
+def test_fresh_clears_the_seeds_flashinfer_workspace_once_flashinfer_changes(run_module, tmp_path, wheel_dir, flashinfer_wheels):
+    """The seed's venv: torch cu128 beside the real flashinfer-python 0.6.11.post1, whose JIT
+    modules sit in the job's ~/.cache/flashinfer as that release lays them out. The workspace is
+    kept while torch, CUDA and FlashInfer stay, and cleared (its downloaded cubins kept) once the
+    purge of the seed's leftovers removes FlashInfer, or an upgrade replaces it."""
+    venv = make_venv(str(tmp_path / "venv"))
+    install(venv, wheel_dir, "torch==2.8.0+cu128", "triton==3.4.0")
+    install_wheel(venv, flashinfer_wheels["0.6.11.post1"])
+    release = flashinfer_release(venv)
+    home = tmp_path / "home"
+    root = home / ".cache" / "flashinfer"
+    make_tree(str(root), dict(flashinfer_tree(release, "120f"), **FLASHINFER_CUBINS))
+    args = dict(state="fresh", venv=venv, environment={"HOME": str(home)}, caches=["flashinfer"])
+
+    first = run_module(torch_cache.main, args)
+    assert first["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8", "flashinfer": release}
+    [fi] = first["caches"]
+    assert (fi["path"], fi["action"], fi["removed"]) == (str(root), "clear_and_record", len(flashinfer_tree(release, "120f")))
+    assert sorted(os.listdir(str(root))) == [MARKER, "cubins"]
+
+    make_tree(str(root), flashinfer_tree(release, "120f"))  # the job builds its modules again
+    kept = run_module(torch_cache.main, args)
+    assert kept["changed"] is False and kept["caches"][0]["stale"] is False
+    assert os.path.exists(str(root / release / "120f" / "cached_ops" / "norm" / "norm.so"))
+
+    uninstall(venv, "flashinfer-python")  # the seed's purge of its serving leftovers
+    stale = run_module(torch_cache.main, dict(args, state="present"))
+    assert stale["fingerprint"]["flashinfer"] is None and stale["caches"][0]["stale"] is True
+    cleared = run_module(torch_cache.main, args, diff=True)
+    assert cleared["changed"] is True and cleared["caches"][0]["action"] == "clear_and_record"
+    assert "flashinfer 0.6.11.post1" in cleared["diff"][0]["before"] and "flashinfer -" in cleared["diff"][0]["after"]
+    assert sorted(os.listdir(str(root))) == [MARKER, "cubins"]
+    assert run_module(torch_cache.main, args)["changed"] is False
+
+    install_wheel(venv, flashinfer_wheels["0.6.0"])
+    make_tree(str(root), flashinfer_tree("0.6.0", "120f"))
+    assert run_module(torch_cache.main, args)["caches"][0]["action"] == "clear_and_record"
+    install_wheel(venv, flashinfer_wheels["0.6.11.post1"])  # an upgrade: built by 0.6.0, stale now
+    make_tree(str(root), flashinfer_tree("0.6.0", "120f"))
+    upgraded = run_module(torch_cache.main, args)
+    assert upgraded["caches"][0]["action"] == "clear_and_record" and upgraded["fingerprint"]["flashinfer"] == "0.6.11.post1"
+    assert sorted(os.listdir(str(root))) == [MARKER, "cubins"]
 
 
 def test_fresh_creates_a_missing_root_to_hold_the_record(run_module, tmp_path, wheel_dir):

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Where the caches are, as torch, Triton and CUDA compute it (cache/_locate.py)."""
+"""Where the caches are, as torch, Triton, CUDA, FlashInfer and TVM FFI compute it (cache/_locate.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import os
 import pwd
 
 import pytest
+import yaml
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._locate import CacheError, Identity, locate
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._locate import PLACING_VARIABLES, CacheError, Identity, locate
 
 ME = pwd.getpwuid(os.getuid())
 
@@ -106,3 +107,53 @@ def test_empty_or_relative_variables_are_problems(var, value, expect):
                               "TORCH_EXTENSIONS_DIR": "torch_extensions", "CUDA_CACHE_PATH": "cuda"}[var]
     loc = locate(name, Identity(environment={"HOME": "/root", var: value}))
     assert expect in loc.problem
+
+
+def test_flashinfer_workspace_under_home_or_its_base(tmp_path):
+    """flashinfer/jit/env.py: <FLASHINFER_WORKSPACE_BASE or Path.home()>/.cache/flashinfer, the
+    base taken as it is (no ~); the releases before the variable used the home's."""
+    home = Identity(environment={"HOME": str(tmp_path)})
+    loc = locate("flashinfer", home)
+    assert (loc.path, loc.source, loc.problem) == (str(tmp_path / ".cache/flashinfer"), "default: ~/.cache/flashinfer", None)
+    base = Identity(environment={"HOME": "/nowhere", "FLASHINFER_WORKSPACE_BASE": "/scratch/fi"})
+    loc = locate("flashinfer", base)
+    assert (loc.path, loc.source) == ("/scratch/fi/.cache/flashinfer", "default: $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer")
+    # XDG_CACHE_HOME moves torch's extensions, not FlashInfer's workspace.
+    xdg = Identity(environment={"HOME": str(tmp_path), "XDG_CACHE_HOME": "/xdg"})
+    assert locate("flashinfer", xdg).path == str(tmp_path / ".cache/flashinfer")
+
+
+@pytest.mark.parametrize("value,expect", [
+    ("", "is set but empty"),
+    ("~/fi", "is not an absolute path"),  # FlashInfer does not expand ~: the job's working directory
+    ("scratch", "is not an absolute path"),
+    ("/scratch\n/etc", "holds a control character"),
+])
+def test_flashinfer_base_that_names_no_directory_is_refused(value, expect):
+    loc = locate("flashinfer", Identity(environment={"HOME": "/root", "FLASHINFER_WORKSPACE_BASE": value}))
+    assert expect in loc.problem and "FLASHINFER_WORKSPACE_BASE" in loc.problem
+
+
+def test_tvm_ffi_cache_and_its_tilde(tmp_path):
+    """tvm_ffi/cpp/extension.py: TVM_FFI_CACHE_DIR through Path.expanduser(), else ~/.cache/tvm-ffi."""
+    env = {"HOME": str(tmp_path)}
+    assert locate("tvm_ffi", Identity(environment=env)).path == str(tmp_path / ".cache/tvm-ffi")
+    assert locate("tvm_ffi", Identity(environment=dict(env, TVM_FFI_CACHE_DIR="/scratch/tvm"))).path == "/scratch/tvm"
+    loc = locate("tvm_ffi", Identity(environment=dict(env, TVM_FFI_CACHE_DIR="~/jit")))
+    assert (loc.path, loc.source, loc.problem) == (str(tmp_path / "jit"), "TVM_FFI_CACHE_DIR", None)
+    assert locate("tvm_ffi", Identity(environment=dict(env, TVM_FFI_CACHE_DIR="~"))).path == str(tmp_path)
+    other = locate("tvm_ffi", Identity(environment=dict(env, TVM_FFI_CACHE_DIR="~alice/jit")))
+    assert other.path == "~alice/jit" and "names another account's home directory" in other.problem
+    nohome = locate("tvm_ffi", Identity(environment={"HOME": "", "TVM_FFI_CACHE_DIR": "~/jit"}))
+    assert nohome.path is None and "starts with ~ and the home directory is unknown" in nohome.problem
+    assert "is set but empty" in locate("tvm_ffi", Identity(environment=dict(env, TVM_FFI_CACHE_DIR=""))).problem
+
+
+def test_the_roles_pass_every_variable_that_places_a_cache():
+    """purge and verify pass only the job's variables that place the caches (a token in the job's
+    environment must not become a module argument): each one the caches are found by."""
+    repo = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..")
+    for role, key in (("purge", "purge__cache_vars"), ("verify", "verify__cache_vars")):
+        with open(os.path.join(repo, "roles", role, "vars", "main.yml"), encoding="utf-8") as f:
+            passed = yaml.safe_load(f)[key]
+        assert sorted(passed) == sorted(PLACING_VARIABLES), role

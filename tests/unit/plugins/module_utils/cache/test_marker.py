@@ -12,7 +12,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._marker imp
 
 
 def test_marker_round_trip_and_garbage(tmp_path):
-    fp = {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8"}
+    fp = {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8", "flashinfer": "0.6.11.post1"}
     write_marker(str(tmp_path), fp, "/venv")
     assert read_marker(str(tmp_path)) == (fp, None)
     assert [p.name for p in tmp_path.iterdir()] == [".gpufleet-hygiene-fingerprint.json"]

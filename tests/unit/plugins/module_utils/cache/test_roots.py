@@ -10,7 +10,7 @@ import os
 import pwd
 
 import pytest
-from cachetree import make_tree
+from cachetree import FLASHINFER_CUBINS, TVM_FFI_TREE, flashinfer_tree, make_tree
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._roots import check_root, protected_homes
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _tree
@@ -160,6 +160,14 @@ def test_make_dirs_creates_through_handles_and_refuses_a_link(tmp_path):
     ("cuda", {"index": b"\0", "ab/cd/0123": b"\1"}, None),
     ("cuda", {"index": b"\0", "Documents/cv.pdf": b"%PDF"}, "holds 'Documents'"),
     ("cuda", {}, None),  # empty: nothing to lose
+    ("flashinfer", flashinfer_tree("0.6.11.post1", "120f"), None),
+    ("flashinfer", dict(flashinfer_tree("0.0.0+unknown", "80_89_90a"), **FLASHINFER_CUBINS), None),
+    ("flashinfer", {"75_80_89_90/cached_ops/norm/norm.so": b"\x7f", "noarch/generated/x.cu": b"//"}, None),  # before 0.5
+    ("flashinfer", {"0.6.11.post1/90a/cached_ops/norm/norm.so": b"1", "projects/notes.md": b"#"}, "holds 'projects'"),
+    ("flashinfer", {"flashinfer_jit.log": b"log"}, "holds the file 'flashinfer_jit.log'"),
+    ("tvm_ffi", TVM_FFI_TREE, None),
+    ("tvm_ffi", dict(TVM_FFI_TREE, **{"photos/a.jpg": b"1"}), "holds 'photos'"),
+    ("tvm_ffi", {"build_0123/lock": b""}, "holds 'build_0123'"),  # not 16 hex digits
 ])
 def test_a_root_off_the_layout_must_look_like_its_kind(tmp_path, kind, tree, why):
     root = tmp_path / "somewhere"
@@ -174,7 +182,8 @@ def test_a_root_off_the_layout_must_look_like_its_kind(tmp_path, kind, tree, why
 
 
 @pytest.mark.parametrize("kind,rel", [("triton", ".triton/cache"), ("torch_extensions", ".cache/torch_extensions"),
-                                      ("cuda", ".nv/ComputeCache"), ("inductor", "tmp/torchinductor_trainer")])
+                                      ("cuda", ".nv/ComputeCache"), ("inductor", "tmp/torchinductor_trainer"),
+                                      ("flashinfer", ".cache/flashinfer"), ("tvm_ffi", ".cache/tvm-ffi")])
 def test_the_known_layout_in_a_home_is_a_cache_whatever_it_holds(tmp_path, kind, rel):
     home = tmp_path / "home"
     make_tree(str(home / rel), {"odd-but-ours.txt": b"x"})

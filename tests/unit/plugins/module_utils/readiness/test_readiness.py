@@ -99,7 +99,7 @@ def test_one_read_resolves_the_venv_once_and_never_starts_its_interpreter(system
     assert {p["name"] for p in inv["packages"]} >= {"torch", "triton"}
     assert inv["drift"]["missing"] == [] and inv["drift"]["changed"] == []
     assert result["cuda_contamination"]["reference"]["cuda_version"] == "12.8"
-    assert result["torch_cache"]["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8"}
+    assert result["torch_cache"]["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8", "flashinfer": None}
     # What the readers see is what each sees alone, where each resolves the venv itself.
     alone = Counted(system_venv["venv"])
     assert _dist.inventory(system_venv["venv"], None, system_venv["baseline"], False, alone) == inv
