@@ -3,13 +3,16 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """A container's content is data, never code: the node read against a container's own root.
 
-One unprivileged node (Proxmox VE's default: root mapped to 100000) with four containers of the
-`incident` scenario: train-100 contaminated, train-101 trainer's stale run holding GPU 1,
-train-102 a stale cache, train-103 healthy. What each test arranges, the container's root (or
+One unprivileged node (Proxmox VE's default: root mapped to 100000, and its cgroup layout
+/lxc/<vmid>/ns) with five containers of the `incident` scenario: train-700 contaminated,
+train-701 trainer's stale run holding GPU 1, train-702 a stale cache, train-703 and train-704
+healthy; train-704 shares GPU 0 with train-700 (a node's GPU may be passed to several containers).
+Its vmids are its own (700-704), so that Proxmox VE's cgroups of no other fleet's containers are
+theirs. What each test arranges, the container's root (or
 user) arranges inside the container, as an attacker would; then the node reads its containers
 (node_readiness read_from=node) from its own root process:
 
-1. trainer's GPU holder left behind in train-103 (a reparented worker): the node read names it a
+1. trainer's GPU holder left behind in train-703 (a reparented worker): the node read names it a
    leftover, as the read inside the container does, and gives every container the record of the
    read inside it, field by field (owners mapped through the uid map, not the node's 101000);
 2. an nsswitch.conf naming a library of the container's: nothing of it runs in the node's process
@@ -17,8 +20,8 @@ user) arranges inside the container, as an attacker would; then the node reads i
 3. the container's root mounts a tmpfs over its /proc, forges its job's comm and maps and puts a
    FIFO where another process's files were: every container of the node is read, in time, the
    job's comm and mappings as the node's /proc says;
-4. the container's root makes cgroups named after another container below its own and moves a GPU
-   holder there: it stays its own container's holder;
+4. train-704's root makes cgroups named after train-700 below its own and moves its init and a
+   holder of their shared GPU there: they stay train-704's, and train-700 is read as it is;
 5. a GPU holder whose name holds a newline, and one that forges a whole nvidia-smi row naming a
    process of another container that holds no GPU: the node's GPU reading stands, and no other
    container is given a holder that is not.
@@ -66,12 +69,14 @@ __attribute__((constructor)) static void mark(void) {
 def fleet(tmp_path_factory):
     work = tmp_path_factory.mktemp("hostilect")
     inventory = work / "inventory"
-    with simfleet.running(STATE, nodes=1, containers=4, scenario="incident", inventory=inventory, port=PORT,
-                          unprivileged=NODE) as (info, env):
+    with simfleet.running(STATE, nodes=1, containers=5, scenario="incident", inventory=inventory, port=PORT,
+                          unprivileged=NODE, extra=["--pve-cgroups", "--vmid-base", "700"]) as (info, env):
         fleet = noderead.load(info, inventory, STATE, "incident", env)
         fleet["node"] = fleet["nodes"][0]
         fleet["lxc"] = simfleet.lxcpath(STATE, NODE)
-        fleet["by_role"] = dict((ct["incident"], ct) for ct in fleet["node"]["containers"])
+        fleet["by_role"] = dict((ct["incident"], ct) for ct in fleet["node"]["containers"][:4])
+        fleet["sharing"] = fleet["node"]["containers"][4]
+        assert fleet["sharing"]["gpus"] == fleet["by_role"]["contaminated"]["gpus"]
         yield fleet
 
 
@@ -135,40 +140,56 @@ def test_an_unprivileged_node_read_is_the_read_inside_and_finds_trainer_s_leftov
 
 def test_a_container_s_nsswitch_loads_nothing_in_the_node(fleet, tmp_path):
     """The container's root names a library of its own in /etc/nsswitch.conf (``passwd:
-    /../tmp/evil files``: glibc would dlopen ``libnss_/../tmp/evil.so.2``) and grows its
-    /etc/passwd to a sparse 1 GiB. No GPU holder is read on the node first (gpu_read=container),
-    so the node process has made no account lookup of its own before the containers' users are
-    looked up: nothing of the container loads, and the passwd is read bounded."""
+    /../tmp/evil files``: glibc would dlopen ``libnss_/../tmp/evil.so.2``), and the node reads
+    that container alone (``--limit train-700``) with no GPU reading of its own first
+    (gpu_read=container): the node process has made no account lookup before the container's job
+    users are looked up. Nothing of the container loads, on the node nor in any container."""
     ct = fleet["by_role"]["contaminated"]
-    big = fleet["by_role"]["stale_cache"]
     src = tmp_path / "evil.c"
     src.write_text(EVIL_NSS % TOKEN)
     lib = os.path.join(rootfs(fleet, ct), "tmp", "evil.so.2")
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", lib, str(src)], check=True)
-    sh(fleet, ct, "chown 0:0 /tmp/evil.so.2 && mkdir -p /libnss_ && cp /etc/nsswitch.conf /etc/nsswitch.conf.orig 2>/dev/null; "
+    os.chown(lib, 100000, 100000)  # the container's root's, as if it had built it there
+    sh(fleet, ct, "mkdir /libnss_ && cp /etc/nsswitch.conf /etc/nsswitch.conf.orig && "
                   "printf 'passwd: /../tmp/evil files\\ngroup: /../tmp/evil files\\n' > /etc/nsswitch.conf")
-    sh(fleet, big, "cp /etc/passwd /etc/passwd.orig && truncate -s 1G /etc/passwd")
+    assert os.path.isdir(os.path.join(rootfs(fleet, ct), "libnss_"))
     try:
-        # No GPU reading on the node (so no lookup of the node's own first): train-100 read as a
-        # host without a GPU, so that its liveness (whose users are looked up) is read at all.
-        containers = fleet["node"]["containers"]
-        args = dict((c["name"], args_for(fleet, c, require_gpu=c is not ct)) for c in containers)
-        got = node_read(fleet, fleet["node"], "node", containers, args, gpu_read="container")
+        # Read as a host without a GPU, so that its liveness (whose users are looked up) is read at all.
+        got = node_read(fleet, fleet["node"], "node", [ct], {ct["name"]: args_for(fleet, ct, require_gpu=False)},
+                        gpu_read="container")[ct["name"]]
         markers = [os.path.join(r, "tmp", TOKEN + "-nss") for r in ["/"] + [rootfs(fleet, c) for c in fleet["node"]["containers"]]]
         assert [m for m in markers if os.path.exists(m)] == [], "a library of the container ran"
-        assert not got[ct["name"]].get("failed") and got[ct["name"]]["checks"], got[ct["name"]]
-        warned = " ".join(got[big["name"]].get("warnings", []))
-        assert "the container's /etc/passwd is larger than 16777216 bytes: truncated" in warned, got[big["name"]]
-        assert not got[big["name"]].get("failed"), got[big["name"]]
+        assert not got.get("failed") and got["liveness"]["state"] == "none", got
     finally:
-        sh(fleet, ct, "mv /etc/nsswitch.conf.orig /etc/nsswitch.conf 2>/dev/null || rm -f /etc/nsswitch.conf; rm -rf /libnss_ /tmp/evil.so.2")
-        sh(fleet, big, "mv /etc/passwd.orig /etc/passwd")
+        sh(fleet, ct, "mv /etc/nsswitch.conf.orig /etc/nsswitch.conf; rm -rf /libnss_ /tmp/evil.so.2")
+
+
+def test_a_huge_or_blocking_passwd_is_read_bounded(fleet):
+    """The container's root grows its /etc/passwd to a sparse 1 GiB: its users are still found in
+    the first 16 MiB, the rest said to be cut, never read. Then it makes its /etc/passwd a FIFO,
+    which blocks whoever opens it to read: it is not read at all, and the read ends in time."""
+    ct = fleet["by_role"]["stale_cache"]
+    args = {ct["name"]: args_for(fleet, ct, cache_user="trainer")}
+    sh(fleet, ct, "cp /etc/passwd /etc/passwd.orig && truncate -s 1G /etc/passwd")
+    try:
+        got = node_read(fleet, fleet["node"], "node", [ct], args)[ct["name"]]
+        assert not got.get("failed"), got
+        assert "node read: the container's /etc/passwd is larger than 16777216 bytes: truncated at 16777216 bytes" in got["warnings"], got
+        assert any(c["name"] == "inductor" and c["path"] == "/tmp/torchinductor_trainer" for c in got["torch_cache"]["caches"]), got
+        sh(fleet, ct, "rm /etc/passwd && mkfifo -m 644 /etc/passwd")
+        started = time.monotonic()
+        got = node_read(fleet, fleet["node"], "node", [ct], args, timeout=120)[ct["name"]]
+        assert time.monotonic() - started < 60
+        assert "node read: the container's /etc/passwd is a FIFO, not a regular file: not read" in got["warnings"], got
+        assert "user trainer does not exist on this host" in got["torch_cache"]["msg"], got["torch_cache"]
+    finally:
+        sh(fleet, ct, "rm -f /etc/passwd && mv /etc/passwd.orig /etc/passwd")
 
 
 def test_a_container_s_own_proc_is_never_read(fleet):
-    """train-101's root mounts a tmpfs over its /proc: its job's comm and maps forged (a CUDA-13
+    """train-701's root mounts a tmpfs over its /proc: its job's comm and maps forged (a CUDA-13
     runtime it never mapped), a FIFO in place of its decoy's files. Every container of the node
-    gets its record in time; train-101's job is named and judged as the node's /proc says."""
+    gets its record in time; train-701's job is named and judged as the node's /proc says."""
     ct = fleet["by_role"]["stale_holder"]
     job = next(pid for pid, cmd in simfleet.processes(fleet["lxc"], ct["vmid"]).items() if JOB in cmd and "--tag stale" in cmd)
     other = start_holder(fleet, ct, TOKEN + "-fifo")  # a second GPU holder: its files become FIFOs
@@ -193,33 +214,40 @@ def test_a_container_s_own_proc_is_never_read(fleet):
         sh(fleet, ct, "umount /proc; kill %d" % other)
 
 
-def test_a_container_cannot_give_its_gpu_holder_to_another(fleet):
-    """train-102's root makes cgroups named after train-101 below its own (LXC's lxc.payload.101
-    and Proxmox VE's lxc/101/ns) and moves a GPU holder of its own into one: it stays train-102's
-    holder; train-101's GPUs show only its own."""
-    ct, other = fleet["by_role"]["stale_cache"], fleet["by_role"]["stale_holder"]
+def test_a_container_cannot_give_its_processes_to_another(fleet):
+    """train-704's root makes cgroups named after train-700 below its own (LXC's lxc.payload/700,
+    Proxmox VE's lxc/700/ns) and moves its init and a holder of the GPU both have into them: they
+    stay train-704's; train-700 is read as it was (never "two containers of vmid 700"), its
+    processes and its GPU's holders its own."""
+    ct, other = fleet["sharing"], fleet["by_role"]["contaminated"]
     before = read_all(fleet)
     pid = start_holder(fleet, ct, TOKEN + "-moved", user=False)
+    vmid = other["vmid"]
     try:
-        sh(fleet, ct, MOUNT_HIERARCHY + " && cd %s && mkdir -p lxc.payload.%d lxc/%d/ns && echo %d > lxc/%d/ns/cgroup.procs"
-           % (HIERARCHY, other["vmid"], other["vmid"], pid, other["vmid"]))
-        assert "lxc/%d/ns" % other["vmid"] in sh(fleet, ct, "cat /proc/%d/cgroup" % pid).splitlines()[0]
+        sh(fleet, ct, MOUNT_HIERARCHY + " && cd %s && mkdir -p lxc.payload/%d lxc/%d/ns && echo 1 > lxc.payload/%d/cgroup.procs "
+           "&& echo %d > lxc/%d/ns/cgroup.procs" % (HIERARCHY, vmid, vmid, vmid, pid, vmid))
+        assert "lxc.payload/%d" % vmid in sh(fleet, ct, "cat /proc/1/cgroup").splitlines()[0]
         got = read_all(fleet)
+        for each in fleet["node"]["containers"]:
+            assert not got[each["name"]].get("failed"), got[each["name"]]
+        assert [p["pid"] for p in got[other["name"]]["processes"]["processes"]] == \
+            [p["pid"] for p in before[other["name"]]["processes"]["processes"]]
         held = [h["pid"] for g in got[ct["name"]]["gpu_state"]["gpus"] for h in g["processes"]]
         assert pid in held, got[ct["name"]]["gpu_state"]
         theirs = [(h["pid"], h["name"]) for g in got[other["name"]]["gpu_state"]["gpus"] for h in g["processes"]]
         was = [(h["pid"], h["name"]) for g in before[other["name"]]["gpu_state"]["gpus"] for h in g["processes"]]
         assert theirs == was, (theirs, was)
+        assert got[other["name"]]["liveness"]["leftovers"] == before[other["name"]]["liveness"]["leftovers"]
     finally:
-        sh(fleet, ct, "kill %d; sleep 0.5; cd %s && rmdir lxc/%d/ns lxc/%d lxc lxc.payload.%d; cd / && umount /tmp/cg"
-           % (pid, HIERARCHY, other["vmid"], other["vmid"], other["vmid"]), check=False)
+        sh(fleet, ct, "cd %s && echo 1 > cgroup.procs; kill %d; sleep 0.5; rmdir lxc/%d/ns lxc/%d lxc lxc.payload/%d lxc.payload; "
+                      "cd / && umount /tmp/cg" % (HIERARCHY, pid, vmid, vmid, vmid), check=False)
 
 
 def test_a_holder_s_name_breaks_no_reading_and_forges_no_holder(fleet):
-    """A GPU holder of train-103 whose name holds a newline, then one whose name carries a whole
-    nvidia-smi row naming train-100's decoy (a process of trainer's, reparented, that holds no
-    GPU): the node's reading of every container stands, and train-100 is given no holder."""
-    ct, victim = fleet["by_role"]["healthy"], fleet["by_role"]["contaminated"]
+    """A GPU holder of train-703 whose name holds a newline, then one whose name carries a whole
+    nvidia-smi row naming train-702's decoy (a process of trainer's, reparented, that holds no
+    GPU): the node's reading of every container stands, and train-702 is given no holder."""
+    ct, victim = fleet["by_role"]["healthy"], fleet["by_role"]["stale_cache"]
     decoy = next(pid for pid, cmd in simfleet.processes(fleet["lxc"], victim["vmid"]).items() if "gpufleet-decoy" in cmd)
     decoy_node = simfleet.node_pid(fleet["lxc"], victim["vmid"], decoy)
     uuid = None

@@ -143,11 +143,12 @@ def id_map(lxcpath, vmid, kind="uid"):
 
 
 @contextlib.contextmanager
-def running(state, nodes, containers, scenario, inventory=None, port=None, timeout=600, unprivileged=None):
+def running(state, nodes, containers, scenario, inventory=None, port=None, timeout=600, unprivileged=None, extra=()):
     """Bring a fleet up in state (its inventory in the directory inventory, else $GPUFLEET_SIM_INVENTORY or inventory/sim/)
     and yield (its fleet.json, the environment to run against it); bring it down at the end,
     also when it failed to come up. unprivileged: the nodes whose containers are unprivileged
-    (tests/sim/fleet --unprivileged: node names, comma separated, or all)."""
+    (tests/sim/fleet --unprivileged: node names, comma separated, or all); extra: more arguments
+    of tests/sim/fleet up."""
     if os.geteuid() != 0:
         pytest.fail("the simulated fleet needs root (privileged LXC containers, sshd, cgroups, mounts)")
     env = dict(os.environ, GPUFLEET_SIM_STATE=state)
@@ -155,7 +156,7 @@ def running(state, nodes, containers, scenario, inventory=None, port=None, timeo
         env["GPUFLEET_SIM_INVENTORY"] = str(inventory)
     if port:
         env["GPUFLEET_SIM_PORT"] = str(port)
-    extra = ["--unprivileged", unprivileged] if unprivileged else []
+    extra = (["--unprivileged", unprivileged] if unprivileged else []) + list(extra)
     up = [FLEET, "up", "--nodes", str(nodes), "--containers", str(containers), "--scenario", scenario] + extra
     # `up` clears what a fleet that is gone left in state, and refuses (EXIT_IN_USE) a fleet that runs:
     # that one is not this run's to bring down.

@@ -117,3 +117,24 @@ def test_a_venv_that_cannot_be_resolved_fails_each_reader_alike_once(tmp_path, r
     for name in ("cuda_contamination", "pip_inventory", "torch_cache"):
         assert result[name]["failed"] is True and result[name]["msg"] == msg, name
     assert resolutions == [missing]
+
+
+def test_the_job_s_reads_end_by_read_timeout_too(monkeypatch):
+    """Liveness and the job's libraries come after the other reads (they need their results):
+    one that does not answer (a job log on a stalled file system, a /proc file of a process stuck
+    in the kernel) is left behind at read_timeout like the others, never the caller."""
+    import threading
+    import time
+
+    release = threading.Event()
+    monkeypatch.setattr(_readiness, "read_liveness", lambda p, result: release.wait(60))
+    p = dict((name, spec.get("default")) for name, spec in _readiness.ARGUMENT_SPEC.items())
+    p.update(require_gpu=False, nvidia_smi="/nonexistent/nvidia-smi", device_patterns=["/nonexistent/nvidia*"], read_timeout=1.0)
+    started = time.monotonic()
+    try:
+        result = _readiness.read(p, lambda argv: (127, "", ""), lambda name: None)
+    finally:
+        release.set()
+    assert time.monotonic() - started < 10
+    assert result["liveness"]["failed"] and result["liveness"]["msg"].startswith("liveness did not finish within 1.0s (read_timeout)")
+    assert result["job_libraries"]["failed"]
