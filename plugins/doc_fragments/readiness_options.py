@@ -85,6 +85,21 @@ options:
       - "Without it, a job is stalled when every GPU it holds shows 0% utilisation."
     type: path
     version_added: 0.2.0
+  job_workdir:
+    description:
+      - "The directory the job is launched in (C(gpufleet_job.workdir)). One that is not a directory of the host
+         fails the C(job_config) check: the job could not be launched there, and a repair stops nothing."
+    type: path
+    version_added: 0.3.0
+  job_command:
+    description:
+      - "The job's command (C(gpufleet_job.command)). Its program, given by an absolute path or one relative to
+         O(job_workdir), must be a file of the host that may be run, or the C(job_config) check fails; a bare name is
+         left to the launch's C(PATH)."
+    type: list
+    elements: str
+    default: []
+    version_added: 0.3.0
   stall_after:
     description:
       - "Seconds without the log growing after which a job counts as stalled. Raise it for a job that logs less

@@ -17,41 +17,57 @@ PURGED = ("venv_clean", "caches_fresh", "packages")
 LEFTOVERS = ("repaired", "always")
 
 
-def repair_plan(record, allow_running_job=False, repair_stalled=False, leftovers="repaired"):
-    """{repair, left, purge, failed, gpu_errors, stalled, leftovers, leftover_pids} of a verify_result: a host is
-    repaired unless it is ready, its GPUs cannot be read (a node fault no step repairs, and a repair
-    could not be checked), or a job runs on it and running jobs are allowed (never touched then) -
-    unless that job is stalled (job_live) and repair_stalled is true. ``leftovers`` are the GPU
-    holders whose job is gone that the repair stops, by PID and start time: on a host repaired, and
-    with ``leftovers="always"`` beside a job left running too; ``leftover_pids`` is their scope.pids."""
+def repair_plan(record, allow_running_job=False, repair_stalled=False, leftovers="repaired", keep_healthy_job=False):
+    """{repair, left, purge, failed, gpu_errors, config_errors, stalled, leftovers, leftover_pids} of a verify_result: a
+    host is repaired unless it is ready, the job's configuration is wrong (a repair could stop what it
+    cannot start again: ``config_errors``, job_config's problems), its GPUs cannot be read (a node fault no
+    step repairs, and a repair could not be checked), or a job runs on it and running jobs are allowed
+    (never touched then) - unless that job is stalled (job_live) and repair_stalled is true. With
+    ``keep_healthy_job`` (remediate: the inventory's job running on a clean environment is its desired
+    state), a job that runs, makes progress at its floor and fails nothing else is left running too,
+    whatever allow_running_job says. ``leftovers`` are the GPU holders whose job is gone that the repair
+    stops, by PID and start time: on a host repaired, and with ``leftovers="always"`` beside a job left
+    running too; ``leftover_pids`` is their scope.pids."""
     if not isinstance(record, Mapping) or "checks" not in record:
         raise AnsibleFilterError("repair_plan: expects a verify_result (with its checks)")
     flags = {}
-    for name, value in (("allow_running_job", allow_running_job), ("repair_stalled", repair_stalled)):
+    for name, value in (("allow_running_job", allow_running_job), ("repair_stalled", repair_stalled),
+                        ("keep_healthy_job", keep_healthy_job)):
         try:
             flags[name] = boolean(value, strict=True)
         except TypeError:
             raise AnsibleFilterError("repair_plan: %s must be true or false, got %r" % (name, value)) from None
     if leftovers not in LEFTOVERS:
         raise AnsibleFilterError("repair_plan: leftovers must be one of %s, got %r" % (", ".join(LEFTOVERS), leftovers))
-    live = next((c for c in record["checks"] if c.get("name") == "job_live"), {})
-    stalled = live.get("state") == "stalled"
     checks = record["checks"]
+    live = next((c for c in checks if c.get("name") == "job_live"), {})
+    config = next((c for c in checks if c.get("name") == "job_config"), {})
+    stalled = live.get("state") == "stalled"
     failed = [c["name"] for c in checks if not c["ok"]]
     gpu_errors = [c["summary"] for c in checks if c["name"] == "gpu_idle" and c.get("error")]
+    config_errors = ["%s=%s %s" % (p.get("variable") or p.get("option"), p.get("value"), p.get("problem"))
+                     for p in config.get("problems") or ()]
+    # The job runs as described: at its pace, nothing else failing (its leftovers are stopped beside it).
+    healthy = (bool(record.get("running_job")) and live.get("state") == "running" and not live.get("slow")
+               and not live.get("error") and failed in ([], ["job_live"]))
     if record.get("ready"):
         left = "ready"
+    elif config_errors:
+        left = "with a configuration error"
     elif gpu_errors:
         left = "with GPUs that cannot be read"
+    elif flags["keep_healthy_job"] and healthy:
+        left = "running its job, healthy"
     elif flags["allow_running_job"] and record.get("running_job") and not (stalled and flags["repair_stalled"]):
         left = "running a stalled job" if stalled else "running a job"
     else:
         left = None
-    stop = left is None or (leftovers == "always" and left in ("running a job", "running a stalled job"))
+    beside = ("running a job", "running a stalled job", "running its job, healthy")
+    stop = left is None or (leftovers == "always" and left in beside)
     found = list(live.get("leftovers") or []) if stop else []
     return {"repair": left is None, "left": left, "purge": any(name in PURGED for name in failed),
-            "failed": failed, "gpu_errors": gpu_errors, "stalled": stalled, "leftovers": found,
-            "leftover_pids": [{"pid": h["pid"], "start_time": h["start_time"]} for h in found]}
+            "failed": failed, "gpu_errors": gpu_errors, "config_errors": config_errors, "stalled": stalled,
+            "leftovers": found, "leftover_pids": [{"pid": h["pid"], "start_time": h["start_time"]} for h in found]}
 
 
 class FilterModule(object):

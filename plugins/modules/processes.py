@@ -157,6 +157,10 @@ processes:
     start_time:
       description: Start time in clock ticks since boot (field 22 of C(/proc/<pid>/stat)).
       type: int
+    started_at:
+      description: When the process started, in seconds since the epoch (from its start time and the boot-time clock).
+      type: int
+      version_added: 0.3.0
     descendant_of:
       description: For a process in scope only as a descendant (O(descendants)), the PID of its matching ancestor; otherwise null.
       type: int

@@ -174,14 +174,17 @@ checks:
       O(job_libraries) - no process of the job maps a CUDA library of another major, from outside the venv, or
       deleted; docs/checks.md), C(venv_clean) (no package built for another CUDA major than torch), C(packages) (no
       drift from O(baseline), files as in RECORD), C(caches_fresh) (no compile cache built for other
-      versions), C(gpu_healthy) (with O(gpu_health) - no GPU with a finding of severity C(fail); docs/gpu_health.md).
+      versions), C(gpu_healthy) (with O(gpu_health) - no GPU with a finding of severity C(fail); docs/gpu_health.md),
+      C(job_config) (with O(venv), O(job_workdir), O(job_command) or O(job_log) - the job can be launched as these
+      options describe it; its C(problems) name the inventory variable to fix). C(job_live) also fails a running job
+      whose last throughput is below 90% of O(job_baseline_tokens_per_s) (its C(slow)).
       A check whose read was skipped is left out; a read that failed fails its check with the read's message.
   returned: always
   type: list
   elements: dict
   contains:
     name:
-      description: V(gpu_idle), V(job_live), V(job_libraries), V(venv_clean), V(packages), V(caches_fresh) or V(gpu_healthy).
+      description: V(gpu_idle), V(job_live), V(job_libraries), V(venv_clean), V(packages), V(caches_fresh), V(gpu_healthy) or V(job_config).
       type: str
     severity:
       description: V(fail).

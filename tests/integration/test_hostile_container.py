@@ -15,7 +15,7 @@ user) arranges inside the container, as an attacker would; then the node reads i
 1. trainer's GPU holder left behind in train-703 (a reparented worker): the node read names it a
    leftover, as the read inside the container does, and gives every container the record of the
    read inside it, field by field (owners mapped through the uid map, not the node's 101000);
-2. an nsswitch.conf naming a library of the container's: nothing of it runs in the node's process
+2. an nsswitch.conf naming a library of the container's (on an idle node, last): nothing of it runs in the node's process
    (no marker on the node nor in any container), and a 1 GiB /etc/passwd is read bounded;
 3. the container's root mounts a tmpfs over its /proc, forges its job's comm and maps and puts a
    FIFO where another process's files were: every container of the node is read, in time, the
@@ -138,32 +138,6 @@ def test_an_unprivileged_node_read_is_the_read_inside_and_finds_trainer_s_leftov
         sh(fleet, healthy, "kill %d" % pid, check=False)
 
 
-def test_a_container_s_nsswitch_loads_nothing_in_the_node(fleet, tmp_path):
-    """The container's root names a library of its own in /etc/nsswitch.conf (``passwd:
-    /../tmp/evil files``: glibc would dlopen ``libnss_/../tmp/evil.so.2``), and the node reads
-    that container alone (``--limit train-700``) with no GPU reading of its own first
-    (gpu_read=container): the node process has made no account lookup before the container's job
-    users are looked up. Nothing of the container loads, on the node nor in any container."""
-    ct = fleet["by_role"]["contaminated"]
-    src = tmp_path / "evil.c"
-    src.write_text(EVIL_NSS % TOKEN)
-    lib = os.path.join(rootfs(fleet, ct), "tmp", "evil.so.2")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", lib, str(src)], check=True)
-    os.chown(lib, 100000, 100000)  # the container's root's, as if it had built it there
-    sh(fleet, ct, "mkdir /libnss_ && cp /etc/nsswitch.conf /etc/nsswitch.conf.orig && "
-                  "printf 'passwd: /../tmp/evil files\\ngroup: /../tmp/evil files\\n' > /etc/nsswitch.conf")
-    assert os.path.isdir(os.path.join(rootfs(fleet, ct), "libnss_"))
-    try:
-        # Read as a host without a GPU, so that its liveness (whose users are looked up) is read at all.
-        got = node_read(fleet, fleet["node"], "node", [ct], {ct["name"]: args_for(fleet, ct, require_gpu=False)},
-                        gpu_read="container")[ct["name"]]
-        markers = [os.path.join(r, "tmp", TOKEN + "-nss") for r in ["/"] + [rootfs(fleet, c) for c in fleet["node"]["containers"]]]
-        assert [m for m in markers if os.path.exists(m)] == [], "a library of the container ran"
-        assert not got.get("failed") and got["liveness"]["state"] == "none", got
-    finally:
-        sh(fleet, ct, "mv /etc/nsswitch.conf.orig /etc/nsswitch.conf; rm -rf /libnss_ /tmp/evil.so.2")
-
-
 def test_a_huge_or_blocking_passwd_is_read_bounded(fleet):
     """The container's root grows its /etc/passwd to a sparse 1 GiB: its users are still found in
     the first 16 MiB, the rest said to be cut, never read. Then it makes its /etc/passwd a FIFO,
@@ -268,6 +242,36 @@ def test_a_holder_s_name_breaks_no_reading_and_forges_no_holder(fleet):
         for pid in started:
             sh(fleet, ct, "kill %d" % pid, check=False)
     assert uuid
+
+
+def test_a_container_s_nsswitch_loads_nothing_in_the_node(fleet, tmp_path):
+    """The container's root names a library of its own in /etc/nsswitch.conf (``passwd:
+    /../tmp/evil files``: glibc would dlopen ``libnss_/../tmp/evil.so.2``), and the node reads
+    that container alone (``--limit train-700``) with no GPU reading of its own first
+    (gpu_read=container) on a node where no process holds a GPU: the node process has made no
+    account lookup before the container's job users are looked up. Nothing of the container loads,
+    on the node nor in any container. (Last: it stops the node's GPU holders.)"""
+    ct = fleet["by_role"]["contaminated"]
+    for each in fleet["node"]["containers"]:
+        sh(fleet, each, "pkill -KILL -f train_dflash.py; true")
+    time.sleep(2)  # their claims released
+    src = tmp_path / "evil.c"
+    src.write_text(EVIL_NSS % TOKEN)
+    lib = os.path.join(rootfs(fleet, ct), "tmp", "evil.so.2")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", lib, str(src)], check=True)
+    os.chown(lib, 100000, 100000)  # the container's root's, as if it had built it there
+    sh(fleet, ct, "mkdir /libnss_ && cp /etc/nsswitch.conf /etc/nsswitch.conf.orig && "
+                  "printf 'passwd: /../tmp/evil files\\ngroup: /../tmp/evil files\\n' > /etc/nsswitch.conf")
+    assert os.path.isdir(os.path.join(rootfs(fleet, ct), "libnss_"))
+    try:
+        # Read as a host without a GPU, so that its liveness (whose users are looked up) is read at all.
+        got = node_read(fleet, fleet["node"], "node", [ct], {ct["name"]: args_for(fleet, ct, require_gpu=False)},
+                        gpu_read="container")[ct["name"]]
+        markers = [os.path.join(r, "tmp", TOKEN + "-nss") for r in ["/"] + [rootfs(fleet, c) for c in fleet["node"]["containers"]]]
+        assert [m for m in markers if os.path.exists(m)] == [], "a library of the container ran"
+        assert not got.get("failed") and got["liveness"]["state"] == "none", got
+    finally:
+        sh(fleet, ct, "mv /etc/nsswitch.conf.orig /etc/nsswitch.conf; rm -rf /libnss_ /tmp/evil.so.2")
 
 
 def start_named(fleet, ct, name):

@@ -61,7 +61,7 @@ def test_remediate_and_hygiene_differ_only_in_policy():
     options = set(load(ROLE, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"])
     remediate, hygiene = first_play("remediate.yml"), first_play("hygiene.yml")
     policy = {"repair_allow_running_job", "repair_stalled", "repair_leftovers", "repair_relaunch", "repair_unreadable_gpus",
-              "repair_fail_unrepaired", "repair_run_name"}
+              "repair_fail_unrepaired", "repair_run_name", "repair_keep_healthy_job"}
     assert set(remediate["vars"]) == set(hygiene["vars"]) == policy and policy <= options
     # Hygiene never touches a running job, fails no host for a fault it only reports, relaunches nothing.
     assert hygiene["vars"]["repair_allow_running_job"] is True and hygiene["vars"]["repair_relaunch"] is False
@@ -75,10 +75,13 @@ def test_remediate_and_hygiene_differ_only_in_policy():
     assert "gpufleet_repair_stalled" in remediate["vars"]["repair_stalled"]
     # Leftovers beside a running job: remediate stops them, hygiene reports them.
     assert (remediate["vars"]["repair_leftovers"], hygiene["vars"]["repair_leftovers"]) == ("always", "repaired")
-    # The read is made with the policy's own value.
+    # Remediate's desired state is the inventory's job running on a clean environment: a healthy job
+    # is kept, as hygiene keeps every running job.
+    assert remediate["vars"]["repair_keep_healthy_job"] is True and hygiene["vars"]["repair_keep_healthy_job"] is True
+    # The read is made with the policy's own value: the job's own GPU use is no fault where it is kept.
     for play in (remediate, hygiene):
         read = play["tasks"][0]
-        assert read["vars"] == {"verify_allow_running_job": "{{ repair_allow_running_job }}"}
+        assert read["vars"] == {"verify_allow_running_job": "{{ repair_allow_running_job or repair_keep_healthy_job }}"}
 
 
 def test_the_lock_is_given_back_whatever_happens():

@@ -25,14 +25,16 @@ Private to gpufleet.hygiene (leading underscore): not a public API. Standard lib
 
 from __future__ import annotations
 
+import posixpath
 import re
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import read_window, stat_log
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import DEFAULT_PATTERN, readings
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import PROC, ancestors, parse_status, proc_file, read_stat, user_name
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import getpwnam
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import acting_uid, getpwnam
 
 DEFAULT_STALL_AFTER = 900
 # How much of the log's end is searched for the last throughput reading: a job logs one every few
@@ -65,6 +67,35 @@ def job_owners(job, users=None, leftover_users=None):
     return owners
 
 
+def launch_uid(user=None):
+    """The uid the job is launched as: its user's (``gpufleet_job.user``), else the user this read
+    acts as on the host (a container's root, entered by ``pct exec``); None for a user it lacks."""
+    if user:
+        uids = uids_of([user])
+        return min(uids) if uids else None
+    return acting_uid()
+
+
+def runs_venv(pid, venv, proc=PROC):
+    """Whether a process runs the venv's interpreter: started as ``<venv>/bin/...``, or mapping a
+    file below the venv (what an interpreter of the venv imports), never another install's."""
+    if not venv:
+        return False
+    prefixes = set(p.rstrip("/") + "/" for p in (posixpath.normpath(venv), _root.realpath(venv)))
+    try:
+        argv0 = proc_file("%s/%d/cmdline" % (proc, pid)).split(b"\0")[0].decode("utf-8", "replace")
+        if argv0 and any(posixpath.normpath(argv0).startswith(p + "bin/") for p in prefixes):
+            return True
+        for line in proc_file("%s/%d/maps" % (proc, pid)).split(b"\n"):
+            fields = line.split(None, 5)
+            path = fields[5].decode("utf-8", "replace") if len(fields) == 6 else ""
+            if any(path.startswith(p) for p in prefixes):
+                return True
+    except OSError:
+        return False
+    return False
+
+
 def _owner(pid, proc):
     """(real uid, NSpid list) of a live PID, or (None, []): on a container read from its node, its
     uid as the container sees it (its uid map), as the job's users are named there."""
@@ -74,13 +105,15 @@ def _owner(pid, proc):
         return None, []
 
 
-def _leftovers(job_pids, gpus, proc, owners):
+def _leftovers(job_pids, gpus, proc, owners, launch=None):
     """(leftovers, namespace_inits): GPU holders of one of ``owners`` (uids) whose parent is init
-    and that are neither the job nor its worker nor what it runs under. A holder that is the init
-    of its own PID namespace is never signalled (proc._proc.protection): it is returned apart,
-    for the check to say what to do. Another user's holder is neither: it is not the job's."""
+    and that are neither the job nor its worker nor what it runs under; with ``launch`` ((uid,
+    venv): the user the job is launched as and its venv), also that user's holders whose parent
+    is init that run the venv's interpreter. A holder that is the init of its own PID namespace
+    is never signalled (proc._proc.protection): it is returned apart, for the check to say what
+    to do. Another user's holder is neither: it is not the job's."""
     out, inits, seen = [], [], set()
-    if not owners:
+    if not owners and not (launch and launch[0] is not None):
         return out, inits
     # A holder the job runs under (a launcher that keeps a GPU open) is the job's, not left behind.
     above = set().union(*(ancestors(pid, proc) for pid in job_pids)) if job_pids else set()
@@ -96,8 +129,10 @@ def _leftovers(job_pids, gpus, proc, owners):
             if st is None or st[2] != 1:
                 continue  # gone, or another parent than init: not left behind by a job
             uid, nspid = _owner(pid, proc)
-            if uid is None or uid not in owners:
-                continue  # another user's process: never the job's leftover
+            if uid is None:
+                continue
+            if uid not in owners and not (launch and uid == launch[0] and runs_venv(pid, launch[1], proc)):
+                continue  # another user's process, or the launch user's running no interpreter of the venv
             entry = {"pid": pid, "start_time": st[3], "name": h.get("name") or st[0], "cmdline": h.get("cmdline") or "",
                      "gpu": gpu.get("index"), "used_memory_mib": h.get("used_memory_mib"), "user": user_name(uid)}
             (inits if len(nspid) > 1 and nspid[-1] == 1 else out).append(entry)
@@ -144,14 +179,17 @@ def throughput(path, pattern=None, baseline=None, tail=TAIL_BYTES):
     return out
 
 
-def liveness(job, gpus, log=None, stall_after=DEFAULT_STALL_AFTER, proc=PROC, now=None, users=None, leftover_users=None):
+def liveness(job, gpus, log=None, stall_after=DEFAULT_STALL_AFTER, proc=PROC, now=None, users=None, leftover_users=None,
+             launch_user=None, venv=None):
     """{state, pids, log, reason, leftovers, namespace_inits} of a container: state "none" (no job
     process), "running" or "stalled"; job is the processes read ({processes: [...]}), gpus
     gpu_state's GPUs; users the job's users, leftover_users whose holders may be leftovers
-    (job_owners())."""
+    (job_owners()); without leftover_users, the holders of the user the job is launched as
+    (launch_user, else the user this read acts as) that run the venv's interpreter are too."""
     pids = set(p["pid"] for p in job.get("processes", []))
     now = time.time() if now is None else now
-    leftovers, inits = _leftovers(pids, gpus, proc, job_owners(job, users, leftover_users))
+    launch = None if leftover_users else (launch_uid(launch_user), venv)
+    leftovers, inits = _leftovers(pids, gpus, proc, job_owners(job, users, leftover_users), launch)
     result = {"state": "none", "pids": sorted(pids), "log": _log(log) if log else None, "reason": None,
               "stall_after": stall_after, "leftovers": leftovers, "namespace_inits": inits}
     if not pids:

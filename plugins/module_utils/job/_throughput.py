@@ -28,6 +28,9 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import c
 
 # A number starts only where no digit or dot precedes it, with one place for blanks on either
 # side of the unit: linear on any line (the obvious pattern backtracks on long runs of digits).
+# A run below this fraction of its recorded baseline is not the job the inventory describes: the
+# throughput gate fails it, and job_live fails a job running below it.
+MIN_FRACTION = 0.9
 DEFAULT_PATTERN = r"(?<![\d.])(?P<value>\d+(?:\.\d+)?)\s*(?:(?P<unit>[kKM])\s*)?tok(?:ens)?/s"
 _UNITS = {None: 1.0, "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6}
 
@@ -68,7 +71,7 @@ class Gate:
     """The options of the throughput module, checked; run() waits for the readings and judges them."""
 
     def __init__(self, log, pattern=DEFAULT_PATTERN, samples=5, skip=0, wait=0, min_value=None, baseline=None,
-                 min_fraction=0.9, max_bytes=1048576, since=None):
+                 min_fraction=MIN_FRACTION, max_bytes=1048576, since=None):
         try:
             self.regex = re.compile(pattern)
         except re.error as exc:

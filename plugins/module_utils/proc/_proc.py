@@ -99,6 +99,17 @@ def start_time(pid, proc=PROC):
     return None if st is None else st[3]
 
 
+def process_start(started):
+    """When a process started, in seconds since the epoch, from its start time (clock ticks since
+    boot, field 22 of /proc/<pid>/stat) and the boot-time clock the kernel counts it on, in any
+    container. The boot's wall time is rounded to the second: two reads agree on it."""
+    try:
+        booted = round(time.time() - time.clock_gettime(time.CLOCK_BOOTTIME))
+        return int(booted + started / os.sysconf("SC_CLK_TCK"))
+    except (AttributeError, OSError, ValueError, TypeError):
+        return None
+
+
 def is_alive(pid, started, proc=PROC):
     """The process chosen at ``started`` still exists (not a zombie, not a reused PID)."""
     st = read_stat(pid, proc)
@@ -255,7 +266,7 @@ def protection(info, own=()):
 
 
 def _entry(info, **extra):
-    return dict(((k, info.get(k)) for k in _FOUND_KEYS), **extra)
+    return dict(((k, info.get(k)) for k in _FOUND_KEYS), started_at=process_start(info.get("start_time")), **extra)
 
 
 def find_processes(scope, proc=PROC, with_descendants=False, protected=None):

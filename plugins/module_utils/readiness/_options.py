@@ -210,6 +210,25 @@ OPTIONS = (
         ),
     ),
     Option(
+        "job_workdir", "path",
+        role="verify_job_workdir", inventory="gpufleet_job.workdir", given="set",
+        version_added="0.3.0",
+        description=(
+            ("The directory the job is launched in (C(gpufleet_job.workdir)). One that is not a directory of the host "
+             "fails the C(job_config) check: the job could not be launched there, and a repair stops nothing."),
+        ),
+    ),
+    Option(
+        "job_command", "list", elements="str", default=[],
+        role="verify_job_command", inventory="gpufleet_job.command", given="set",
+        version_added="0.3.0",
+        description=(
+            ("The job's command (C(gpufleet_job.command)). Its program, given by an absolute path or one relative to "
+             "O(job_workdir), must be a file of the host that may be run, or the C(job_config) check fails; a bare name "
+             "is left to the launch's C(PATH)."),
+        ),
+    ),
+    Option(
         "stall_after", "int", default=900,
         role="verify_stall_after", inventory="gpufleet_stall_after", given="always",
         version_added="0.2.0",

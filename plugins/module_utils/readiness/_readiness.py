@@ -14,6 +14,7 @@ Private to gpufleet.hygiene (leading underscore): not a public API. Standard lib
 
 from __future__ import annotations
 
+import posixpath
 import re
 import threading
 import time
@@ -26,8 +27,9 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health impor
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._libraries import VenvIndex, mapped_libraries, wrong
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness, throughput
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import MIN_FRACTION
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, find_processes
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import argument_spec
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import BY_NAME, argument_spec
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv, canonical_name, inventory
 
@@ -71,6 +73,44 @@ def read_processes(p, warnings):
         return failed(exc.msg, **exc.partial)
     warnings.extend(scope.notes)
     return {"changed": False, "processes": found, "count": len(found), "protected": protected}
+
+
+# The options that say how the job is launched, and the host paths each must name.
+CONFIG_OPTIONS = ("venv", "job_workdir", "job_command", "job_log")
+
+
+def read_config(p):
+    """What the read can tell is wrong with the job as the options describe it, before anything
+    acts on it: ``[{option, variable, value, problem}]`` (``variable``: the inventory variable the
+    verify role takes the option from). A venv that is missing or no venv, a working directory
+    that is not one, a log whose directory is missing, a program that is not there to run."""
+    out = []
+
+    def bad(name, value, problem):
+        out.append({"option": name, "variable": BY_NAME[name].inventory, "value": value, "problem": problem})
+
+    def missing(path):
+        return "does not exist" if not _root.lexists(path) else "is not a directory"
+
+    venv = p.get("venv")
+    if venv:
+        if not _root.isdir(venv):
+            bad("venv", venv, missing(venv))
+        elif not any(_root.executable(posixpath.join(venv, "bin", name)) for name in ("python", "python3")):
+            bad("venv", venv, "has no bin/python: it is not a virtual environment")
+    workdir = p.get("job_workdir")
+    if workdir and not _root.isdir(workdir):
+        bad("job_workdir", workdir, missing(workdir))
+    log = p.get("job_log")
+    if log and not _root.isdir(posixpath.dirname(log) or "/"):
+        bad("job_log", log, "its directory %s %s" % (posixpath.dirname(log), missing(posixpath.dirname(log))))
+    command = p.get("job_command") or []
+    program = command[0] if command else ""
+    if "/" in program:
+        path = program if program.startswith("/") else posixpath.join(workdir, program) if workdir else None
+        if path and not _root.executable(path):
+            bad("job_command", program, "does not exist" if not _root.exists(path) else "is not a file that may be run")
+    return out
 
 
 def read_gpus(p, nvidia_smi, check_mode, warnings, reading=None):
@@ -132,7 +172,8 @@ def read_liveness(p, result):
     if result["processes"].get("skipped") or result["processes"].get("failed") or "gpus" not in result["gpu_state"]:
         return skipped("no job_patterns, or the processes or the GPUs could not be read")
     live = liveness(result["processes"], result["gpu_state"]["gpus"], p["job_log"], p["stall_after"],
-                    users=p["job_users"], leftover_users=p.get("leftover_users"))
+                    users=p["job_users"], leftover_users=p.get("leftover_users"), launch_user=p.get("cache_user"),
+                    venv=p.get("venv"))
     if p["job_log"]:
         live["throughput"] = throughput(p["job_log"], p.get("job_throughput_pattern"), p.get("job_baseline_tokens_per_s"))
     return live
@@ -180,7 +221,22 @@ def read_caches(p, env, check_mode, warnings):
 # {name, severity, ok, summary}; the summaries are the role's one line per check.
 
 
-def check_gpu(gpu, job, allow_running_job):
+def own_job(job, live):
+    """The inventory's own job holding the GPUs, in words: its PIDs, how long it has run, its
+    last throughput; what to do when preflight wants the GPUs free."""
+    procs = job.get("processes", [])
+    starts = [p.get("started_at") for p in procs if p.get("started_at") is not None]
+    parts = ["pid %s" % ", ".join(str(p["pid"]) for p in procs)]
+    if starts:
+        parts.append("started %s" % time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(min(starts))))
+    rate = _rate((live or {}).get("throughput") or {"tokens_per_s": None})
+    if rate:
+        parts.append(rate)
+    return ("held by the inventory's own job (%s): stop it first if a new run needs these GPUs, or let it run with "
+            "-e gpufleet_allow_running_job=true" % ", ".join(parts))
+
+
+def check_gpu(gpu, job, allow_running_job, live=None):
     job_pids = [p["pid"] for p in job.get("processes", [])]
     gpus = gpu.get("gpus", [])
     busy = [g for g in gpus if not g["idle"]]
@@ -199,6 +255,8 @@ def check_gpu(gpu, job, allow_running_job):
         summary = "%d GPU(s) idle" % len(gpus)
     elif running_ok:
         summary = "held by the running job (pid %s)" % ", ".join(str(pid) for pid in job_pids)
+    elif job_pids and not foreign:
+        summary = own_job(job, live)
     else:
         parts = []
         for g in busy:
@@ -309,6 +367,12 @@ def check_job(live, job):
     if leftovers:
         parts.append("%d GPU holder(s) left by a job that is gone (parent is init): %s" % (len(leftovers), ", ".join(
             "pid %s %s (GPU %s, %s MiB)" % (h["pid"], h["name"], h["gpu"], h["used_memory_mib"]) for h in leftovers[:5])))
+    rate = live.get("throughput") or {}
+    # A job that runs below the floor the throughput gate holds it to is not the job the inventory
+    # describes (the seed's contaminated run made 64% of its baseline).
+    slow = state == "running" and rate.get("ratio") is not None and rate["ratio"] < MIN_FRACTION
+    if slow:
+        parts.append("below its floor (%.0f%% of the baseline): not the run the inventory describes" % (MIN_FRACTION * 100))
     inits = live.get("namespace_inits") or []
     if inits:
         parts.append("%d GPU holder(s) left by a job that is gone are the init of their own PID namespace, which this "
@@ -316,9 +380,10 @@ def check_job(live, job):
                      "container that made it), then run again" % (len(inits), ", ".join(
                          "pid %s %s of %s (GPU %s, %s MiB)" % (h["pid"], h["name"], h.get("user"), h["gpu"], h["used_memory_mib"])
                          for h in inits[:5])))
-    ok = not error and state != "stalled" and not leftovers and not inits
+    ok = not error and state != "stalled" and not slow and not leftovers and not inits
     out = {"name": "job_live", "severity": "fail", "ok": ok, "error": error, "summary": "; ".join(parts),
-           "state": state, "leftovers": [{"pid": h["pid"], "start_time": h["start_time"], "cmdline": h["cmdline"]} for h in leftovers]}
+           "state": state, "slow": slow,
+           "leftovers": [{"pid": h["pid"], "start_time": h["start_time"], "cmdline": h["cmdline"]} for h in leftovers]}
     if inits:
         out["namespace_inits"] = [{"pid": h["pid"], "start_time": h["start_time"], "cmdline": h["cmdline"], "user": h.get("user")}
                                   for h in inits]
@@ -329,8 +394,9 @@ def check_job(live, job):
 
 def judge(result, allow_running_job, strict_baseline=False):
     """The verify role's checks of one reading: [gpu_idle, job_live, job_libraries, venv_clean, packages,
-    caches_fresh, gpu_healthy], a check whose read was skipped left out (job_live without job_patterns)."""
-    checks = [check_gpu(result["gpu_state"], result["processes"], allow_running_job)]
+    caches_fresh, gpu_healthy, job_config], a check whose read was skipped left out (job_live without job_patterns;
+    job_config without an option describing the job)."""
+    checks = [check_gpu(result["gpu_state"], result["processes"], allow_running_job, result.get("liveness"))]
     if not result["processes"].get("skipped"):
         checks.append(check_job(result.get("liveness", {}), result["processes"]))
     libraries = result.get("job_libraries", {"skipped": True})
@@ -345,7 +411,19 @@ def judge(result, allow_running_job, strict_baseline=False):
     health = result.get("gpu_health", {"skipped": True})
     if not health.get("skipped"):
         checks.append(check_health(health))
+    if "job_config" in result:
+        checks.append(check_config(result["job_config"]))
     return checks
+
+
+def check_config(problems):
+    """job_config: the job can be launched as the options describe it (read_config); besides the
+    summary it carries ``problems``, each naming the inventory variable to fix."""
+    summary = "; ".join("%s=%s %s" % (pr["variable"] or pr["option"], pr["value"], pr["problem"]) for pr in problems)
+    return {"name": "job_config", "severity": "fail", "ok": not problems, "error": False,
+            "summary": ("configuration error: %s; fix the inventory (a repair stops nothing it could not start again)" % summary
+                        if problems else "the job can be launched as described"),
+            "problems": problems}
 
 
 # What to do about a job running on a wrong library (the check's summary ends with it).
@@ -445,6 +523,8 @@ def read(p, run, which, check_mode=False, gpu_reading=None, health_reading=None)
 
     def read_the_rest():
         try:
+            if any(p.get(name) for name in CONFIG_OPTIONS):
+                keep("job_config", read_config(p))
             keep("processes", read_processes(p, notes["processes"]))
             if p["venv"]:
                 env = Venv(p["venv"], run)
@@ -482,6 +562,8 @@ def read(p, run, which, check_mode=False, gpu_reading=None, health_reading=None)
         done["late"] = True
         for name in READS:
             result[name] = done[name] if name in done else _late(name, seconds)
+        if "job_config" in done:
+            result["job_config"] = done["job_config"]
         env = done.get("venv") if "cuda_contamination" in done else None
     # After the other reads (they need their processes, GPU holders and reference), in what is left
     # of read_timeout (a second at least: a maps read is milliseconds), in a thread of their own:

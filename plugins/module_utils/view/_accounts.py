@@ -20,6 +20,7 @@ Private to gpufleet.hygiene (leading underscore): not a public API. Standard lib
 
 from __future__ import annotations
 
+import os
 import pwd
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
@@ -85,6 +86,12 @@ def getpwuid(uid):
 def getpwall():
     view = current_view()
     return pwd.getpwall() if view is None else list(view.accounts())
+
+
+def acting_uid():
+    """The uid this read acts as on the host it reads: in a container read from its node, its root
+    (whom ``pct exec`` enters as); elsewhere this process's."""
+    return 0 if current_view() is not None else os.geteuid()
 
 
 def seen_uid(uid):

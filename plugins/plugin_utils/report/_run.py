@@ -16,7 +16,7 @@ from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema im
 
 SCHEMA_VERSION = 1
 # Checks the verify role produces, shown first and in this order; others follow as first seen.
-KNOWN_CHECKS = ("gpu_idle", "job_live", "job_libraries", "venv_clean", "packages", "caches_fresh", "gpu_healthy")
+KNOWN_CHECKS = ("gpu_idle", "job_live", "job_libraries", "venv_clean", "packages", "caches_fresh", "job_config", "gpu_healthy")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 

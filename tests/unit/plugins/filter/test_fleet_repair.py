@@ -201,3 +201,45 @@ def test_repair_plan_stops_leftovers_beside_a_job_only_when_always(state, left):
     assert _repair.repair_plan(broken, True, False, "always")["leftovers"] == []
     with pytest.raises(AnsibleFilterError, match="leftovers must be one of repaired, always"):
         _repair.repair_plan(record, True, False, "sometimes")
+
+
+RUNNING = dict(STALLED, ok=True, state="running", slow=False, summary="job running (pid 7), its log grew 2s ago")
+GPU_OWN = dict(GPU_HELD, ok=True, summary="held by the running job (pid 7)")
+VENV_DIRTY = dict(CHECK_OK, name="venv_clean", ok=False, summary="1 package(s) built for another CUDA than 12.8")
+
+
+@pytest.mark.parametrize("checks, repair, left, leftovers", [
+    # The inventory's job running as described: nothing to do, and a second remediate changes nothing.
+    ([GPU_OWN, RUNNING], False, "running its job, healthy", []),
+    # Beside it, a worker whose job is gone: stopped by PID and start time, the job left running.
+    ([GPU_OWN, dict(RUNNING, ok=False, leftovers=[LEFTOVER])], False, "running its job, healthy", [LEFTOVER]),
+    # Running below its floor (the seed's 64%), stalled, or on an environment that fails a check: repaired.
+    ([GPU_OWN, dict(RUNNING, ok=False, slow=True)], True, None, []),
+    ([GPU_OWN, dict(STALLED, leftovers=[LEFTOVER])], True, None, [LEFTOVER]),
+    ([GPU_OWN, RUNNING, VENV_DIRTY], True, None, []),
+    # Its GPU shared with a holder that is not the job: repaired.
+    ([dict(GPU_HELD, summary="GPU 0: 40960 MiB used, held by pid 7 python3, pid 99 python3"), RUNNING], True, None, []),
+])
+def test_remediate_keeps_the_inventory_s_job_when_it_runs_as_described(checks, repair, left, leftovers):
+    """keep_healthy_job (remediate's desired state): a job that runs at its pace with nothing else
+    failing is left running, whatever allow_running_job says; anything else is repaired."""
+    record = dict(BRIEF, running_job=True, checks=checks)
+    plan = _repair.repair_plan(record, False, False, "always", True)
+    assert (plan["repair"], plan["left"], plan["leftovers"]) == (repair, left, leftovers)
+    # Without it (the policy before the desired state), a job holding the GPUs is always stopped.
+    assert _repair.repair_plan(record, False, False, "always")["repair"] is True
+    with pytest.raises(AnsibleFilterError, match="keep_healthy_job must be true or false"):
+        _repair.repair_plan(record, False, False, "always", "maybe")
+
+
+def test_a_configuration_error_stops_nothing():
+    """Validate before destroy: what job_config found wrong (a typo'd venv) leaves the host as it
+    is, its job running, whatever else fails; the errors name the inventory variable."""
+    config = {"name": "job_config", "severity": "fail", "ok": False, "error": False, "summary": "configuration error: ...",
+              "problems": [{"option": "venv", "variable": "gpufleet_venv", "value": "/opt/venv-typo", "problem": "does not exist"}]}
+    record = dict(BRIEF, running_job=True, checks=[GPU_OWN, RUNNING, dict(VENV_DIRTY, error=True), config])
+    for keep in (True, False):
+        plan = _repair.repair_plan(record, False, False, "always", keep)
+        assert (plan["repair"], plan["left"], plan["leftovers"]) == (False, "with a configuration error", [])
+        assert plan["config_errors"] == ["gpufleet_venv=/opt/venv-typo does not exist"]
+    assert _repair.repair_plan(dict(record, checks=[GPU_OWN, RUNNING, dict(config, ok=True, problems=[])]), False)["config_errors"] == []

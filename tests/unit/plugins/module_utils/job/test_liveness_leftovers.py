@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -188,3 +190,69 @@ def test_a_process_entered_into_a_namespace_and_orphaned_is_a_leftover_not_its_i
     finally:
         _kill(inside)
         _kill(init)
+
+
+@pytest.fixture
+def venv():
+    """A venv's layout that every user may reach: its bin/python, a link to this interpreter (as
+    venv makes it)."""
+    top = tempfile.mkdtemp(prefix="gpufleet-leftover-")
+    os.chmod(top, 0o755)
+    os.makedirs(os.path.join(top, "venv", "bin"))
+    os.symlink("/usr/bin/python3", os.path.join(top, "venv", "bin", "python"))  # reachable by every user
+    with open(os.path.join(top, "venv", "pyvenv.cfg"), "w") as f:
+        f.write("home = /usr/bin\n")
+    yield os.path.join(top, "venv")
+    shutil.rmtree(top)
+
+
+SLEEP = ["-c", "import time; time.sleep(300)"]
+
+
+def test_with_no_job_user_given_the_launch_user_s_reparented_venv_interpreter_is_a_leftover(spawn, venv):
+    """The seed's case: the training runs as the container's root and the inventory names no job
+    users. A worker the job left behind (parent init) running the venv's interpreter as the user
+    the job is launched as (here the read's own, root) is the job's leftover; root's process
+    running another interpreter (a daemon of the host's), and another user's process running the
+    venv's, are not."""
+    worker = spawn("root", os.path.join(venv, "bin", "python"), *SLEEP)
+    daemon = spawn("root", "/usr/bin/python3", *SLEEP)
+    theirs = spawn("daemon", os.path.join(venv, "bin", "python"), *SLEEP)
+    live = liveness({"processes": []}, gpus(worker, daemon, theirs), now=0, venv=venv)
+    assert [(h["pid"], h["user"]) for h in live["leftovers"]] == [(worker, "root")]
+    # Without the venv, nothing tells the job's interpreter: no leftover but by the job's users.
+    assert liveness({"processes": []}, gpus(worker, daemon, theirs), now=0)["leftovers"] == []
+    check = check_job(live, {})
+    assert check["ok"] is False and [h["pid"] for h in check["leftovers"]] == [worker]
+
+
+def test_the_job_s_user_given_is_the_launch_user(spawn, venv):
+    """gpufleet_job.user (launch_user) names the user the job is launched as: nobody's reparented
+    venv interpreter is a leftover, root's is not; leftover_users, when given, is the whole rule."""
+    mine = spawn("nobody", os.path.join(venv, "bin", "python"), *SLEEP)
+    roots = spawn("root", os.path.join(venv, "bin", "python"), *SLEEP)
+    live = liveness({"processes": []}, gpus(mine, roots), now=0, venv=venv, launch_user="nobody")
+    assert [h["pid"] for h in live["leftovers"]] == [mine]
+    live = liveness({"processes": []}, gpus(mine, roots), now=0, venv=venv, launch_user="nobody", leftover_users=["daemon"])
+    assert live["leftovers"] == []
+    # A launch user this host does not have names no one.
+    assert liveness({"processes": []}, gpus(mine, roots), now=0, venv=venv, launch_user="no-such-user-gpufleet")["leftovers"] == []
+
+
+def test_a_process_that_maps_the_venv_runs_its_interpreter_whatever_its_argv0(spawn, venv):
+    """A worker started by the interpreter's real path (multiprocessing's spawn, an exec with
+    another argv[0]) that imports from the venv maps a file below it."""
+    os.makedirs(os.path.join(venv, "lib", "python3", "site-packages"))
+    lib = os.path.join(venv, "lib", "python3", "site-packages", "mapped.bin")
+    with open(lib, "wb") as f:
+        f.write(b"\0" * 4096)
+    code = "import mmap, time; f = open(%r, 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); time.sleep(300)" % lib
+    worker = spawn("root", "/usr/bin/python3", "-c", code)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with open("/proc/%d/maps" % worker) as f:
+            if lib in f.read():
+                break
+        time.sleep(0.02)
+    live = liveness({"processes": []}, gpus(worker), now=0, venv=venv)
+    assert [h["pid"] for h in live["leftovers"]] == [worker]

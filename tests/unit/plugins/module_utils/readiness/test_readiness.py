@@ -138,3 +138,34 @@ def test_the_job_s_reads_end_by_read_timeout_too(monkeypatch):
     assert time.monotonic() - started < 10
     assert result["liveness"]["failed"] and result["liveness"]["msg"].startswith("liveness did not finish within 1.0s (read_timeout)")
     assert result["job_libraries"]["failed"]
+
+
+def test_the_job_s_configuration_is_read_before_anything_acts_on_it(tmp_path):
+    """job_config: what the read can tell is wrong with the job as the inventory describes it,
+    each problem naming the inventory variable to fix (a typo'd venv: gpufleet_venv)."""
+    venv = make_venv(str(tmp_path / "venv"))
+    (tmp_path / "work").mkdir()
+    (tmp_path / "a-file").write_text("")
+    good = {"venv": venv, "job_workdir": str(tmp_path / "work"), "job_log": str(tmp_path / "work" / "train.log"),
+            "job_command": [os.path.join(venv, "bin", "python"), "train.py"]}
+    assert _readiness.read_config(good) == []
+    assert _readiness.check_config([]) == {"name": "job_config", "severity": "fail", "ok": True, "error": False,
+                                           "summary": "the job can be launched as described", "problems": []}
+    bad = {"venv": "/opt/venv-typo", "job_workdir": str(tmp_path / "a-file"), "job_log": "/no/such/dir/train.log",
+           "job_command": ["bin/train", "--fast"]}
+    problems = _readiness.read_config(bad)
+    assert [(p["option"], p["variable"], p["value"], p["problem"]) for p in problems] == [
+        ("venv", "gpufleet_venv", "/opt/venv-typo", "does not exist"),
+        ("job_workdir", "gpufleet_job.workdir", str(tmp_path / "a-file"), "is not a directory"),
+        ("job_log", "gpufleet_job.log", "/no/such/dir/train.log", "its directory /no/such/dir does not exist"),
+        ("job_command", "gpufleet_job.command", "bin/train", "does not exist"),
+    ]
+    check = _readiness.check_config(problems)
+    assert check["ok"] is False and check["summary"].startswith(
+        "configuration error: gpufleet_venv=/opt/venv-typo does not exist; gpufleet_job.workdir=")
+    # A directory that is no venv, a program that may not be run; a bare name is left to PATH.
+    (tmp_path / "work" / "train").write_text("#!/bin/sh\n")
+    assert [p["problem"] for p in _readiness.read_config({"venv": str(tmp_path / "work"), "job_workdir": str(tmp_path / "work"),
+                                                          "job_command": ["./train"]})] == [
+        "has no bin/python: it is not a virtual environment", "is not a file that may be run"]
+    assert _readiness.read_config({"job_command": ["python3", "train.py"]}) == []

@@ -133,7 +133,7 @@ def test_the_node_read_opens_every_file_of_a_container_through_its_root(containe
     assert result["liveness"]["state"] == "running" and result["liveness"]["log"]["exists"]
     assert any(c["name"] == "triton" and c["path"] == "/home/trainer/.triton/cache" and c["exists"]
                for c in result["torch_cache"]["caches"]), result["torch_cache"]
-    assert checks["gpu_idle"]["summary"].startswith("GPU 0: 40960 MiB used, held by pid 7"), checks["gpu_idle"]
+    assert checks["gpu_idle"]["summary"].startswith("held by the inventory's own job (pid 7, started "), checks["gpu_idle"]
 
 
 def test_a_reader_that_opens_a_path_itself_is_caught(container, monkeypatch):
