@@ -104,7 +104,8 @@ import json, re, sys
 fleet_json, log, rc, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 fleet = json.load(open(fleet_json))
 roles = {ct["name"]: ct.get("incident", "healthy") for n in fleet["nodes"] for ct in n["containers"]}
-check_of = {"contaminated": "venv_clean", "stale_holder": "gpu_idle", "stale_cache": "caches_fresh"}
+# The stale run holds the GPUs and runs at 64% of its baseline: the job the inventory describes does not.
+check_of = {"contaminated": {"venv_clean"}, "stale_holder": {"gpu_idle", "job_live"}, "stale_cache": {"caches_fresh"}}
 text = open(log).read()
 recap = {}
 for m in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", text.split("PLAY RECAP")[-1], re.M):
@@ -150,10 +151,8 @@ if mode == "fail-bad":
         want = check_of[roles[host]]
         found = re.findall(r"%s is not ready: (.*)" % re.escape(host), text)
         named = set(re.findall(r"\[(\w+)\]", " ".join(found)))
-        if want not in named:
-            problems.append("%s (%s) did not fail on [%s] (failed on %s)" % (host, roles[host], want, sorted(named)))
-        elif named != {want}:
-            problems.append("%s (%s) failed on %s, expected only [%s]" % (host, roles[host], sorted(named), want))
+        if named != want:
+            problems.append("%s (%s) failed on %s, expected exactly %s" % (host, roles[host], sorted(named), sorted(want)))
 else:
     if rc != 0:
         problems.append("the playbook exited %d" % rc)

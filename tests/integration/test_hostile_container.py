@@ -253,7 +253,7 @@ def test_a_container_s_nsswitch_loads_nothing_in_the_node(fleet, tmp_path):
     on the node nor in any container. (Last: it stops the node's GPU holders.)"""
     ct = fleet["by_role"]["contaminated"]
     for each in fleet["node"]["containers"]:
-        sh(fleet, each, "pkill -KILL -f train_dflash.py; true")
+        sh(fleet, each, "pkill -KILL -f '[t]rain_dflash.py'; true")
     time.sleep(2)  # their claims released
     src = tmp_path / "evil.c"
     src.write_text(EVIL_NSS % TOKEN)

@@ -38,7 +38,8 @@ PORT = os.environ.get("GPUFLEET_UNPRIV_TEST_PORT", "2552")
 NODE = "pve2"
 BASE = 100000  # Proxmox VE's default map: container uid u is node uid 100000 + u
 TRAINER = 1000
-CHECK_OF = {"contaminated": "venv_clean", "stale_holder": "gpu_idle", "stale_cache": "caches_fresh"}
+# The stale run holds the GPUs and runs at 64% of its baseline: the job the inventory describes does not.
+CHECK_OF = {"contaminated": {"venv_clean"}, "stale_holder": {"gpu_idle", "job_live"}, "stale_cache": {"caches_fresh"}}
 
 
 def lxcpath(node=NODE):
@@ -195,13 +196,13 @@ def test_preflight_fails_exactly_the_unprivileged_bad_containers(run):
     for key in ("preflight", "preflight_node"):
         res = run[key]
         assert res.returncode != 0, res.stdout[-3000:]
-        want = {ct["name"]: {CHECK_OF[role]} for role, ct in run["by_role"].items()}
+        want = {ct["name"]: CHECK_OF[role] for role, ct in run["by_role"].items()}
         assert not_ready(res.stdout) == want, (key, res.stdout[-5000:])
         assert "3 of 6 ready" in res.stdout, res.stdout[-3000:]
-        # Trainer's stale run, named by the container's own pid and user.
+        # Trainer's stale run, named by the container's own pid: the inventory's job, below its floor.
         holder = run["by_role"]["stale_holder"]
-        assert re.search(r"%s is not ready: \[gpu_idle\] GPU 0: 40960 MiB used, held by pid \d+ python3" % holder["name"],
-                         res.stdout), res.stdout[-3000:]
+        assert re.search(r"%s is not ready: \[gpu_idle\] held by the inventory's own job \(pid \d+, started [^)]*, last 12800 "
+                         r"tok/s \(64%% of the 20000 baseline\)\)" % holder["name"], res.stdout), res.stdout[-3000:]
         assert "/tmp/torchinductor_trainer" in res.stdout
 
 
