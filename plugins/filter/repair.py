@@ -47,9 +47,14 @@ def repair_plan(record, allow_running_job=False, repair_stalled=False, leftovers
     gpu_errors = [c["summary"] for c in checks if c["name"] == "gpu_idle" and c.get("error")]
     config_errors = ["%s=%s %s" % (p.get("variable") or p.get("option"), p.get("value"), p.get("problem"))
                      for p in config.get("problems") or ()]
-    # The job runs as described: at its pace, nothing else failing (its leftovers are stopped beside it).
+    # The job runs as described: at its pace, nothing else failing once its leftovers are stopped
+    # beside it (job_live fails for them, gpu_idle for their memory).
+    gpu = next((c for c in checks if c.get("name") == "gpu_idle"), {})
+    left_pids = set(h.get("pid") for h in live.get("leftovers") or ())
+    only_leftovers = {"job_live": not live.get("namespace_inits"),
+                      "gpu_idle": not gpu.get("error") and bool(gpu.get("others")) and set(gpu.get("others")) <= left_pids}
     healthy = (bool(record.get("running_job")) and live.get("state") == "running" and not live.get("slow")
-               and not live.get("error") and failed in ([], ["job_live"]))
+               and not live.get("error") and all(only_leftovers.get(name, False) for name in failed))
     if record.get("ready"):
         left = "ready"
     elif config_errors:

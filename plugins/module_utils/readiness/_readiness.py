@@ -270,7 +270,10 @@ def check_gpu(gpu, job, allow_running_job, live=None):
                 text += ", no process holds it (memory not released yet?)"
             parts.append(text)
         summary = "; ".join(parts)
-    return {"name": "gpu_idle", "severity": "fail", "ok": bool(ok), "error": error, "summary": summary}
+    out = {"name": "gpu_idle", "severity": "fail", "ok": bool(ok), "error": error, "summary": summary}
+    if foreign and not ok:
+        out["others"] = sorted(set(h["pid"] for h in foreign))  # holders that are not the job's, for the repair
+    return out
 
 
 def check_venv(cuda):

@@ -373,7 +373,7 @@ def normalize_host(index, raw):
         "ready": where.bool("ready", raw.get("ready")),
         "running_job": where.bool("running_job", raw.get("running_job")),
         "remediated": where.bool("remediated", raw.get("remediated")),
-        "error": where.str("error", raw.get("error"), nullable=True),
+        "error": where.text("error", raw.get("error")) or None,  # a reason: free text, as long as it is
         "checks": [],
         "gpus": [],
         "contaminants": [],

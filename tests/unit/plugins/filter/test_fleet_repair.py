@@ -213,6 +213,10 @@ VENV_DIRTY = dict(CHECK_OK, name="venv_clean", ok=False, summary="1 package(s) b
     ([GPU_OWN, RUNNING], False, "running its job, healthy", []),
     # Beside it, a worker whose job is gone: stopped by PID and start time, the job left running.
     ([GPU_OWN, dict(RUNNING, ok=False, leftovers=[LEFTOVER])], False, "running its job, healthy", [LEFTOVER]),
+    # ... which also holds GPU memory beside the job's: the same (gpu_idle's other holder is it).
+    ([dict(GPU_HELD, others=[9]), dict(RUNNING, ok=False, leftovers=[LEFTOVER])], False, "running its job, healthy", [LEFTOVER]),
+    # A holder beside it that is no leftover (another user's): repaired.
+    ([dict(GPU_HELD, others=[9, 99]), dict(RUNNING, ok=False, leftovers=[LEFTOVER])], True, None, [LEFTOVER]),
     # Running below its floor (the seed's 64%), stalled, or on an environment that fails a check: repaired.
     ([GPU_OWN, dict(RUNNING, ok=False, slow=True)], True, None, []),
     ([GPU_OWN, dict(STALLED, leftovers=[LEFTOVER])], True, None, [LEFTOVER]),

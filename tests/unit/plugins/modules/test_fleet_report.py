@@ -683,3 +683,19 @@ def test_html_gpu_health_says_each_finding_and_what_to_do(run_action, tmp_path):
             '<span class="act">→ upgrade the node&#39;s driver, then reboot</span></li>') in card
     assert '<li class="na"><span class="k">GPU0: power cap reached</span>' in card
     assert card.index('class="fail"><span class="k">driver') < card.index('class="na"')
+
+
+def test_a_long_reason_is_reported_as_it_is():
+    """A container whose read failed for a long reason (the node read's "2 containers with vmid 200
+    run on this node (init PIDs ...)" runs past 256 characters) is shown with that reason, not with
+    a complaint about its length."""
+    from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema import normalize_hosts
+
+    why = ("container 200 is not running (2 containers with vmid 200 run on this node (init PIDs 4100, 5100): not read "
+           "from the node, whose processes are whose cannot be told apart; a Proxmox VE node runs one container of each "
+           "vmid) - start it (pct start 200), or take it out of the run")
+    assert len(why) > 256
+    [host], warnings = normalize_hosts([{"host": "train-200", "node": "pve1", "vmid": 200, "ready": False, "running_job": False,
+                                         "remediated": False, "checks": [], "gpus": [], "contaminants": [], "caches": [],
+                                         "error": why}])
+    assert host["error"] == why and warnings == []
