@@ -78,6 +78,14 @@ def test_lock_waits_for_release(run_module, tmp_path):
     assert result["owner"] == "run-b" and 0.9 < time.monotonic() - start < 10
 
 
+def test_lock_refuses_a_negative_wait(run_module, tmp_path):
+    """A negative timeout waited not at all, without a word; it is refused, nothing taken."""
+    path = tmp_path / "lock"
+    result = run_module(host_lock.main, {"path": str(path), "owner": "x", "timeout": -5})
+    assert result["failed"] and result["msg"] == "timeout must be at least 0 (got -5)"
+    assert not path.exists()
+
+
 def test_lock_bad_directory(run_module, tmp_path):
     result = run_module(host_lock.main, {"path": str(tmp_path / "nope" / "lock"), "owner": "x"})
     assert result["failed"] and "does not exist" in result["msg"]
