@@ -16,43 +16,9 @@ from collections.abc import Mapping
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._node_read import node_read
+
 ARGUMENT_SPEC = dict(read=dict(type="dict"))
-
-# What the verify role registers its node read as, on the host that ran it.
-READ_FACT = "verify__node_read"
-JOB_FACT = "verify__node_job"
-
-
-def _ran(read):
-    return isinstance(read, Mapping) and bool(read) and not read.get("skipped")
-
-
-def node_read(task_vars):
-    """(the node read that read this host in this run, who ran it), ({}, None) when none did: the
-    host's own (a node read by node, or the container that read for its node), else that of the
-    first host of the batch reading for the same node (the group verify__node_job names), else its
-    pve_node's when that node read it (read by node: the node keeps its record in verify_results)."""
-    host = task_vars.get("inventory_hostname")
-    own = task_vars.get(READ_FACT)
-    if _ran(own):
-        return own, host
-    hostvars = task_vars.get("hostvars") or {}
-    job = task_vars.get(JOB_FACT)
-    group = job.get("group") if isinstance(job, Mapping) else None
-    members = set((task_vars.get("groups") or {}).get(group) or ()) if group else set()
-    for peer in task_vars.get("ansible_play_batch") or ():
-        if peer != host and peer in members and peer in hostvars:
-            read = hostvars[peer].get(READ_FACT)
-            if _ran(read):
-                return read, peer
-    node = task_vars.get("pve_node")
-    if node and node in hostvars:
-        kept = hostvars[node].get("verify_results")
-        if isinstance(kept, Mapping) and host in kept:
-            read = hostvars[node].get(READ_FACT)
-            if _ran(read):
-                return read, node
-    return {}, None
 
 
 class ActionModule(ActionBase):
@@ -65,12 +31,13 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         _validation, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        read, by = (p["read"], None) if p["read"] is not None else node_read(task_vars)
+        host = task_vars.get("inventory_hostname")
+        read, by = (p["read"], None) if p["read"] is not None else node_read(
+            host, task_vars, task_vars.get("hostvars") or {}, task_vars.get("ansible_play_batch"), task_vars.get("groups"))
         result["changed"] = False
         if not read.get("unreachable"):
             result["msg"] = "read through its node" if read else "no node read of this host in this run"
             return result
-        host = task_vars.get("inventory_hostname")
         said = read.get("msg") or "no message"
         kept = task_vars.get("verify_results")
         if by == host and isinstance(kept, Mapping):

@@ -276,3 +276,37 @@ def test_preflight_counts_an_unreachable_node_and_its_containers_unreachable(fle
                    for line in lines), lines
     assert "pve1 could not be reached to read its containers (train-100, train-101): " in flat(out), out
     assert "NEVER ATTEMPTED" not in out, out  # every container was read, by its node
+
+
+def test_hygiene_reports_an_unreachable_node_s_containers_then_counts_them_unreachable(fleet, pve1_down, tmp_path):
+    """Read by node: the report is written with every container's row (pve1's not read), and the
+    last play counts pve1 and its containers unreachable. Report only: this fleet's venvs hold no
+    torch, which no repair fixes."""
+    report = tmp_path / "report"
+    rc, out = run(fleet, "ansible-playbook", HYGIENE, "-e", "gpufleet_report_dir=%s" % report,
+                  "-e", "gpufleet_hygiene_remediate=false", *QUICK)
+    assert rc == 4, out
+    with open(report / "report.json") as f:
+        hosts = {h["host"]: h for h in json.load(f)["hosts"]}
+    assert set(hosts) == set(fleet["cts"]), hosts.keys()
+    for host in ("train-100", "train-101"):
+        assert not hosts[host]["ready"] and "reading through node pve1 could not be reached" in hosts[host]["error"], hosts[host]
+    rows = recap(out)
+    for host in ("pve1", "train-100", "train-101"):
+        assert rows[host]["unreachable"] == 1 and rows[host]["failed"] == 0, rows
+    assert rows["pve2"]["unreachable"] == 0, rows
+
+
+def test_hygiene_repairs_nothing_on_containers_whose_node_is_down(fleet, pve1_down, tmp_path):
+    """Read by container, repairs on: pve1's containers are not tried (no lock taken, nothing run
+    through the node that is down), their rows are in the report, and they end unreachable."""
+    report = tmp_path / "report"
+    rc, out = run(fleet, "ansible-playbook", HYGIENE, "--limit", "train-100,train-101,localhost",
+                  "-e", "gpufleet_read_by=container", "-e", "gpufleet_report_dir=%s" % report, *QUICK)
+    assert rc == 4, out
+    assert "TASK [gpufleet.hygiene.repair" not in out, out
+    with open(report / "report.json") as f:
+        assert sorted(h["host"] for h in json.load(f)["hosts"]) == ["train-100", "train-101"]
+    rows = recap(out)
+    for host in ("train-100", "train-101"):
+        assert rows[host]["unreachable"] == 1 and rows[host]["failed"] == 0, rows

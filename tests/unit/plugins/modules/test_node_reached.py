@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from ansible.errors import AnsibleFilterError
 from ansible.parsing.dataloader import DataLoader
 from ansible.playbook.play_context import PlayContext
 from ansible.playbook.task import Task
@@ -185,3 +186,35 @@ def test_the_callback_is_silent_without_a_plan(capsys):
     cb.v2_playbook_on_play_start(_Play(_Variables(None)))  # a run that stopped in the plan itself
     cb.v2_playbook_on_stats(Stats(failures=["localhost"]))
     assert capsys.readouterr().out == ""
+
+
+# ------------------------------------------------------------------ which hosts a playbook marks
+
+_fleet = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.fleet")
+
+
+def test_read_by_node_an_unreachable_node_and_its_containers():
+    plan = {"by": "node", "containers": ["train-100", "train-200", "train-201"],
+            "by_node": {"pve1": ["train-100"], "pve2": ["train-200", "train-201"]}}
+    hostvars = {"pve1": {"verify__node_read": UP}, "pve2": {"verify__node_read": DOWN}}
+    assert _fleet.fleet_unreached(plan, hostvars) == ["pve2", "train-200", "train-201"]
+    hostvars["pve2"]["verify__node_read"] = UP
+    assert _fleet.fleet_unreached(plan, hostvars) == []
+
+
+def test_read_by_container_every_container_of_the_unreachable_reader_s_node():
+    plan = {"by": "container", "containers": ["train-100", "train-200", "train-201"], "by_node": {}}
+    hostvars = {"train-100": {"verify__node_read": UP, "verify__node_job": {"group": "g1"}},
+                "train-200": {"verify__node_read": DOWN, "verify__node_job": {"group": "g2"}},
+                "train-201": {"verify__node_read": SKIPPED, "verify__node_job": {"group": "g2"}}}
+    assert _fleet.fleet_unreached(plan, hostvars) == ["train-200", "train-201"]
+    hostvars["train-200"]["verify__node_read"] = UP
+    assert _fleet.fleet_unreached(plan, hostvars) == []
+    # A container that was not read at all (a refused read) belongs to no group.
+    hostvars["train-201"] = {}
+    assert _fleet.fleet_unreached(plan, hostvars) == []
+
+
+def test_fleet_unreached_wants_the_plan():
+    with pytest.raises(AnsibleFilterError, match="expects the fleet plan"):
+        _fleet.fleet_unreached(["train-100"], {})
