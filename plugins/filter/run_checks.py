@@ -186,7 +186,8 @@ def variables():
     rows += [Variable(o.inventory, _readiness_check(o), role=o.role) for o in _options.role_options() if o.inventory]
     rows += [Variable("gpufleet_lock_timeout", _lock_wait, role="repair_lock_timeout")]
     rows += [Variable(name, _typed("bool")) for name in
-             ("gpufleet_allow_running_job", "gpufleet_repair_stalled", "gpufleet_hygiene_remediate", "gpufleet_pve_tags")]
+             ("gpufleet_allow_running_job", "gpufleet_repair_stalled", "gpufleet_hygiene_remediate", "gpufleet_pve_tags",
+              "gpufleet_allow_empty_selection")]
     return rows
 
 

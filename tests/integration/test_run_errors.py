@@ -114,6 +114,13 @@ def test_a_mistyped_pattern_fails_naming_the_pattern_sources_and_groups(fleet, p
     assert list(recap(out)) == ["localhost"], out  # nothing read, nothing changed
 
 
+def test_an_empty_selection_passes_when_allowed_as_a_slice_s_may(fleet):
+    rc, out = run(fleet, "ansible-playbook", PREFLIGHT, "-e", "gpufleet_hosts=pve_contianers",
+                  "-e", "gpufleet_allow_empty_selection=true")
+    assert rc == 0, out
+    assert "0 of 0 ready" in out and "nothing to do" not in out, out
+
+
 def test_a_limit_that_leaves_out_every_container_and_localhost_fails_too(fleet):
     """--limit without localhost skips the fleet plan's play: its checks run in the next play, once."""
     rc, out = run(fleet, "ansible-playbook", PREFLIGHT, "--limit", "pve1")

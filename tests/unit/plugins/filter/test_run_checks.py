@@ -74,6 +74,7 @@ def test_an_inventory_value_names_the_hosts_that_have_it():
     ({"gpufleet_max_fail_percentage": "150"}, "gpufleet_max_fail_percentage=150 must be a percentage from 0 to 100"),
     ({"gpufleet_max_fail_percentage": "-1"}, "gpufleet_max_fail_percentage=-1 must be a percentage from 0 to 100"),
     ({"gpufleet_allow_running_job": "ture"}, "gpufleet_allow_running_job=ture must be true or false"),
+    ({"gpufleet_allow_empty_selection": "sure"}, "gpufleet_allow_empty_selection=sure must be true or false"),
     ({"gpufleet_require_gpu": "maybe"}, "gpufleet_require_gpu=maybe must be true or false"),
     ({"gpufleet_job": "train.py"}, "gpufleet_job=train.py must be a mapping"),
     ({"gpufleet_job": {"baseline_tokens_per_s": "fast"}}, "gpufleet_job.baseline_tokens_per_s=fast must be a number"),
