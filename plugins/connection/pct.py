@@ -749,7 +749,9 @@ class Connection(ConnectionBase):
         method, pct_path = self.get_option("method"), self.get_option("pct_path")
         kind = _pct.enter_failure(self._vmid, rc, stdout, err, method, pct_path) if in_container else None
         if kind == _pct.ATTACH_REFUSED:
-            kind = self._attach_refused()
+            kind, said = self._attach_refused()
+            if kind == _pct.NO_CONTAINER:
+                err = said  # pct's words name the Proxmox VE node
         fix = ""
         if not kind:
             # Named as the inventory names it (plugin_utils/_ssh.py), with the same fix.
@@ -793,10 +795,10 @@ class Connection(ConnectionBase):
 
     def _attach_refused(self):
         """lxc-attach says the same for a stopped and a missing container; ask pct which it is."""
-        status, kind, _rc, _text = self._status(self.get_option("command_timeout") or None)
+        status, kind, _rc, text = self._status(self.get_option("command_timeout") or None)
         if status == "stopped":
-            return _pct.NOT_RUNNING
-        return kind if kind == _pct.NO_CONTAINER else _pct.ATTACH_FAILED
+            return _pct.NOT_RUNNING, text
+        return (kind if kind == _pct.NO_CONTAINER else _pct.ATTACH_FAILED), text
 
     # ------------------------------------------------------------------ files
 

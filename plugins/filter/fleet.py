@@ -19,6 +19,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.hygiene.plugins.filter.verify import verify_verdict
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _record
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils import _node_read
 
 PCT = "gpufleet.hygiene.pct"
 READ_BY = ("auto", "node", "container")
@@ -107,6 +108,33 @@ def fleet_summary(records):
     return lines
 
 
+def fleet_unreached(plan, hostvars):
+    """The hosts of a run (its fleet plan, read) whose node the read could not reach, for
+    node_reached to count unreachable: read by node, each such node and its containers; read by
+    container, each container whose node's read (its own, or its node's reader's) was unreachable.
+    [] in a run where every node answered: no task for anyone."""
+    if not isinstance(plan, Mapping) or "containers" not in plan:
+        raise AnsibleFilterError("fleet_unreached: expects the fleet plan (gpufleet_plan)")
+    out = []
+    if plan.get("by") == "node":
+        for node, containers in (plan.get("by_node") or {}).items():
+            if node in hostvars and _node_read.unreachable(hostvars[node].get(_node_read.READ_FACT)):
+                out += [node] + list(containers)
+        return out
+    seen = {}  # container: (its read, its group)
+    down = set()
+    for name in plan["containers"]:
+        if name not in hostvars:
+            continue
+        hv = hostvars[name]
+        read, group = hv.get(_node_read.READ_FACT), _node_read.group_of(hv)
+        seen[name] = group
+        if _node_read.unreachable(read):
+            down.add(group)
+    return [name for name, group in seen.items() if group is not None and group in down]
+
+
 class FilterModule(object):
     def filters(self):
-        return {"fleet_read_plan": fleet_read_plan, "fleet_records": fleet_records, "fleet_summary": fleet_summary}
+        return {"fleet_read_plan": fleet_read_plan, "fleet_records": fleet_records, "fleet_summary": fleet_summary,
+                "fleet_unreached": fleet_unreached}

@@ -49,7 +49,7 @@ options:
     type: int
     default: 3600
   timeout:
-    description: Seconds to wait for another owner to give the lock back before failing.
+    description: Seconds to wait for another owner to give the lock back before failing (0 or more).
     type: int
     default: 0
   force:
@@ -95,7 +95,7 @@ waited_for:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._hostlock import acquire, read_lock, release
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._hostlock import acquire, bad_wait, read_lock, release
 
 
 def main():
@@ -111,6 +111,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    problem = bad_wait(p["timeout"])
+    if problem:
+        module.fail_json(msg=problem)
     try:
         if p["state"] == "present":
             before = read_lock(p["path"])

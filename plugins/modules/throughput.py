@@ -46,6 +46,8 @@ options:
     description:
       - Readings to skip at the start of the log (warm-up, compilation); with O(since), the first
         readings of the launched run.
+      - Skipped from the readings read (O(max_bytes)) - fewer than O(skip) + O(samples) readings
+        there when the wait ends fail the gate with their count; no warm-up reading is judged.
     type: int
     default: 0
   wait:

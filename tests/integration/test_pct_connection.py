@@ -173,8 +173,8 @@ def bad_inventory(fleet, tmp_path_factory):
 DISTINCT_FAILURES = [
     ("train-101", "UNREACHABLE", r"container 101 on node root@127\.0\.1\.1:%d is not running \(stopped\)" % PORT),
     ("stopped-attach", "UNREACHABLE", r"container 101 on node root@127\.0\.1\.1:%d is not running \(stopped\)" % PORT),
-    ("ghost-999", "UNREACHABLE", r"container 999 does not exist on node root@127\.0\.1\.1:%d" % PORT),
-    ("ghost-999-attach", "UNREACHABLE", r"container 999 does not exist on node root@127\.0\.1\.1:%d" % PORT),
+    ("ghost-999", "UNREACHABLE", r"container 999 does not exist on node pve1 \(root@127\.0\.1\.1:%d\): check the vmid" % PORT),
+    ("ghost-999-attach", "UNREACHABLE", r"container 999 does not exist on node pve1 \(root@127\.0\.1\.1:%d\): check the vmid" % PORT),
     ("node-down", "UNREACHABLE", r"node root@127\.0\.1\.250:2222 is unreachable: .*Connection refused"),
     ("bad-key", "UNREACHABLE", r"SSH authentication to node root@127\.0\.1\.1:%d failed: .*Permission denied" % PORT),
     ("wrong-hostkey", "UNREACHABLE", r"host key of node root@127\.0\.1\.1:%d is unknown or does not match" % PORT),

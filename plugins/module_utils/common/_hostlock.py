@@ -20,11 +20,16 @@ import os
 import tempfile
 import time
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, out_of_range
 
 
 class LockError(GpufleetError):
     """The lock cannot be read, taken or given back: the message says what."""
+
+
+def bad_wait(timeout):
+    """What is wrong with the seconds to wait for another run's lock (host_lock's timeout), or None."""
+    return out_of_range("timeout", timeout, least=0)
 
 
 def read_lock(path):

@@ -86,6 +86,7 @@ class Gate:
         self.log, self.samples, self.skip, self.wait, self.max_bytes = log, samples, skip, wait, max_bytes
         self.baseline, self.min_fraction, self.since = baseline, min_fraction, since
         self.read_from = None
+        self.cut = False
         self.floor = max(min_value or 0.0, (baseline or 0.0) * min_fraction)
 
     def _read(self):
@@ -96,10 +97,10 @@ class Gate:
                 return []  # not written yet: waited for
             raise GpufleetError("cannot read log %s: %s; point log at the job's own regular file" % (self.log, exc.problem),
                                 partial=dict(floor=self.floor, passed=False)) from None
-        values = readings(text, self.regex)
-        if cut:  # the start of the log is not in view: the warm-up readings are not either
-            values = [None] * self.skip + values
-        return values
+        # A cut view says nothing of how many readings came before it: the warm-up is skipped from
+        # what is in view, never assumed out of it (so warm-up readings are never judged).
+        self.cut = cut
+        return readings(text, self.regex)
 
     def run(self, sleep=time.sleep, clock=time.monotonic):
         """The result (readings, median, floor, passed, waited); GpufleetError with it when the gate fails."""
@@ -111,11 +112,14 @@ class Gate:
             sleep(1.0)
         waited = round(clock() - start, 2)
         extra = {"read_from": self.read_from} if self.since is not None else {}
-        window = [v for v in values[self.skip:] if v is not None][-self.samples:]
+        window = values[self.skip:][-self.samples:]
         if len(window) < self.samples:
             raise GpufleetError(
                 "%s holds %d throughput readings after skipping %d, %d needed, after waiting %ss: is the job "
-                "running and logging, and does pattern match its lines?" % (self.log, len(window), self.skip, self.samples, waited),
+                "running and logging, and does pattern match its lines?%s" % (
+                    self.log, len(window), self.skip, self.samples, waited,
+                    " Only its last %d bytes were read (max_bytes): raise it when the job logs much between readings."
+                    % self.max_bytes if self.cut else ""),
                 partial=dict(readings=window, floor=self.floor, passed=False, waited=waited, **extra))
         median = statistics.median(window)
         result = dict(readings=window, median=median, floor=self.floor, passed=median >= self.floor, waited=waited, **extra)

@@ -201,7 +201,7 @@ def read_node(module, containers, max_parallel, timeout, as_brief=False, gpus=No
     failed ones and the seconds taken. A container without a vmid is read with the module's
     run_command and get_bin_path."""
     started = time.monotonic()
-    results, jobs, local, validated, node_jobs, lxc_paths = {}, [], [], {}, [], {}
+    results, jobs, local, validated, node_jobs, lxc_paths, pct_paths = {}, [], [], {}, [], {}, {}
     blobs = None
     for entry in containers:
         options, problem = container_args(entry)
@@ -216,6 +216,7 @@ def read_node(module, containers, max_parallel, timeout, as_brief=False, gpus=No
         elif read_from == "node":
             node_jobs.append((entry["host"], options, vmid))
             lxc_paths[vmid] = entry["lxc_path"]
+            pct_paths[vmid] = entry["pct_path"]
         else:
             if blobs is None:
                 blobs = _bootstrap.module_blobs(_bootstrap.module_sources(_bootstrap.loaded_source))
@@ -227,7 +228,8 @@ def read_node(module, containers, max_parallel, timeout, as_brief=False, gpus=No
     if jobs:
         results.update(read_containers(jobs, max_parallel or os.cpu_count() or 1, timeout))
     if node_jobs:
-        results.update(read_from_node(module, node_jobs, max_parallel, gpus, nvidia_smi, command_timeout, lxc_paths, health=health))
+        results.update(read_from_node(module, node_jobs, max_parallel, gpus, nvidia_smi, command_timeout, lxc_paths, health=health,
+                                      pct_paths=pct_paths))
     for host, options in local:
         results[host] = read(options, module.run_command, module.get_bin_path, module.check_mode)
     for entry in containers:
@@ -294,6 +296,46 @@ def not_running(vmid, why):
             "msg": _pct.message(_pct.NOT_RUNNING, vmid=vmid) + " (%s)" % why}
 
 
+def no_container(vmid, pct_said):
+    """A container this node does not have: not read, and no start would help."""
+    return {"changed": False, "failed": True, "rc": None, "not_read": True,
+            "msg": _pct.message(_pct.NO_CONTAINER, vmid=vmid, detail=pct_said)}
+
+
+# Where a Proxmox VE node keeps its own containers' configs (pmxcfs: /etc/pve/nodes/<node>/lxc).
+PVE_LXC_DIR = "/etc/pve/lxc"
+
+
+def on_this_node(vmid, pct_path, timeout):
+    """Whether this node has container vmid, which runs no process: (True, "") for a stopped one
+    (its config is in PVE_LXC_DIR, or ``pct status`` answers a status), (False, pct's words) when
+    pct says its config does not exist, (None, why) when it cannot be told (no pct here)."""
+    if os.path.exists(os.path.join(PVE_LXC_DIR, "%d.conf" % vmid)):
+        return True, ""
+    try:
+        proc = subprocess.run(_pct.status_argv(vmid, pct_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return None, "%s status %d did not answer within %s s" % (pct_path, vmid, timeout)
+    except OSError as exc:
+        return None, "%s cannot be run here: %s" % (pct_path, exc.strerror or exc)
+    out = proc.stdout.decode("utf-8", "replace")
+    err = proc.stderr.decode("utf-8", "replace")
+    if _pct.enter_failure(vmid, proc.returncode, out, err, "pct", pct_path) == _pct.NO_CONTAINER:
+        return False, err
+    return (True, "") if _pct.parse_status(out) else (None, (err or out).strip())
+
+
+def not_read(vmid, why, pct_path="pct", timeout=15):
+    """The result of a container open_views() has no view of: not running, or, with no process
+    at all, not on this node when its node says so."""
+    if isinstance(why, _view.NoProcess):
+        exists, said = on_this_node(vmid, pct_path, timeout)
+        if exists is False:
+            return no_container(vmid, said)
+    return not_running(vmid, why)
+
+
 # What a container's read may take beyond its own read_timeout before it is left behind: the
 # checks are judged after the reads, in memory.
 VIEW_GRACE = 5.0
@@ -329,11 +371,12 @@ def read_in_view(view, options, check_mode, gpus, health):
     return result
 
 
-def read_from_node(module, jobs, max_parallel, gpus, nvidia_smi, timeout, lxc_paths=None, health=None):
+def read_from_node(module, jobs, max_parallel, gpus, nvidia_smi, timeout, lxc_paths=None, health=None, pct_paths=None):
     """{host: result} of the jobs ``(host, options, vmid)``, every container read in this process
     through its view; one scan of the node's /proc finds them all (``lxc_paths``: {vmid: the
-    container's LXC path}, where one is given). ``health``: the node's GPU health (node_health),
-    read here when a container asks for it and it was not given."""
+    container's LXC path}, where one is given; ``pct_paths``: {vmid: pct on this node}, asked
+    whether a container without a process exists). ``health``: the node's GPU health
+    (node_health), read here when a container asks for it and it was not given."""
     views, missing = _view.open_views(set(vmid for _host, _options, vmid in jobs), lxc_paths=lxc_paths)
     if health is None and any(options.get("gpu_health") for _host, options, _vmid in jobs):
         health = node_health(nvidia_smi or module.get_bin_path("nvidia-smi"), timeout)
@@ -341,7 +384,7 @@ def read_from_node(module, jobs, max_parallel, gpus, nvidia_smi, timeout, lxc_pa
     def one(job):
         host, options, vmid = job
         if vmid in missing:
-            return host, not_running(vmid, missing[vmid])
+            return host, not_read(vmid, missing[vmid], (pct_paths or {}).get(vmid) or "pct", timeout)
         return host, read_in_view(views[vmid], options, module.check_mode, gpus, health)
 
     try:

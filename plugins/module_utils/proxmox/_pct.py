@@ -265,7 +265,9 @@ _SSH = (
 
 _MESSAGES = {
     NOT_RUNNING: "container {vmid}{on} is not running (stopped); start it (pct start {vmid}) and run again, or leave it out of the run (--limit)",
-    NO_CONTAINER: "container {vmid} does not exist on {node}",
+    NO_CONTAINER: ("container {vmid} does not exist on {node}: check the vmid (ansible_pct_vmid) and the node (pve_node, "
+                   "ansible_pct_node_host) the inventory gives it; pct list on that node lists its containers, and a "
+                   "container migrated to another node is listed there"),
     NO_TOOL: "{tool} not found on {node} (is it a Proxmox VE node?)",
     ATTACH_FAILED: "lxc-attach to container {vmid} on {node} failed: {detail}",
     HOST_KEY: "host key of {node} is unknown or does not match (host key checking is on): {detail}",
@@ -285,9 +287,24 @@ REASONS = {HOST_KEY: "host key does not match", AUTH: "SSH authentication failed
 
 def message(kind, vmid=None, node=None, tool=None, rc=None, detail=""):
     """The one wording of a failure kind. node: "node user@host:port"; None where the message is
-    read on the node itself ("this node")."""
-    return _MESSAGES[kind].format(vmid=vmid, on=" on %s" % node if node else "", node=node or "this node", tool=tool, rc=rc,
-                                  detail=detail.strip() or "no output")
+    read on the node itself ("this node"). A container that does not exist is placed on the
+    Proxmox VE node pct's own words name (``detail``), where they name one."""
+    where = node or "this node"
+    if kind == NO_CONTAINER and pve_node_named(detail):
+        where = "node %s" % pve_node_named(detail) + (" (%s)" % node.replace("node ", "", 1) if node else "")
+    return _MESSAGES[kind].format(vmid=vmid, on=" on %s" % node if node else "", node=where, tool=tool, rc=rc,
+                                  detail=(detail or "").strip() or "no output")
+
+
+# pct's words for a vmid its node has no config of; the path names the node (pmxcfs's nodes/<node>/lxc).
+_NO_CONFIG = re.compile(r"Configuration file 'nodes/([^/']+)/lxc/([0-9]+)\.conf' does not exist")
+
+
+def pve_node_named(text):
+    """The Proxmox VE node that pct's "Configuration file 'nodes/<node>/lxc/<vmid>.conf' does not
+    exist" names, or None."""
+    m = _NO_CONFIG.search(text or "")
+    return m.group(1) if m else None
 
 
 def _lines(stderr):

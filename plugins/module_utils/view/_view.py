@@ -301,9 +301,17 @@ def current():
 # --------------------------------------------------------------------------- finding the views
 
 
+class NoProcess(str):
+    """Why open_views() has no view of a container that has no process at all in the node's
+    /proc: it is stopped, or the node has no such container (proxmox/_node tells which)."""
+
+    __slots__ = ()
+
+
 def open_views(vmids, proc="/proc", lxc_paths=None):
     """``({vmid: ContainerView}, {vmid: why not})`` for the containers ``vmids`` of this node,
-    from one scan of the node's /proc. A container without an init in /proc is not running.
+    from one scan of the node's /proc. A container without an init in /proc is not running; one
+    without any process there (stopped, or not on this node) has a NoProcess reason.
     ``lxc_paths`` ({vmid: LXC path}) tells a container apart from one of the same name run from
     another LXC path on the host (by its monitor, ``[lxc monitor] <path> <name>``, the parent of
     the container's init: LXC picks the monitor's cgroup and the container's apart, each the
@@ -401,7 +409,9 @@ def open_views(vmids, proc="/proc", lxc_paths=None):
         if 1 not in procs:
             for _pid, fd, _cg in procs.values():
                 os.close(fd)
-            missing[vmid] = "no init process of container %d in the node's /proc" % vmid
+            why = "no init process of container %d in the node's /proc" % vmid
+            # Not one process: stopped, or no such container here; only the node's PVE config tells which.
+            missing[vmid] = NoProcess(why) if not procs else why
             continue
         init, init_fd, cgroup = procs[1]
         try:

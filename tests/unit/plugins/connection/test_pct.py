@@ -385,7 +385,8 @@ def test_lxc_attach_method(popen, tmp_path):
     (255, b"root@pve1.example.com: Permission denied (publickey).\r\n", "SSH authentication to node root@pve1.example.com:22 failed"),
     (255, b"Host key verification failed.\r\n", "host key of node .* does not match"),
     (255, b"container '101' not running!\n", "container 101 on node .* is not running"),
-    (255, b"Configuration file 'nodes/pve1/lxc/101.conf' does not exist\n", "container 101 does not exist on node"),
+    (255, b"Configuration file 'nodes/pve1/lxc/101.conf' does not exist\n",
+     r"container 101 does not exist on node pve1 \(root@pve1\.example\.com:22\): check the vmid \(ansible_pct_vmid\)"),
     (127, b"bash: line 1: pct: command not found\n", "pct not found on node"),
     (127, b"sh: 1: pct: not found\n", "pct not found on node"),
 ])
@@ -509,7 +510,8 @@ def test_silent_failure_of_the_command_itself(monkeypatch, tmp_path, rc):
 
 @pytest.mark.parametrize("status, match", [
     ((0, b"status: stopped\n", b""), r"container 101 on node root@pve1\.example\.com:22 is not running \(stopped\)"),
-    ((255, b"", b"Configuration file 'nodes/pve1/lxc/101.conf' does not exist\n"), r"container 101 does not exist on node"),
+    ((255, b"", b"Configuration file 'nodes/pve1/lxc/101.conf' does not exist\n"),
+     r"container 101 does not exist on node pve1 \(root@pve1\.example\.com:22\): check the vmid"),
     ((0, b"status: running\n", b""), r"lxc-attach to container 101 on node .* failed: lxc-attach: 101: Failed to get init pid"),
 ])
 def test_lxc_attach_refusal_is_told_apart_by_pct_status(monkeypatch, tmp_path, status, match):

@@ -78,6 +78,14 @@ def test_lock_waits_for_release(run_module, tmp_path):
     assert result["owner"] == "run-b" and 0.9 < time.monotonic() - start < 10
 
 
+def test_lock_refuses_a_negative_wait(run_module, tmp_path):
+    """A negative timeout waited not at all, without a word; it is refused, nothing taken."""
+    path = tmp_path / "lock"
+    result = run_module(host_lock.main, {"path": str(path), "owner": "x", "timeout": -5})
+    assert result["failed"] and result["msg"] == "timeout must be at least 0 (got -5)"
+    assert not path.exists()
+
+
 def test_lock_bad_directory(run_module, tmp_path):
     result = run_module(host_lock.main, {"path": str(tmp_path / "nope" / "lock"), "owner": "x"})
     assert result["failed"] and "does not exist" in result["msg"]
@@ -141,15 +149,38 @@ def test_throughput_unreadable_log_fails_with_the_floor(run_module, tmp_path):
     assert result["floor"] == 100.0 and result["passed"] is False
 
 
-def test_gate_on_a_cut_log_counts_the_warm_up_as_out_of_view(tmp_path):
-    """Only the end of the log is read: its first readings (the warm-up) are not in the window."""
+def test_gate_on_a_cut_log_skips_the_warm_up_from_what_is_in_view(tmp_path):
+    """Only the end of the log is read: the warm-up is skipped from the readings in view, so a view
+    of skip + samples readings is judged on its last ones, and a shorter one fails with the count."""
     log = tmp_path / "train.log"
     log.write_text(LOG)
-    tail = "".join(LOG.splitlines(keepends=True)[-3:])
+    tail = "".join(LOG.splitlines(keepends=True)[-5:])
     assert read_tail(str(log), len(tail)) == (tail, True, None)
     assert read_tail(str(log), 1 << 20) == (LOG, False, None)
     result = Gate(str(log), samples=3, skip=2, max_bytes=len(tail)).run()
-    assert result["readings"] == [19900.0, 20400.0, 20000.0]  # skip 2 counted against what was cut
+    assert result["readings"] == [19900.0, 20400.0, 20000.0]
+    shorter = len("".join(LOG.splitlines(keepends=True)[-4:]))
+    with pytest.raises(GpufleetError) as exc:
+        Gate(str(log), samples=3, skip=2, max_bytes=shorter).run()
+    assert "holds 2 throughput readings after skipping 2, 3 needed" in exc.value.msg
+    assert "Only its last %d bytes were read (max_bytes)" % shorter in exc.value.msg
+
+
+def test_throughput_fails_with_the_count_when_the_warm_up_is_all_that_came(run_module, tmp_path):
+    """The relaunched run's part is longer than max_bytes (its compile output) and holds only its
+    warm-up readings when the wait ends: the gate fails with the count, it judges no warm-up reading
+    (it used to count the warm-up as out of view and judge those readings)."""
+    log = tmp_path / "train.log"
+    log.write_text("".join("step %d 20000 tok/s\n" % i for i in range(20)))  # the earlier run's
+    since = {"inode": os.stat(log).st_ino, "offset": os.path.getsize(log)}
+    warm_up = "".join("step %d 5000 tok/s\n" % i for i in range(3))
+    with open(log, "a") as f:
+        f.write("".join("compiling kernel %d\n" % i for i in range(200)) + warm_up)
+    result = run_module(throughput.main, {"log": str(log), "skip": 3, "samples": 2, "wait": 0, "baseline": 20000,
+                                          "max_bytes": 4096, "since": since})
+    assert result["failed"] and result["passed"] is False
+    assert "holds 0 throughput readings after skipping 3, 2 needed" in result["msg"], result["msg"]
+    assert result["readings"] == [] and "median" not in result
 
 
 def test_throughput_since_reads_only_what_was_written_after_it(run_module, tmp_path):
@@ -162,9 +193,9 @@ def test_throughput_since_reads_only_what_was_written_after_it(run_module, tmp_p
     result = run_module(throughput.main, {"log": str(log), "skip": 1, "samples": 5, "baseline": 20000, "since": since})
     assert result["passed"] is True and result["readings"] == [19800.0, 20100.0, 19900.0, 20400.0, 20000.0]
     assert result["read_from"] == dict(since, **{"from": "launch"})
-    tail = len("".join(LOG.splitlines(keepends=True)[-3:]))
+    tail = len("".join(LOG.splitlines(keepends=True)[-5:]))
     cut = Gate(str(log), samples=3, skip=2, max_bytes=tail, since=since).run()
-    assert cut["readings"] == [19900.0, 20400.0, 20000.0]  # a cut view of the new run's part: warm-up out of view
+    assert cut["readings"] == [19900.0, 20400.0, 20000.0]  # a cut view of the new run's part, skipped within
     assert "read_from" not in run_module(throughput.main, {"log": str(log), "samples": 5})
 
 

@@ -22,7 +22,7 @@ ENV = ["/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr
 @pytest.mark.parametrize("rc, stderr, method, start", [
     (255, "container '105' not running!\n", "pct", "container 105 is not running (stopped); start it (pct start 105)"),
     (1, "lxc-attach: 105: Failed to get init pid\n", "lxc-attach", "container 105 is not running (stopped)"),
-    (255, "Configuration file 'nodes/pve1/lxc/105.conf' does not exist\n", "pct", "container 105 does not exist on this node"),
+    (255, "Configuration file 'nodes/pve1/lxc/105.conf' does not exist\n", "pct", "container 105 does not exist on node pve1: check"),
     (127, "", "pct", "no Python at /usr/bin/python3 in container 105 (exit status 127)"),
     (1, "Traceback: boom\n", "pct", "reading container 105 failed (exit status 1): Traceback: boom"),
 ])
@@ -43,22 +43,82 @@ def test_node_enters_each_container_as_the_connection_does(tmp_path):
     assert json.loads(result["msg"].split(": ", 1)[1]) == ["exec", "101", "--", *ENV, "/usr/bin/python3", "-I"]
 
 
-def test_a_container_without_an_init_in_the_nodes_proc_is_reported_as_not_running():
-    class Module:
-        check_mode = False
+class _Quiet:
+    check_mode = False
 
-        def warn(self, msg):
-            raise AssertionError(msg)
+    def warn(self, msg):
+        raise AssertionError(msg)
 
-        def get_bin_path(self, name):
-            return None
+    def get_bin_path(self, name):
+        return None
 
-    entry = {"host": "ct-stopped", "vmid": 999998, "python": "/usr/bin/python3", "method": "pct", "pct_path": "pct",
-             "lxc_path": None, "args": {"venv": "/opt/venv"}}
-    results, summary = _node.read_node(Module(), [entry], 0, 60, read_from="node")
+
+def _fake_pct(tmp_path, answers):
+    """A pct that answers ``pct status <vmid>`` as Proxmox VE's does: {vmid: status, or None for a
+    container the node has no config of}; every call logged."""
+    script = tmp_path / "pct"
+    script.write_text(
+        "#!%s\nimport json, sys\nanswers = %r\n"
+        "open(%r, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "status = answers.get(sys.argv[2])\n"
+        "if status is None:\n"
+        "    sys.stderr.write(\"Configuration file 'nodes/pve1/lxc/%%s.conf' does not exist\\n\" %% sys.argv[2]); sys.exit(255)\n"
+        "print('status: %%s' %% status)\n" % (sys.executable, dict((str(k), v) for k, v in answers.items()), str(tmp_path / "calls")))
+    script.chmod(0o755)
+    return str(script)
+
+
+def _calls(tmp_path):
+    path = tmp_path / "calls"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _entry(host, vmid, pct_path):
+    return {"host": host, "vmid": vmid, "python": "/usr/bin/python3", "method": "pct", "pct_path": pct_path,
+            "lxc_path": None, "args": {"venv": "/opt/venv"}}
+
+
+def test_a_container_without_an_init_in_the_nodes_proc_is_reported_as_not_running(tmp_path, monkeypatch):
+    monkeypatch.setattr(_node, "PVE_LXC_DIR", str(tmp_path / "no-pve"))
+    pct = _fake_pct(tmp_path, {999998: "stopped"})
+    results, summary = _node.read_node(_Quiet(), [_entry("ct-stopped", 999998, pct)], 0, 60, read_from="node")
     assert summary["from"] == "node" and summary["failed"] == 1
-    assert results["ct-stopped"]["failed"] is True
+    assert results["ct-stopped"]["failed"] is True and results["ct-stopped"]["not_read"] is True
     assert results["ct-stopped"]["msg"].startswith("container 999998 is not running (stopped); start it (pct start 999998)")
+    assert _calls(tmp_path) == [["status", "999998"]]
+
+
+def test_a_vmid_the_node_does_not_have_is_named_so_not_told_to_start(tmp_path, monkeypatch):
+    """No process of it in the node's /proc, and pct says the node has no config of it: the node
+    has no such container (pct start would fail just the same)."""
+    monkeypatch.setattr(_node, "PVE_LXC_DIR", str(tmp_path / "no-pve"))
+    pct = _fake_pct(tmp_path, {})
+    results, summary = _node.read_node(_Quiet(), [_entry("ghost", 999997, pct)], 0, 60, read_from="node")
+    assert summary["failed"] == 1 and results["ghost"]["not_read"] is True
+    msg = results["ghost"]["msg"]
+    assert msg.startswith("container 999997 does not exist on node pve1: check the vmid (ansible_pct_vmid) and the node "
+                          "(pve_node, ansible_pct_node_host) the inventory gives it; pct list on that node lists its containers")
+    assert "not running" not in msg and "pct start" not in msg
+
+
+def test_a_stopped_container_s_config_on_the_node_needs_no_pct(tmp_path, monkeypatch):
+    """On a Proxmox VE node a stopped container's config is in /etc/pve/lxc: pct is not asked."""
+    pve = tmp_path / "pve-lxc"
+    pve.mkdir()
+    (pve / "999996.conf").write_text("hostname: stopped\n")
+    monkeypatch.setattr(_node, "PVE_LXC_DIR", str(pve))
+    pct = _fake_pct(tmp_path, {})  # would say "does not exist": never asked
+    results, _summary = _node.read_node(_Quiet(), [_entry("ct", 999996, pct)], 0, 60, read_from="node")
+    assert results["ct"]["msg"].startswith("container 999996 is not running (stopped)")
+    assert _calls(tmp_path) == []
+
+
+def test_without_pct_a_container_with_no_process_is_still_not_running(tmp_path, monkeypatch):
+    """Not a Proxmox VE node (no pct, no /etc/pve): which it is cannot be told, the old wording stays."""
+    monkeypatch.setattr(_node, "PVE_LXC_DIR", str(tmp_path / "no-pve"))
+    results, _summary = _node.read_node(_Quiet(), [_entry("ct", 999995, str(tmp_path / "no-pct"))], 0, 60, read_from="node")
+    assert results["ct"]["msg"].startswith("container 999995 is not running (stopped)")
+    assert _node.on_this_node(999995, str(tmp_path / "no-pct"), 5)[0] is None
 
 
 class _Module:

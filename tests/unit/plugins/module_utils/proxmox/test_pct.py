@@ -322,9 +322,27 @@ def test_messages_on_the_controller_and_on_the_node():
         "container 200 on node root@pve1:22 is not running (stopped); start it (pct start 200) and run again, "
         "or leave it out of the run (--limit)")
     assert _pct.message(_pct.NOT_RUNNING, vmid=200).startswith("container 200 is not running (stopped); start it (pct start 200)")
-    assert _pct.message(_pct.NO_CONTAINER, vmid=200, node=node) == "container 200 does not exist on node root@pve1:22"
-    assert _pct.message(_pct.NO_CONTAINER, vmid=200) == "container 200 does not exist on this node"
+    fix = (": check the vmid (ansible_pct_vmid) and the node (pve_node, ansible_pct_node_host) the inventory gives it; "
+           "pct list on that node lists its containers, and a container migrated to another node is listed there")
+    assert _pct.message(_pct.NO_CONTAINER, vmid=200, node=node) == "container 200 does not exist on node root@pve1:22" + fix
+    assert _pct.message(_pct.NO_CONTAINER, vmid=200) == "container 200 does not exist on this node" + fix
+    # pct's own words name the Proxmox VE node.
+    said = "Configuration file 'nodes/pve1/lxc/200.conf' does not exist\n"
+    assert _pct.message(_pct.NO_CONTAINER, vmid=200, node=node, detail=said) == (
+        "container 200 does not exist on node pve1 (root@pve1:22)" + fix)
+    assert _pct.message(_pct.NO_CONTAINER, vmid=200, detail=said) == "container 200 does not exist on node pve1" + fix
     assert _pct.message(_pct.NO_TOOL, tool="pct", node=node) == "pct not found on node root@pve1:22 (is it a Proxmox VE node?)"
     assert _pct.message(_pct.UNREACHABLE, node=node, detail="Connection refused\n") == "node root@pve1:22 is unreachable: Connection refused"
     assert "exit status 137, no output" in _pct.message(_pct.STOPPED_DURING, vmid=200, node=node, rc=137)
     assert "does not answer now: no output." in _pct.message(_pct.CONNECTION_LOST, vmid=200, node=node)
+
+
+@pytest.mark.parametrize("text, want", [
+    ("Configuration file 'nodes/pve1/lxc/999.conf' does not exist\n", "pve1"),
+    ("Configuration file 'nodes/gpu-node-07.dc1/lxc/105.conf' does not exist", "gpu-node-07.dc1"),
+    ("container '999' not running!\n", None),
+    ("", None),
+    (None, None),
+])
+def test_pve_node_named_by_pct(text, want):
+    assert _pct.pve_node_named(text) == want

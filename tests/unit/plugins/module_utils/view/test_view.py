@@ -365,6 +365,18 @@ def test_two_containers_of_one_vmid_are_read_as_neither_never_mixed(tmp_path):
                             "whose processes are whose cannot be told apart; a Proxmox VE node runs one container of each vmid"}
 
 
+def test_a_container_without_any_process_is_told_from_one_without_its_init(tmp_path):
+    """No process at all of a vmid: stopped or not on this node (NoProcess, for its node to tell);
+    processes but no init: plainly not read."""
+    proc = tmp_path / "proc"
+    _proc_entry(proc, 4105, [4105, 5], 400)
+    views, missing = _view.open_views([400, 401], proc=str(proc))
+    assert views == {}
+    assert missing == {400: "no init process of container 400 in the node's /proc",
+                       401: "no init process of container 401 in the node's /proc"}
+    assert isinstance(missing[401], _view.NoProcess) and not isinstance(missing[400], _view.NoProcess)
+
+
 def test_a_process_in_a_namespace_nested_in_the_container_has_its_container_pid(tmp_path):
     """NSpid lists a PID a level: the container sees a process of a namespace nested in it (a
     user's unshare) under the second, not under the innermost."""
