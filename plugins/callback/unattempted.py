@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: unattempted
 type: aggregate
-short_description: Lists, at the end of a run that stopped early, the containers it never attempted
+short_description: Lists, at the end of a run, the containers it never attempted and the jobs it left down
 version_added: 0.3.0
 author: gpufleet.hygiene maintainers (@gpufleet)
 description:
@@ -17,9 +17,12 @@ description:
     the recap - the containers of the run's fleet plan (C(gpufleet_plan), set by C(playbooks/plan.yml)) that no task
     ran for, neither on the container nor on the node that reads it, with the hosts that stopped the run, and how to
     go on.
-  - It prints nothing when every container of the plan was attempted, or when the run has no fleet plan (another
-    playbook, or a run that failed in the plan itself, before any host was read). It changes no result and no exit
-    status.
+  - It also lists the containers whose repair failed after it stopped their job, when that job is not running now
+    (the repair role records them, C(gpufleet_jobs_down) in the run's custom stats), each with why and the command
+    that starts it again once fixed.
+  - It prints nothing when every container of the plan was attempted and no job was left down, or when the run has no
+    fleet plan (another playbook, or a run that failed in the plan itself, before any host was read). It changes no
+    result and no exit status.
 requirements:
   - enabled in C(ansible.cfg) - C(callbacks_enabled = gpufleet.hygiene.unattempted) - or with
     C(ANSIBLE_CALLBACKS_ENABLED=gpufleet.hygiene.unattempted)
@@ -45,6 +48,24 @@ def unattempted(plan, attempted):
         for name in containers or ():
             reader[name] = node
     return [c for c in plan["containers"] if c not in attempted and reader.get(c) not in attempted]
+
+
+def jobs_down(stats):
+    """{host: {why, relaunch}} of the jobs the repair role left down (its set_stats), or {}."""
+    custom = getattr(stats, "custom", None) or {}
+    down = (custom.get("_run") or {}).get("gpufleet_jobs_down")
+    return dict(down) if isinstance(down, Mapping) else {}
+
+
+def down_message(down):
+    """What the end of the run says of the jobs it left down."""
+    lines = ["JOBS DOWN: the repair of %d container(s) failed after it stopped their job, which is not running now:"
+             % len(down)]
+    for host in sorted(down):
+        entry = down[host] if isinstance(down[host], Mapping) else {}
+        lines.append("  %s: %s - once fixed, start it again with: %s" % (host, entry.get("why") or "the repair failed",
+                                                                        entry.get("relaunch") or "remediate.yml"))
+    return "\n".join(lines)
 
 
 def message(left, stats):
@@ -81,6 +102,9 @@ class CallbackModule(CallbackBase):
     v2_runner_on_ok = v2_runner_on_failed = v2_runner_on_unreachable = v2_runner_on_skipped = _ran
 
     def v2_playbook_on_stats(self, stats):
+        down = jobs_down(stats)
+        if down:
+            self._display.display(down_message(down), color=C.COLOR_ERROR, stderr=False)
         if self._variables is None:
             return
         inventory = getattr(self._variables, "_inventory", None)

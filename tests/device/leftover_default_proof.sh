@@ -579,11 +579,16 @@ start_holder() {
   fi
   log "holder $key: ${cmd[*]}"
   "${cmd[@]}" >>"$RAW/holder_$key.launch" 2>&1 </dev/null
+  echo "$?" >"$W/run/$key.rc"  # the first parent's status: 0 once the holder is forked
 }
 
 wait_holder() {  # wait_holder KEY: its JSON, recorded; its PID noted
   local key=$1 out=$W/run/$1.json pid
-  for _ in $(seq 1 240); do [ -s "$out" ] && break; sleep 0.5; done
+  if [ "$(cat "$W/run/$key.rc" 2>/dev/null)" = 0 ]; then
+    for _ in $(seq 1 180); do [ -s "$out" ] && break; sleep 0.5; done
+  fi
+  [ -s "$out" ] || "$PY" -c 'import json, sys; print(json.dumps({"ok": False, "error": sys.argv[1]}))' \
+    "did not become ready: $(tail -q -n 2 "$RAW/holder_$key.launch" "$out.log" 2>/dev/null | tr '\n' ' ')" >"$out"
   tool factfile "holder_$key" "$out"
   pid=$(tool get "F['holder_$key'].get('pid', '')")
   if [ -n "$pid" ]; then

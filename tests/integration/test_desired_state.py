@@ -165,3 +165,25 @@ def test_a_typo_d_venv_stops_nothing(fleet):
                      r"not exist" % ct["name"], res.stdout), res.stdout[-4000:]
     assert recap(res.stdout)[ct["name"]]["changed"] == 0
     assert job_pids(fleet)[ct["name"]] == before
+
+
+def test_a_job_the_repair_left_down_is_named_at_the_end(fleet):
+    """A repair that fails after it stopped the job (here its relaunch: the command the inventory
+    now gives dies at once) ends the run saying which job is down, why, and how to start it again.
+    Last: it leaves that container's job down."""
+    import json
+
+    ct = fleet["cts"][0]
+    assert job_pids(fleet)[ct["name"]]
+    # Not ready again: an Inductor cache with no record of what built it.
+    sh(fleet, ct, "mkdir -p /tmp/torchinductor_root/fxgraph/zz && echo stale > /tmp/torchinductor_root/fxgraph/zz/entry")
+    job = {"command": ["/bin/false"], "workdir": "/root", "env": {}, "method": "setsid", "log": "/var/log/gpufleet-train.log",
+           "patterns": [r"^\S*python3? /opt/gpufleet/train_dflash\.py"], "users": [], "ready_regex": r"^step \d+ loss",
+           "baseline_tokens_per_s": 20000}
+    res = playbook(fleet, "remediate.yml", "--limit", "%s,localhost" % ct["name"], "-e", json.dumps({"gpufleet_job": job}))
+    assert res.returncode != 0
+    assert job_pids(fleet)[ct["name"]] == []
+    tail = res.stdout.split("PLAY RECAP")[-1]
+    assert "JOBS DOWN: the repair of 1 container(s) failed after it stopped their job, which is not running now:" in tail, tail
+    assert re.search(r"  %s: .+ - once fixed, start it again with: ansible-playbook remediate.yml --limit %s,localhost"
+                     % (ct["name"], ct["name"]), tail), tail

@@ -218,3 +218,20 @@ def test_read_by_container_every_container_of_the_unreachable_reader_s_node():
 def test_fleet_unreached_wants_the_plan():
     with pytest.raises(AnsibleFilterError, match="expects the fleet plan"):
         _fleet.fleet_unreached(["train-100"], {})
+
+
+def test_the_jobs_a_repair_left_down_are_listed_at_the_end():
+    """The repair role's set_stats (gpufleet_jobs_down, run-wide): each host, why, and the command
+    that starts its job again; nothing at all without them."""
+    stats = Stats()
+    assert _callback.jobs_down(stats) == {}
+    stats.custom = {"_run": {"gpufleet_jobs_down": {
+        "train-202": {"why": "venv /opt/venv: the uninstall failed", "relaunch": "ansible-playbook remediate.yml --limit train-202,localhost"},
+        "train-101": {"why": "the throughput gate failed"}}}}
+    down = _callback.jobs_down(stats)
+    assert sorted(down) == ["train-101", "train-202"]
+    assert _callback.down_message(down).splitlines() == [
+        "JOBS DOWN: the repair of 2 container(s) failed after it stopped their job, which is not running now:",
+        "  train-101: the throughput gate failed - once fixed, start it again with: remediate.yml",
+        "  train-202: venv /opt/venv: the uninstall failed - once fixed, start it again with: ansible-playbook remediate.yml "
+        "--limit train-202,localhost"]
