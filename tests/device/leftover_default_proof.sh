@@ -483,6 +483,12 @@ elif cmd == "summary":
     for name, run in p.items():
         rec = run.get("host_recap") or {}
         seg = run.get("segments", {}).get("job_live") or "; ".join(run.get("summary_lines") or [])
+        if name.startswith("remediate"):
+            seg = "plan: %s; stopped: %s" % (
+                "-" if not run.get("plan") else "repair=%s, left=%s, failed=%s" % (
+                    run["plan"].get("repair"), run["plan"].get("left"), run["plan"].get("failed")),
+                ", ".join("pid %s (%s, %s)" % (t["pid"], "+".join(t.get("signals") or []), t.get("outcome"))
+                          for t in run.get("terminated") or []) or "nothing")
         L.append("| %s | %s | %s | %s | %s |" % (name, run["rc"], run["seconds"],
                                                  ", ".join("%s=%s" % kv for kv in rec.items()) or "-",
                                                  seg.replace("|", "/")[:600]))
@@ -772,7 +778,7 @@ check "1. preflight does not name R1 (root, another interpreter) a leftover" "F[
 check "1. L1 is the only leftover named" "P['preflight_1']['named_leftovers'] == [F['holder_L1']['pid']]"
 
 log "stopping O1 and R1 (no repair stops them: they are not the job's)"
-for k in O1 R1; do stop_pid "$(tool get "F['holder_$k'].get('pid', '')")"; done
+for k in O1 R1; do stop_pid "$(tool get "F['holder_$k'].get('pid', '')")"; tool fact "fate_$k" "stopped by this script"; done
 tool snap before_remediate_1
 
 # --------------------------------------------------------------------------- 2. remediate: L1 stopped, the job launched
@@ -839,6 +845,7 @@ check "4. preflight does not name O2 (another user's, the same interpreter) a le
 check "4. [job_live] says the job runs (its PID)" "'job running (pid %s' % F['job_pid'] in P['preflight_3']['segments']['job_live']"
 log "stopping O2 (another user's process: no repair stops it, and remediate's drain would wait on it)"
 stop_pid "$(tool get "F['holder_O2'].get('pid', '')")"
+tool fact fate_O2 "stopped by this script"
 tool snap before_remediate_2
 
 # --------------------------------------------------------------------------- 5. remediate beside the job

@@ -20,6 +20,10 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _files,
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.view import _accounts, _cgroup, _view
 
+# The reads below take milliseconds; their deadline is a safety net, wide enough for a machine
+# busy with other suites (a read left behind at it would fail the test for the wrong reason).
+DEADLINE = 300
+
 # Proxmox VE's default for an unprivileged container: root is 100000 on the node.
 UNPRIVILEGED = "         0     100000      65536\n"
 PRIVILEGED = "         0          0 4294967295\n"
@@ -108,7 +112,7 @@ def test_a_process_described_in_the_view_is_text_with_the_container_s_names(tmp_
         seen["other"] = _proc.describe(9)
 
     try:
-        _view.run(view, work, 30)
+        _view.run(view, work, DEADLINE)
     finally:
         view.close()
     job, other = seen["job"], seen["other"]
@@ -134,7 +138,7 @@ def test_its_accounts_are_its_own_passwd(tmp_path):
             _accounts.getpwnam("nobody-here")
 
     try:
-        _view.run(view, work, 30)
+        _view.run(view, work, DEADLINE)
     finally:
         view.close()
     assert (seen["trainer"].pw_uid, seen["trainer"].pw_dir) == (1000, "/home/trainer")
@@ -156,7 +160,7 @@ def test_a_container_s_accounts_never_reach_the_c_library(tmp_path, monkeypatch)
     view = _view.ContainerView(5, 1, root_fd, {}, {}, [], [], None)
     try:
         got = _view.run(view, lambda: (_accounts.getpwnam("trainer").pw_uid, _accounts.getpwuid(1000).pw_name,
-                                       len(_accounts.getpwall()), _proc.user_name(1000)), 30)
+                                       len(_accounts.getpwall()), _proc.user_name(1000)), DEADLINE)
     finally:
         view.close()
     assert got == (1000, "trainer", 1, "trainer") and asked == []
@@ -216,7 +220,7 @@ def test_a_view_resolves_every_path_inside_the_container_and_its_thread_keeps_th
         return out
 
     try:
-        got = _view.run(view, work, 30)
+        got = _view.run(view, work, DEADLINE)
     finally:
         view.close()
     assert got[:4] == ["the container's file"] * 4
@@ -262,7 +266,7 @@ def test_a_view_reads_no_file_of_a_kernel_file_system_nor_writes_any(tmp_path, r
         return out
 
     try:
-        got = _view.run(view, work, 30)
+        got = _view.run(view, work, DEADLINE)
     finally:
         view.close()
     assert got[:3] == ["a container's /proc is never read from its node: process facts come from the node's own /proc"] * 3
@@ -293,7 +297,7 @@ def work():
         except (PermissionError, OSError) as exc:
             out.append("refused" if "runs nothing" in str(exc) else repr(exc))
     return out
-print("|".join(_view.run(view, work, 30)))
+print("|".join(_view.run(view, work, 300)))
 subprocess.run([sys.argv[1] + "/bin/evil"], check=True)  # the node's own threads run what the node runs
 """
     res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
@@ -332,7 +336,7 @@ def test_an_unprivileged_containers_root_owns_its_files_in_its_view(tmp_path):
     view = _view.ContainerView(11, 1, root_fd, {}, {}, _view.parse_id_map(UNPRIVILEGED), _view.parse_id_map(UNPRIVILEGED), None)
     try:
         inside = _view.run(view, lambda: (_accounts.seen_uid(_root.stat_path("/var").st_uid),
-                                          _contamination._trusted(_root.stat_path("/var"))), 30)
+                                          _contamination._trusted(_root.stat_path("/var"))), DEADLINE)
     finally:
         view.close()
     assert inside == (0, True)
@@ -382,7 +386,7 @@ def test_a_process_in_a_namespace_nested_in_the_container_has_its_container_pid(
     user's unshare) under the second, not under the innermost."""
     proc = tmp_path / "proc"
     _proc_entry(proc, 4100, [4100, 1], 300, init=True)
-    _proc_entry(proc, 4200, [4200, 9, 1], 300)
+    _proc_entry(proc, 4200, [4200, 9, 1], DEADLINE)
     views, missing = _view.open_views([300], proc=str(proc))
     try:
         assert missing == {} and sorted(c for c, _fd in views[300].processes()) == [1, 9]
