@@ -59,8 +59,9 @@
 #      launched as, and only for holders running the venv's interpreter): L1, root, the venv's
 #      python, double-forked, 4 GiB; O1, another user (nobody), the same interpreter, 2 GiB, parent
 #      init; R1, root, the image's python3 (another interpreter), 1 GiB, parent init.
-#      preflight must fail naming L1 - and only L1 - under [job_live] as "GPU holder(s) left by a
-#      job that is gone (parent is init)". O1 and R1 are then stopped by this script.
+#      preflight (-e gpufleet_allow_running_job=true, as every preflight here) must fail naming L1 -
+#      and only L1 - under [job_live] as "GPU holder(s) left by a job that is gone (parent is
+#      init)". O1 and R1 are then stopped by this script.
 #   2. remediate: stops L1 (its PID gone, its memory freed) and, the host repaired, relaunches the
 #      job through the relaunch role (setsid). Should it not start the job, the script starts it
 #      the way the relaunch role does (setsid --fork env ... sh -c 'cd "$0" && exec "$@" ...').
@@ -621,6 +622,19 @@ gone_and_freed() {  # gone_and_freed KEY SNAP_BEFORE: wait until the holder is g
   return 1
 }
 
+stop_holder() {  # stop_holder KEY: a holder this script stops itself, until nvidia-smi no longer lists it
+  local key=$1 pid
+  pid=$(tool get "F['holder_$key'].get('pid', '')")
+  [ -n "$pid" ] || return 0
+  stop_pid "$pid"
+  for _ in $(seq 1 40); do
+    tool snap "stopped_$key"
+    [ "$(tool get "str($pid) not in F['gpu_stopped_$key']['apps']")" = True ] && break
+    sleep 0.5
+  done
+  tool fact "fate_$key" "stopped by this script"
+}
+
 play() {  # play NAME PLAYBOOK [ARGS...]: ansible-playbook on the proof's inventory, recorded
   local name=$1 pb=$2 t0 t1 rc
   shift 2
@@ -778,7 +792,7 @@ check "1. preflight does not name R1 (root, another interpreter) a leftover" "F[
 check "1. L1 is the only leftover named" "P['preflight_1']['named_leftovers'] == [F['holder_L1']['pid']]"
 
 log "stopping O1 and R1 (no repair stops them: they are not the job's)"
-for k in O1 R1; do stop_pid "$(tool get "F['holder_$k'].get('pid', '')")"; tool fact "fate_$k" "stopped by this script"; done
+for k in O1 R1; do stop_holder "$k"; done
 tool snap before_remediate_1
 
 # --------------------------------------------------------------------------- 2. remediate: L1 stopped, the job launched
@@ -844,8 +858,7 @@ check "4. preflight does not name O2 (another user's, the same interpreter) a le
   "F['holder_O2']['pid'] not in P['preflight_3']['named_leftovers'] and P['preflight_3']['named_leftovers'] == [F['holder_L2']['pid']]"
 check "4. [job_live] says the job runs (its PID)" "'job running (pid %s' % F['job_pid'] in P['preflight_3']['segments']['job_live']"
 log "stopping O2 (another user's process: no repair stops it, and remediate's drain would wait on it)"
-stop_pid "$(tool get "F['holder_O2'].get('pid', '')")"
-tool fact fate_O2 "stopped by this script"
+stop_holder O2
 tool snap before_remediate_2
 
 # --------------------------------------------------------------------------- 5. remediate beside the job

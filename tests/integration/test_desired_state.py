@@ -176,7 +176,8 @@ def test_a_job_the_repair_left_down_is_named_at_the_end(fleet):
     ct = fleet["cts"][0]
     assert job_pids(fleet)[ct["name"]]
     # Not ready again: an Inductor cache with no record of what built it.
-    sh(fleet, ct, "mkdir -p /tmp/torchinductor_root/fxgraph/zz && echo stale > /tmp/torchinductor_root/fxgraph/zz/entry")
+    sh(fleet, ct, "mkdir -p /tmp/torchinductor_root/fxgraph/zz && echo stale > /tmp/torchinductor_root/fxgraph/zz/entry && "
+                  "rm -f /tmp/torchinductor_root/.gpufleet-hygiene-fingerprint.json")
     job = {"command": ["/bin/false"], "workdir": "/root", "env": {}, "method": "setsid", "log": "/var/log/gpufleet-train.log",
            "patterns": [r"^\S*python3? /opt/gpufleet/train_dflash\.py"], "users": [], "ready_regex": r"^step \d+ loss",
            "baseline_tokens_per_s": 20000}

@@ -184,13 +184,16 @@ def node_standins():
 
 
 def start_stale(fleet, host, *extra):
-    """A stale training stand-in holding the container's GPU (40960 MiB), outside any tmux session."""
+    """A stale training stand-in holding the container's GPU (40960 MiB), outside any tmux session,
+    appending the seed's slow readings (12800 tokens/s, 64% of the baseline) to the job's log: a run
+    that is not the job the inventory describes, which remediate stops (one at its pace it keeps)."""
     ct = fleet["cts"][host]
     before = set(jobs(fleet, host))
     argv = ["/usr/bin/python3", "/opt/gpufleet/train_dflash.py", "--state", "/opt/gpufleet/gpu", "--gpu", "0",
-            "--device", "/dev/nvidia%d" % ct["gpus"][0], "--mib", "40960", "--tag", "stale"] + list(extra)
+            "--device", "/dev/nvidia%d" % ct["gpus"][0], "--mib", "40960", "--log-throughput", "12800", "--log-every", "0.5",
+            "--tag", "stale"] + list(extra)
     subprocess.run(["lxc-attach", "-n", str(ct["vmid"]), "-P", lxcpath(fleet, host), "--", "/bin/sh", "-c",
-                    'setsid "$@" </dev/null >/dev/null 2>&1 &', "sh"] + argv, check=True, timeout=30)
+                    'setsid "$@" </dev/null >>/var/log/gpufleet-train.log 2>&1 &', "sh"] + argv, check=True, timeout=30)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         new = set(jobs(fleet, host)) - before
