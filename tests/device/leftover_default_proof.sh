@@ -117,6 +117,9 @@ W=/tmp/gpufleet-leftover
 VENV=$W/venv
 PATTERN='train_loop[.]py'  # no backslash: it goes into YAML as it is
 HOLD_MAX=900               # a holder never outlives 15 minutes, whatever happens to this script
+# The kill role waits up to 120 s for the GPUs to drain before it fails; a healthy H200 drains in
+# well under a second (docs/validation/h200.md), so 45 s keeps a failing run within the time budget.
+DRAIN=kill_drain_timeout=45
 export ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1 ANSIBLE_CALLBACK_RESULT_FORMAT=json
 export PROOF_OUT=$OUT PROOF_NAME=$NAME PROOF_W=$W PROOF_VENV=$VENV PROOF_REPO=$REPO
 
@@ -798,7 +801,7 @@ tool snap before_remediate_1
 # --------------------------------------------------------------------------- 2. remediate: L1 stopped, the job launched
 
 FROM=$(log_size)
-play remediate_1 playbooks/remediate.yml -v
+play remediate_1 playbooks/remediate.yml -v -e "$DRAIN"
 check "2. remediate succeeds" "P['remediate_1']['rc'] == 0"
 check "2. remediate stopped L1 by its PID" "F['holder_L1']['pid'] in [t['pid'] for t in P['remediate_1']['terminated']]"
 # The job is relaunched in the same run, so the total is no witness here: remediate's own verify
@@ -863,7 +866,7 @@ tool snap before_remediate_2
 
 # --------------------------------------------------------------------------- 5. remediate beside the job
 
-play remediate_2 playbooks/remediate.yml -v
+play remediate_2 playbooks/remediate.yml -v -e "$DRAIN"
 check "5. remediate succeeds" "P['remediate_2']['rc'] == 0"
 check "5. remediate stopped L2, and only L2" "[t['pid'] for t in P['remediate_2']['terminated']] == [F['holder_L2']['pid']]"
 if gone_and_freed L2 before_remediate_2; then tool fact fate_L2 stopped; else tool fact fate_L2 "still there"; fi
@@ -874,7 +877,7 @@ check "5. the job still runs: the same PID and start time" \
 check "5. remediate neither stopped nor relaunched the job (no task of the kill or relaunch role ran)" \
   "not role_ran(P['remediate_2'], 'kill') and not role_ran(P['remediate_2'], 'relaunch') and F['job_pid'] not in [t['pid'] for t in P['remediate_2']['terminated']]"
 info "5. remediate's plan: the job left running, healthy" "P['remediate_2']['plan']['left'] == 'running its job, healthy'"
-play remediate_3 playbooks/remediate.yml -v
+play remediate_3 playbooks/remediate.yml -v -e "$DRAIN"
 check "5. a second remediate succeeds with changed=0 for gpu-box" \
   "P['remediate_3']['rc'] == 0 and P['remediate_3']['host_recap']['changed'] == 0"
 tool procfact proc_job_3 "$JOB"
@@ -904,7 +907,7 @@ else
     tool snap probe
     tool fact probe_tree "[$(tool tree "$J2" | tr ' ' ',')]"
     play preflight_probe playbooks/preflight.yml -e gpufleet_allow_running_job=true
-    play remediate_probe_check playbooks/remediate.yml --check -v
+    play remediate_probe_check playbooks/remediate.yml --check -v -e "$DRAIN"
     "$PY" - "$OUT/$NAME.json" "$J2" >"$W/probe.json" <<'PYEOF'
 import json, sys
 d = json.load(open(sys.argv[1]))

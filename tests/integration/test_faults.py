@@ -191,17 +191,27 @@ def start_stale(fleet, host, *extra):
     before = set(jobs(fleet, host))
     argv = ["/usr/bin/python3", "/opt/gpufleet/train_dflash.py", "--state", "/opt/gpufleet/gpu", "--gpu", "0",
             "--device", "/dev/nvidia%d" % ct["gpus"][0], "--mib", "40960", "--log-throughput", "12800", "--log-every", "0.5",
-            "--tag", "stale"] + list(extra)
+            "--compile-seconds", "0", "--tag", "stale"] + list(extra)
     subprocess.run(["lxc-attach", "-n", str(ct["vmid"]), "-P", lxcpath(fleet, host), "--", "/bin/sh", "-c",
                     'setsid "$@" </dev/null >>/var/log/gpufleet-train.log 2>&1 &', "sh"] + argv, check=True, timeout=30)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         new = set(jobs(fleet, host)) - before
         claims = os.path.join(rootfs(fleet, host), "opt", "gpufleet", "gpu", "claims")
-        if new and any(n.startswith("%d." % p) for p in new for n in os.listdir(claims)):
+        log = os.path.join(rootfs(fleet, host), "var", "log", "gpufleet-train.log")
+        # Its claim written and its slow reading the log's last (the read judges the last one).
+        if new and any(n.startswith("%d." % p) for p in new for n in os.listdir(claims)) and _last_rate(log) == 12800:
             return new.pop()
         time.sleep(0.1)
     raise AssertionError("the stale stand-in did not start in %s" % host)
+
+
+def _last_rate(log):
+    try:
+        rates = re.findall(r"([\d.]+) tokens/s", _read(log))
+    except OSError:
+        return None
+    return float(rates[-1]) if rates else None
 
 
 def stale_cache(fleet, host):
