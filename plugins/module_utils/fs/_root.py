@@ -126,14 +126,14 @@ class Root(object):
     # ------------------------------------------------------------------ resolution
 
     def _walk(self, path, follow):
-        """``(parent handle, last name or None for the root itself, real path)`` of ``path``
-        resolved inside the root one component at a time: each link read and its text resolved
-        from the root (absolute) or from where it is, ``..`` at the top staying there. The caller
-        closes the handle. A component that does not exist ends the walk with FileNotFoundError."""
+        """``(parent handle, last name or None for the root itself)`` of ``path`` resolved inside
+        the root one component at a time (where openat2 is missing): each link read and its text
+        resolved from the root (absolute) or from where it is, ``..`` at the top staying there.
+        The caller closes the handle. A component that does not exist ends the walk with
+        FileNotFoundError."""
         todo = _parts(path)
         todo.reverse()
         stack = [os.dup(self.fd)]
-        names = []
         links = 0
         try:
             while todo:
@@ -141,7 +141,6 @@ class Root(object):
                 if name == "..":
                     if len(stack) > 1:
                         os.close(stack.pop())
-                        names.pop()
                     continue
                 fd = os.open(name, _STEP, dir_fd=stack[-1])
                 st = os.fstat(fd)
@@ -155,7 +154,6 @@ class Root(object):
                         for other in stack[1:]:
                             os.close(other)
                         del stack[1:]
-                        names = []
                     todo.extend(reversed([c for c in target.split("/") if c and c != "."]))
                     continue
                 if todo and not stat.S_ISDIR(st.st_mode):
@@ -163,16 +161,14 @@ class Root(object):
                     raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
                 if not todo:
                     os.close(fd)
-                    parent = stack.pop()
-                    return parent, name, "/" + "/".join(names + [name])
+                    return stack.pop(), name
                 stack.append(fd)
-                names.append(name)
-            return stack.pop(), None, "/" + "/".join(names)
+            return stack.pop(), None
         finally:
             for fd in stack:
                 os.close(fd)
 
-    def _open(self, path, flags, check_fs=True):
+    def _open(self, path, flags):
         """A descriptor of ``path`` opened with ``flags`` inside the root (O_NOFOLLOW in ``flags``:
         a link at the end is not followed). The root's /proc is no file of the container's to read."""
         if _under_proc(path):
@@ -184,14 +180,14 @@ class Root(object):
         c = calls()
         fd = c.open2(self.fd, path, flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
         if fd is None:
-            parent, name, _real = self._walk(path, follow)
+            parent, name = self._walk(path, follow)
             try:
                 # The walk read every link on the way: the last step never follows one (a link
                 # put there meanwhile is refused, ELOOP), whatever ``flags`` say.
                 fd = os.open(name or ".", flags | os.O_NOFOLLOW | _CLOEXEC, dir_fd=parent)
             finally:
                 os.close(parent)
-        if check_fs and (flags & _PATH) != _PATH:
+        if (flags & _PATH) != _PATH:
             kind = PSEUDO_FS.get(c.fs_type(fd))
             if kind:
                 os.close(fd)
