@@ -233,5 +233,5 @@ def test_the_jobs_a_repair_left_down_are_listed_at_the_end():
     assert _callback.down_message(down).splitlines() == [
         "JOBS DOWN: the repair of 2 container(s) failed after it stopped their job, which is not running now:",
         "  train-101: the throughput gate failed - once fixed, start it again with: remediate.yml",
-        "  train-202: venv /opt/venv: the uninstall failed - once fixed, start it again with: ansible-playbook remediate.yml "
-        "--limit train-202,localhost"]
+        ("  train-202: venv /opt/venv: the uninstall failed - once fixed, start it again with: ansible-playbook remediate.yml "
+         "--limit train-202,localhost")]
