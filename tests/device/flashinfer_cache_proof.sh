@@ -37,11 +37,13 @@
 # numpy, nvidia-cudnn-frontend, nvidia-cutlass-dsl, nvidia-ml-py, packaging, requests, tabulate, torch,
 # tqdm. Read in its source (every module `import flashinfer` reaches, module-level imports only):
 # `import flashinfer` needs torch, tvm_ffi, pynvml (nvidia-ml-py), jinja2, filelock, numpy, packaging,
-# requests, tqdm - apache-tvm-ffi is the one the image lacks. cutlass (nvidia-cutlass-dsl, the
-# CuTe DSL, far over the budget), cudnn (nvidia-cudnn-frontend), cuda.tile (cuda-tile), nccl4py and
-# nccl-extensions are imported only behind availability checks (`if CUDNN_AVAILABLE:`,
-# `is_cute_dsl_available()`, try/except ImportError), so they are left out; should the import prove
-# otherwise, the step says which module was missing.
+# requests, tqdm - apache-tvm-ffi is the one the image lacks. The others are imported only behind
+# availability checks (`if CUDNN_AVAILABLE:`, `if _CUTE_DSL_AVAILABLE:`, try/except ImportError),
+# so they are left out: cutlass (nvidia-cutlass-dsl 4.8.1, whose nvidia-cutlass-dsl-libs-cu12 alone
+# is 92 MB), cudnn (nvidia-cudnn-frontend 1.32.0, 11.6 MB, itself requiring nvidia-cutlass-dsl[cu13]),
+# cuda.tile (cuda-tile 1.7.0, 0.4 MB), nccl4py (0.6.0, 3.7 MB) and nccl-extensions (0.1.0, 22.6 MB);
+# cuda-python's cuda.bindings is the image's cuda-bindings. Should the import prove otherwise, the
+# step says which module was missing, and the next release is tried.
 #
 # The op: flashinfer.activation.silu_and_mul (bf16, 128 x 2*4096), the smallest kernel that goes
 # through FlashInfer's JIT: gen_act_and_mul_module("silu") renders one .cu file into
@@ -185,7 +187,8 @@ try:
             raise RuntimeError("silu_and_mul differs from torch's by %g" % res["max_abs_err"])
     res["ok"] = True
 except BaseException as exc:  # said in the JSON, for the script to report
-    res["error"] = ("%s: %s" % (type(exc).__name__, exc))[-6000:]
+    text = "%s: %s" % (type(exc).__name__, exc)  # a failed build: ninja's output, the nvcc command in it
+    res["error"] = text if len(text) <= 20000 else text[:5000] + "\n[...]\n" + text[-15000:]
     res["traceback"] = traceback.format_exc()[-6000:]
 res["total_s"] = round(time.perf_counter() - t0, 3)
 print("\nPROOF-RESULT " + json.dumps(res), flush=True)
@@ -303,7 +306,7 @@ elif cmd == "fact":
 elif cmd == "files":  # files KEY: the workspace on disk now
     d["facts"][args[0]] = files()
 elif cmd == "attempt":  # attempt VERSION OUTCOME WHY
-    d["attempts"].append({"version": args[0], "outcome": args[1], "why": args[2][-6000:]})
+    d["attempts"].append({"version": args[0], "outcome": args[1], "why": args[2][-20000:]})
 elif cmd == "marker":  # marker FLASHINFER_VERSION: the recorded fingerprint's flashinfer, changed
     path = os.path.join(ROOT, MARKER)
     with open(path) as f:
@@ -361,15 +364,18 @@ elif cmd == "summary":
     if d["attempts"]:
         L += ["", "## Releases tried", "", "| release | outcome | why |", "|---|---|---|"]
         for a in d["attempts"]:
-            L.append("| %s | %s | %s |" % (a["version"], a["outcome"], a["why"].replace("|", "/").replace("\n", " ")[:1500]))
+            L.append("| %s | %s | %s |" % (a["version"], a["outcome"], a["why"].replace("|", "/").replace("\n", " ")[-1500:]))
     if not real and f.get("why_no_build"):
-        L += ["", "## Why no real build", "", "```", str(f["why_no_build"])[-5000:], "```"]
+        why = str(f["why_no_build"])
+        L += ["", "## Why no real build", "", "```", why if len(why) <= 9000 else why[:3000] + "\n[...]\n" + why[-6000:], "```",
+              "", "The whole output: %s-raw/op_cold-<release>.out; the build's own commands: %s-raw/build-<release>.ninja."
+              % (NAME, NAME)]
     L += ["", "## FlashInfer runs (a new process each)", "",
           "| run | workspace state before | rc | built before | first call incl. build (s) | process (s) | steady (ms) | max abs err | .so after |",
           "|---|---|---|---|---|---|---|---|---|"]
     before = {"import": "-", "cold": "recorded, empty", "cold_retry": "after the failed build", "warm": "built",
               "rebuilt": "cleared by state=fresh"}
-    for k, o in d["ops"].items():
+    for k, o in sorted(d["ops"].items(), key=lambda kv: list(before).index(kv[0]) if kv[0] in before else 99):
         L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             k, before.get(k, "-"), o.get("rc"), o.get("existed_before", "-"), o.get("first_call_s", "-"),
             o.get("process_s"), o.get("steady_ms", "-"), o.get("max_abs_err", "-"), len((o.get("files") or {}).get("so", []))))
@@ -539,7 +545,8 @@ def key(v):
     return [int(x) if x.isdigit() else -1 for x in re.split(r"[.]|post", v) if x != ""]
 found = [re.match(r"flashinfer_python-(.+?)-py3", os.path.basename(p)).group(1)
          for p in glob.glob(os.path.join(sys.argv[1], "flashinfer_python-*.whl"))]
-print("\n".join(sorted(found, key=key, reverse=True)))
+for v in sorted(found, key=key, reverse=True):
+    print(v)
 PYEOF
 )
 fi
@@ -639,6 +646,7 @@ for v in "${VERSIONS[@]}"; do
     tool attempt "$v" "built" "silu_and_mul built and run on the GPU in $(tool get "O['$COLD'].get('first_call_s')") s"
     break
   fi
+  for b in "$ROOT/$v"/*/cached_ops/silu_and_mul/build.ninja; do [ -f "$b" ] && cp "$b" "$RAW/build-$v.ninja"; done
   tool attempt "$v" "build failed" "$(tool get "O['cold'].get('error')")"
   tool fact why_no_build "flashinfer-python $v: the op: $(tool get "O['cold'].get('stage')"): $(tool get "O['cold'].get('error')")"
 done

@@ -72,6 +72,8 @@
 #   5. remediate stops L2 (PID gone, its memory freed per nvidia-smi) and leaves the job running
 #      (same PID, same start time); a second remediate reports changed=0 for gpu-box, the job still
 #      the same.
+#   Every remediate runs with -e kill_drain_timeout=45 (the kill role's drain wait, 120 s by
+#   default): a drain takes well under a second on a healthy H200, and a failing run stays short.
 #   6. (informational, when time is left) the job as torch.compile runs it by default, with its
 #      compile workers: which of its processes hold the GPU, what preflight with
 #      gpufleet_allow_running_job says of them (none may be named a leftover: required), and what

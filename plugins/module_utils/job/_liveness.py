@@ -139,6 +139,21 @@ def _leftovers(job_pids, gpus, proc, owners, launch=None):
     return out, inits
 
 
+def workers(job_pids, gpus, proc=PROC):
+    """The GPU holders that are the job's own workers, not matched by its patterns: descendants of
+    one of its processes (torch.compile's compile workers, a data loader's children each hold a GPU
+    context). They are the job's holding the GPUs as much as the job itself."""
+    if not job_pids:
+        return []
+    found = set()
+    for gpu in gpus:
+        for h in gpu.get("processes", []):
+            pid = h.get("pid")
+            if isinstance(pid, int) and pid not in job_pids and (ancestors(pid, proc) - {pid}) & job_pids:
+                found.add(pid)
+    return sorted(found)
+
+
 def _log(path):
     """The log's size and mtime from fstat of its handle (fs._tail: no link followed on the way or
     at the end, a regular file only): a link's target is never stat'ed, so nothing of a file the
@@ -191,7 +206,8 @@ def liveness(job, gpus, log=None, stall_after=DEFAULT_STALL_AFTER, proc=PROC, no
     launch = None if leftover_users else (launch_uid(launch_user), venv)
     leftovers, inits = _leftovers(pids, gpus, proc, job_owners(job, users, leftover_users), launch)
     result = {"state": "none", "pids": sorted(pids), "log": _log(log) if log else None, "reason": None,
-              "stall_after": stall_after, "leftovers": leftovers, "namespace_inits": inits}
+              "stall_after": stall_after, "leftovers": leftovers, "namespace_inits": inits,
+              "workers": workers(pids, gpus, proc)}
     if not pids:
         return result
     result["state"] = "running"

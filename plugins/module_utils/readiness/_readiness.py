@@ -237,7 +237,8 @@ def own_job(job, live):
 
 
 def check_gpu(gpu, job, allow_running_job, live=None):
-    job_pids = [p["pid"] for p in job.get("processes", [])]
+    # The job's holders: its processes and its workers (their descendants holding a GPU).
+    job_pids = [p["pid"] for p in job.get("processes", [])] + list((live or {}).get("workers") or ())
     gpus = gpu.get("gpus", [])
     busy = [g for g in gpus if not g["idle"]]
     foreign = [h for g in gpus for h in g["processes"] if h["pid"] not in job_pids]

@@ -16,6 +16,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -256,3 +257,28 @@ def test_a_process_that_maps_the_venv_runs_its_interpreter_whatever_its_argv0(sp
         time.sleep(0.02)
     live = liveness({"processes": []}, gpus(worker), now=0, venv=venv)
     assert [h["pid"] for h in live["leftovers"]] == [worker]
+
+
+def test_the_job_s_workers_holding_gpus_are_the_job_s():
+    """torch.compile's compile workers (and a data loader's children) hold GPU contexts under
+    command lines the job's patterns do not match: as descendants of the job they are its workers,
+    neither leftovers nor foreign holders, so gpu_idle passes a running job with them where running
+    jobs are allowed, and remediate keeps that job."""
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import check_gpu
+
+    code = "import subprocess, sys, time; p = subprocess.Popen(['sleep', '300']); print(p.pid, flush=True); time.sleep(300)"
+    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    worker = int(job.stdout.readline())
+    try:
+        state = gpus(job.pid, worker)
+        live = liveness(job_of("root", job.pid), state, now=0)
+        assert live["workers"] == [worker] and live["leftovers"] == []
+        gpu = {"gpus": [{"index": 0, "idle": False, "memory_used_mib": 900, "processes": state[0]["processes"]}]}
+        check = check_gpu(gpu, job_of("root", job.pid), True, live)
+        assert check["ok"] is True and check["summary"] == "held by the running job (pid %d, %d)" % (job.pid, worker)
+        # Without the liveness read (its workers unknown), the worker is a holder that is not the job.
+        assert check_gpu(gpu, job_of("root", job.pid), True)["others"] == [worker]
+    finally:
+        _kill(worker)
+        job.kill()
+        job.wait()
