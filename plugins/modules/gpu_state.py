@@ -35,7 +35,10 @@ attributes:
     details:
       - With O(state=idle), lists in RV(terminated) what would be signalled; signals nothing.
   diff_mode:
-    support: none
+    support: full
+    details:
+      - With O(state=idle), the GPU holders in scope (PID, user, command line) before and those still running
+        after; in check mode, after is what would be left.
   idempotent:
     support: full
     details:
@@ -315,6 +318,7 @@ protected:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail, out_of_range
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._results import diff_only_in_diff_mode, stopped_diff
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, scope_options
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import argument_spec
@@ -362,7 +366,8 @@ def main():
         fail(module, exc, state.notes)
     for note in state.notes:
         module.warn(note)
-    module.exit_json(**result)
+    result["diff"] = stopped_diff("GPU holders in scope", result.get("terminated"))
+    module.exit_json(**diff_only_in_diff_mode(module, result))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,10 @@ attributes:
     details:
       - With O(state=absent), lists in RV(terminated) what would be signalled; signals nothing.
   diff_mode:
-    support: none
+    support: full
+    details:
+      - With O(state=absent), the processes in scope (PID, user, command line) before and those still running
+        after; in check mode, after is what would be left.
   idempotent:
     support: full
     details:
@@ -188,6 +191,7 @@ terminated:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._results import diff_only_in_diff_mode, stopped_diff
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import (
     STUCK_ADVICE,
     Scope,
@@ -230,7 +234,7 @@ def main():
         if module.check_mode or not found:
             result["terminated"] = [dict(pid=f["pid"], cmdline=f["cmdline"], signals=[], outcome="would_terminate")
                                     for f in found]
-            module.exit_json(**result)
+            exit_with_diff(module, result, found)
         outcomes = terminate(found, p["grace_period"], p["kill_wait"])
         result["terminated"] = [dict(pid=f["pid"], cmdline=f["cmdline"], **outcomes[f["pid"]]) for f in found]
         result["changed"] = any(o["signals"] for o in outcomes.values())
@@ -244,7 +248,15 @@ def main():
                 msg="%d process(es) still running after SIGTERM, %ss of grace and SIGKILL: %s. %s. The other "
                     "processes in scope were stopped; nothing outside the scope was signalled"
                     % (len(survivors), p["grace_period"], ", ".join(described), STUCK_ADVICE), **result)
-    module.exit_json(**result)
+    exit_with_diff(module, result, found)
+
+
+def exit_with_diff(module, result, found):
+    """Exit with the processes stopped as a --diff (each one's user from what was found)."""
+    users = dict((f["pid"], f.get("user")) for f in found)
+    rows = [dict(t, user=users.get(t["pid"])) for t in result.get("terminated") or ()]
+    result["diff"] = stopped_diff("processes in scope", rows)
+    module.exit_json(**diff_only_in_diff_mode(module, result))
 
 
 if __name__ == "__main__":

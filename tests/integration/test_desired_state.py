@@ -80,12 +80,36 @@ def sh(fleet, ct, script):
     return simfleet.sh(fleet["lxc"], ct["vmid"], script)
 
 
+def test_remediate_check_ends_with_its_plan_on_one_screen(fleet):
+    """remediate --check --diff ends with one line per container that would change: the CUDA-13
+    packages on the contaminated one, the stale run's PID on its, the stale cache on its, each
+    with the job it would relaunch, within the run's last 40 lines."""
+    holder = fleet["cts"][1]
+    [stale] = job_pids(fleet)[holder["name"]]
+    res = playbook(fleet, "remediate.yml", "--check", "--diff")
+    assert res.returncode == 0, res.stdout[-4000:]
+    tail = res.stdout.rstrip().splitlines()[-40:]
+    assert "PLAN (check mode: nothing was changed): 3 of 3 container(s) would change" in tail, "\n".join(tail)
+    lines = dict((line.split(":")[0].strip(), line) for line in tail if line.startswith("  train-"))
+    print("\n".join(tail))  # shown by pytest -rP: the plan as users see it
+    assert re.search(r"would remove [^;]*nvidia-nccl-cu13 2\.28\.9", lines["train-600"]) and "would relaunch `" in lines["train-600"], lines
+    assert ("would stop pid %d " % stale) in lines["train-601"], lines
+    assert "would clear inductor /tmp/torchinductor_root (" in lines["train-602"], lines
+    assert job_pids(fleet)[holder["name"]] == [stale]  # --check: nothing stopped
+
+
 def test_a_second_remediate_changes_nothing(fleet):
     first = playbook(fleet, "remediate.yml")
     assert first.returncode == 0, first.stdout[-6000:]
     assert all(r["changed"] > 0 for h, r in recap(first.stdout).items() if h.startswith("train-")), first.stdout[-3000:]
     pids = job_pids(fleet)
     assert all(len(p) == 1 for p in pids.values()), pids  # each container runs its relaunched job
+    # The run ends with what it did on each container, the gate's verdict with it.
+    tail = first.stdout.rstrip().splitlines()[-40:]
+    print("\n".join(tail))
+    assert "OUTCOME: 3 of 3 container(s) changed" in tail, "\n".join(tail)
+    assert all(re.search(r"^  %s: .*relaunched `.*throughput [\d.]+ tok/s against a floor of [\d.]+ \(\d+ readings" % name, "\n".join(tail),
+                         re.MULTILINE) for name in pids), "\n".join(tail)
     for args in (["--check"], []):
         again = playbook(fleet, "remediate.yml", *args)
         assert again.returncode == 0, again.stdout[-6000:]

@@ -184,9 +184,14 @@ class TorchCache:
         if e["action"] in ("clear", "clear_and_record"):
             after["entries"] = after["size"] = 0
         after["fingerprint"] = None if e["action"] == "clear" else current
+        # The after header says what the change is: a record on an empty or missing cache removes nothing.
+        if e["action"] == "record":
+            what = "fingerprint recorded, nothing removed" + ("" if e["exists"] else " (the directory created)")
+        else:
+            what = "{} entries removed{}".format(e["entries"], ", fingerprint recorded" if e["action"] == "clear_and_record" else "")
         return {
             "before_header": "{} cache {}".format(e["name"], e["path"]),
-            "after_header": "{} cache {}".format(e["name"], e["path"]),
+            "after_header": "{} cache {}: {}".format(e["name"], e["path"], what),
             "before": before,
             "after": _state_text(after),
         }

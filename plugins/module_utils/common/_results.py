@@ -26,3 +26,18 @@ def warnings_to_module(module, result):
     for warning in result.pop("warnings", None) or []:
         module.warn(warning)
     return result
+
+
+def stopped_diff(header, terminated, width=160):
+    """A before/after diff of the processes a module stopped (or, in check mode, would stop):
+    before, each one of ``terminated`` (``pid``, ``user`` when known, the start of ``cmdline``);
+    after, those whose outcome is ``survived``. None when it stops nothing."""
+    if not terminated:
+        return None
+
+    def text(rows):
+        return "".join("pid %s%s %s\n" % (t.get("pid"), " (%s)" % t["user"] if t.get("user") else "",
+                                          " ".join(str(t.get("cmdline") or "").split())[:width]) for t in rows)
+
+    return {"before_header": header, "after_header": header, "before": text(terminated),
+            "after": text(t for t in terminated if t.get("outcome") == "survived")}

@@ -313,6 +313,19 @@ def test_idle_check_mode_signals_nothing(rig, run_module):
     assert p.poll() is None and "drain_seconds" not in res
 
 
+def test_idle_diff_names_the_holders_it_stops(rig, run_module):
+    """--diff: the holders in scope (PID, user, command line) before, none after; the plan in check mode."""
+    p = rig.trainers.start(gpu=0, mib=2000, tag="mine")
+    args = rig.args(state="idle", gpus=["0"], scope={"cmdline": ["--tag mine"]}, timeout=10)
+    plan = run_module(gpu_state.main, args, check_mode=True, diff=True)
+    [line] = plan["diff"]["before"].splitlines()
+    assert line.startswith("pid %d (" % p.pid) and "train_dflash.py --state " in line and plan["diff"]["after"] == ""
+    assert p.poll() is None
+    done = run_module(gpu_state.main, args, diff=True)
+    assert done["diff"] == plan["diff"] and gpu_standin.wait_exit(p) is not None
+    assert "diff" not in run_module(gpu_state.main, args, diff=True)  # nothing left to stop
+
+
 def test_idle_nothing_to_do(rig, run_module):
     res = run_module(gpu_state.main, rig.args(state="idle", scope={"users": [str(os.getuid())]}))
     assert res["changed"] is False and res["terminated"] == [] and res["idle"] is True

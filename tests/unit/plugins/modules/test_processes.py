@@ -241,3 +241,23 @@ def test_pids_combine_with_the_other_criteria_and_are_checked(run_module, tag, p
     assert job.poll() is None
     missing = run_module(processes.main, {"scope": {"pids": [{"start_time": 5}]}, "state": "absent"})
     assert missing["failed"] and missing["msg"] == "missing required arguments: pid found in scope -> pids", missing
+
+
+def test_diff_names_what_it_stops_and_only_under_diff(run_module, tag, procs):
+    """--diff shows each process in scope (PID, user, command line) before and what is left after;
+    in check mode that is the plan; without --diff the result carries no diff."""
+    job = spawn(tag + "-train_dflash.py")
+    decoy = spawn(tag + "-other.py")
+    procs += [job, decoy]
+    time.sleep(0.2)
+    scope = {"cmdline": [tag + r"-train_dflash\.py$"]}
+    plan = run_module(processes.main, {"scope": scope, "state": "absent"}, check_mode=True, diff=True)
+    user = plan["processes"][0]["user"]
+    assert plan["diff"]["before"].startswith("pid %d (%s) %s -c " % (job.pid, user, sys.executable))
+    assert plan["diff"]["before"].rstrip().endswith(tag + "-train_dflash.py") and plan["diff"]["after"] == ""
+    assert str(decoy.pid) not in plan["diff"]["before"] and job.poll() is None
+    assert "diff" not in run_module(processes.main, {"scope": scope, "state": "absent"}, check_mode=True)
+    done = run_module(processes.main, {"scope": scope, "state": "absent", "grace_period": 5}, diff=True)
+    assert done["diff"]["before"] == plan["diff"]["before"] and done["diff"]["after"] == ""
+    assert job.wait(timeout=5) == -15 and decoy.poll() is None
+    assert "diff" not in run_module(processes.main, {"scope": scope, "state": "absent"}, diff=True)  # nothing left to stop

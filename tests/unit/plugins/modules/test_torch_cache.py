@@ -125,6 +125,7 @@ def test_check_mode_and_diff_change_nothing(run_module, job, tmp_path):
     d = diff["inductor cache %s" % job["TORCHINDUCTOR_CACHE_DIR"]]
     assert "entries: %d\n" % len(INDUCTOR_TREE) in d["before"]
     assert "entries: 0\n" in d["after"]
+    assert d["after_header"] == "inductor cache %s: %d entries removed" % (job["TORCHINDUCTOR_CACHE_DIR"], len(INDUCTOR_TREE))
 
 
 def test_fresh_keeps_while_unchanged_and_clears_when_real_wheels_change(run_module, job, tmp_path, wheel_dir):
@@ -220,8 +221,11 @@ def test_fresh_creates_a_missing_root_to_hold_the_record(run_module, tmp_path, w
     install(venv, wheel_dir, "torch==2.8.0+cu128", "triton==3.4.0")
     env = {"HOME": str(tmp_path), "TRITON_CACHE_DIR": str(tmp_path / "not-yet/triton")}
     args = dict(state="fresh", venv=venv, environment=env, caches=["triton"])
-    checked = run_module(torch_cache.main, args, check_mode=True)
+    checked = run_module(torch_cache.main, args, check_mode=True, diff=True)
     assert checked["changed"] is True and not os.path.exists(env["TRITON_CACHE_DIR"])
+    # Its --diff says that this removes nothing (a missing cache is not a clear).
+    [d] = checked["diff"]
+    assert d["after_header"].endswith(": fingerprint recorded, nothing removed (the directory created)"), d
     result = run_module(torch_cache.main, args)
     assert result["changed"] is True and os.listdir(env["TRITON_CACHE_DIR"]) == [MARKER]
     assert run_module(torch_cache.main, args)["changed"] is False

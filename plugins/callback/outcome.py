@@ -1,0 +1,204 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: outcome
+type: aggregate
+short_description: Ends a repair run with one line per container it changed, or would change under --check
+version_added: 0.3.0
+author: gpufleet.hygiene maintainers (@gpufleet)
+description:
+  - After the recap of a run of the C(repair) role (C(remediate.yml), C(hygiene.yml)), one line per container the run
+    changed - or, under C(--check), would change - saying what, from the modules' own results, the rest counted.
+  - Each line lists the processes stopped (PID and the start of the command line), the packages removed and restored,
+    the compile caches cleared (only those whose content goes), the job relaunched (its command) and the throughput
+    gate's verdict (median, floor, readings counted and skipped); a container whose repair failed, the task and its
+    message.
+  - It prints nothing for a run in which no container was decided on (preflight, a run that stopped in its plan). It
+    changes no result and no exit status.
+requirements:
+  - enabled in C(ansible.cfg) - C(callbacks_enabled = gpufleet.hygiene.outcome) - or with
+    C(ANSIBLE_CALLBACKS_ENABLED=gpufleet.hygiene.outcome)
+"""
+
+from collections.abc import Mapping
+
+from ansible import constants as C
+from ansible import context
+from ansible.plugins.callback import CallbackBase
+
+COMMAND_CHARS = 60  # of a command line shown
+LISTED = 3  # items of a kind shown before "(+N more)"
+PREFIX = "gpufleet.hygiene."
+
+
+def _short(text, width=COMMAND_CHARS):
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _some(items):
+    items = list(items)
+    return ", ".join(items[:LISTED]) + (" (+%d more)" % (len(items) - LISTED) if len(items) > LISTED else "")
+
+
+def _size(n):
+    unit = "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            break
+        n /= 1024.0
+    return ("%d %s" if unit == "B" else "%.1f %s") % (n, unit)
+
+
+class Host(object):
+    """What the run did (or would do) on one container, from its modules' results."""
+
+    def __init__(self):
+        self.plan = None
+        self.relaunch = []
+        self.stopped = {}
+        self.removed = []
+        self.restored = []
+        self.cleared = []
+        self.launched = None
+        self.gate = None
+        self.failed = None
+
+    def take(self, action, result, task_name):
+        """Note one task's result (``action``: the module's short name, or None for set_fact)."""
+        facts = result.get("ansible_facts") or {}
+        if isinstance(facts.get("repair__plan"), Mapping):
+            self.plan = facts["repair__plan"]
+            self.relaunch = list(facts.get("repair__relaunch_command") or [])
+        if action in ("processes", "gpu_state"):
+            for t in result.get("terminated") or ():
+                if isinstance(t, Mapping) and t.get("pid") is not None:
+                    self.stopped.setdefault(t["pid"], t.get("cmdline") or "")
+        elif action == "cuda_contamination":
+            self.removed += ["%s %s" % (p.get("name"), p.get("version")) for p in result.get("removed") or () if isinstance(p, Mapping)]
+            self.restored += ["%s %s" % (p.get("name"), p.get("version")) for p in result.get("restored") or () if isinstance(p, Mapping)]
+        elif action == "torch_cache":
+            for c in result.get("caches") or ():
+                # What a clear removed (removed, freed), or under --check would remove (entries, size).
+                if not isinstance(c, Mapping) or c.get("action") not in ("clear", "clear_and_record"):
+                    continue
+                count, size = (c.get("removed"), c.get("freed")) if c.get("removed") else (c.get("entries"), c.get("size"))
+                if count:
+                    self.cleared.append("%s %s (%d entries, %s)" % (c.get("name"), c.get("path"), count, _size(size or 0)))
+        elif action == "throughput" and "median" in result:
+            self.gate = result  # with the task's skip (its readings not counted), which the result leaves out
+        elif action == "command" and task_name.startswith("Launch"):
+            # The launch's own command line carries the job's environment (no_log: censored): the
+            # job's command is the one the inventory gives it.
+            self.launched = self.relaunch or result.get("cmd") or "the job"
+
+    def fail(self, task_name, result):
+        self.failed = "%s: %s" % (task_name, _short(result.get("msg") or "failed", 240))
+
+    def changes(self, check):
+        """The parts of this container's line, or [] when nothing changed (or would)."""
+        parts = []
+        if self.stopped:
+            parts.append(("would stop " if check else "stopped ") + _some("pid %s %s" % (pid, _short(cmd, 40)) for pid, cmd in sorted(self.stopped.items())))
+        if self.removed:
+            parts.append(("would remove " if check else "removed ") + _some(self.removed))
+        if self.restored:
+            parts.append(("would restore " if check else "restored ") + _some(self.restored))
+        if self.cleared:
+            parts.append(("would clear " if check else "cleared ") + _some(self.cleared))
+        if check and self.plan and self.plan.get("repair") and self.relaunch:
+            parts.append("would relaunch `%s`" % _short(" ".join(str(a) for a in self.relaunch)))
+        elif self.launched:
+            launched = self.launched if isinstance(self.launched, str) else " ".join(str(a) for a in self.launched)
+            parts.append("relaunched `%s`" % _short(launched))
+        if self.gate:
+            g = self.gate
+            parts.append(
+                "throughput %s tok/s against a floor of %s (%d readings%s)%s"
+                % (
+                    g.get("median"),
+                    g.get("floor"),
+                    len(g.get("readings") or ()),
+                    ", %s skipped" % g["skip"] if g.get("skip") else "",
+                    "" if g.get("passed", True) else ": below it",
+                )
+            )
+        if self.failed:
+            parts.append("FAILED at %s" % self.failed)
+        return parts
+
+
+def summary(hosts, plan_hosts, check):
+    """The lines printed at the end: one a container that changed (or would), the rest counted."""
+    lines = []
+    quiet = 0
+    for name in plan_hosts:
+        host = hosts.get(name)
+        parts = host.changes(check) if host is not None else []
+        if parts:
+            lines.append("  %s: %s" % (name, "; ".join(parts)))
+        else:
+            quiet += 1
+    head = ("PLAN (check mode: nothing was changed): %d of %d container(s) would change" if check else "OUTCOME: %d of %d container(s) changed") % (
+        len(lines),
+        len(plan_hosts),
+    )
+    return [head] + lines + (["  %d container(s): nothing to do" % quiet] if quiet else [])
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "gpufleet.hygiene.outcome"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._hosts = {}
+        self._variables = None
+
+    def v2_playbook_on_play_start(self, play):
+        self._variables = play.get_variable_manager()
+
+    def _take(self, result, failed=False):
+        action = result._task.action or ""
+        short = action[len(PREFIX) :] if action.startswith(PREFIX) else action.rsplit(".", 1)[-1]
+        name = result._host.get_name()
+        host = self._hosts.get(name)
+        if failed:
+            if host is not None and host.plan is not None:  # a container the repair decided on
+                if short == "throughput":
+                    host.take(short, dict(result._result, skip=result._task.args.get("skip")), result._task.get_name())
+                host.fail(result._task.get_name(), result._result)
+            return
+        if short not in ("set_fact", "processes", "gpu_state", "cuda_contamination", "torch_cache", "throughput", "command"):
+            return
+        if host is None:
+            host = self._hosts[name] = Host()
+        extra = {"skip": result._task.args.get("skip")} if short == "throughput" else {}
+        host.take(short, dict(result._result, **extra), result._task.get_name())
+
+    def v2_runner_on_ok(self, result, **_kwargs):
+        self._take(result)
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        if not ignore_errors:
+            self._take(result, failed=True)
+
+    def v2_playbook_on_stats(self, stats):
+        decided = sorted(name for name, host in self._hosts.items() if host.plan is not None)
+        if not decided:
+            return
+        # The run's containers, from its fleet plan (plan.yml): those never decided on were ready.
+        everyone = decided
+        inventory = getattr(self._variables, "_inventory", None)
+        localhost = inventory.get_host("localhost") if inventory is not None else None
+        plan = self._variables.get_vars(host=localhost, include_hostvars=False).get("gpufleet_plan") if localhost else None
+        if isinstance(plan, Mapping) and isinstance(plan.get("containers"), (list, tuple)):
+            everyone = list(plan["containers"]) + [n for n in decided if n not in plan["containers"]]
+        for line in summary(self._hosts, everyone, bool(context.CLIARGS.get("check"))):
+            self._display.display(line, color=C.COLOR_CHANGED if line.startswith("  ") else C.COLOR_OK, stderr=False)
