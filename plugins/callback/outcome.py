@@ -150,6 +150,11 @@ def summary(hosts, plan_hosts, check):
     return [head] + lines + (["  %d container(s): nothing to do" % quiet] if quiet else [])
 
 
+def _name(task):
+    """The task's own name (get_name() puts its role's in front: ``gpufleet.hygiene.relaunch : Launch ...``)."""
+    return str(task.name or task.action or "")
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -172,15 +177,15 @@ class CallbackModule(CallbackBase):
         if failed:
             if host is not None and host.plan is not None:  # a container the repair decided on
                 if short == "throughput":
-                    host.take(short, dict(result._result, skip=result._task.args.get("skip")), result._task.get_name())
-                host.fail(result._task.get_name(), result._result)
+                    host.take(short, dict(result._result, skip=result._task.args.get("skip")), _name(result._task))
+                host.fail(_name(result._task), result._result)
             return
         if short not in ("set_fact", "processes", "gpu_state", "cuda_contamination", "torch_cache", "throughput", "command"):
             return
         if host is None:
             host = self._hosts[name] = Host()
         extra = {"skip": result._task.args.get("skip")} if short == "throughput" else {}
-        host.take(short, dict(result._result, **extra), result._task.get_name())
+        host.take(short, dict(result._result, **extra), _name(result._task))
 
     def v2_runner_on_ok(self, result, **_kwargs):
         self._take(result)

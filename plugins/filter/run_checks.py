@@ -23,7 +23,8 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpufleet.hygiene.plugins.filter.fleet import READ_BY
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.common import _hostlock
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common import _hostlock, _waits
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options, _readiness
 
 _TYPES = {"int": "a whole number", "float": "a number", "bool": "true or false", "list": "a list", "dict": "a mapping",
@@ -119,6 +120,17 @@ def _typed(kind):
     return check
 
 
+def _progress_every(value):
+    """The waits' own check of progress_every (common/_waits.Slice: looked up at each call)."""
+    problem = _typed("int")(value)
+    if not problem:
+        try:
+            _waits.Slice(0, every=int(value))
+        except GpufleetError as exc:
+            problem = _words(exc.msg, "progress_every")
+    return problem and "%s (seconds between the progress lines of a wait; 0 for none)" % problem
+
+
 def _lock_wait(value):
     """host_lock's own check of its timeout (looked up at each call: no copy of its range here)."""
     problem = _typed("int")(value)
@@ -184,7 +196,8 @@ def variables():
             Variable("gpufleet_max_fail_percentage", _percentage, run=True),
             Variable("gpufleet_job", _mapping)]
     rows += [Variable(o.inventory, _readiness_check(o), role=o.role) for o in _options.role_options() if o.inventory]
-    rows += [Variable("gpufleet_lock_timeout", _lock_wait, role="repair_lock_timeout")]
+    rows += [Variable("gpufleet_lock_timeout", _lock_wait, role="repair_lock_timeout"),
+             Variable("gpufleet_progress_every", _progress_every, role="relaunch_progress_every")]
     rows += [Variable(name, _typed("bool")) for name in
              ("gpufleet_allow_running_job", "gpufleet_repair_stalled", "gpufleet_hygiene_remediate", "gpufleet_pve_tags",
               "gpufleet_allow_empty_selection")]

@@ -26,6 +26,7 @@ description:
 extends_documentation_fragment:
   - gpufleet.hygiene.attributes
   - gpufleet.hygiene.attributes.INFO_MODULE
+  - gpufleet.hygiene.progress
 options:
   log:
     description: The training log on the target, an absolute path.
@@ -96,9 +97,23 @@ read_from:
   type: dict
   sample: {"offset": 48213, "inode": 1835021, "from": "launch"}
 waited:
-  description: Seconds spent waiting.
+  description: Seconds spent waiting (with O(progress_every), since O(started)).
   returned: always
   type: float
+pending:
+  description:
+    - With O(progress_every), V(true) when this call ended with no matching line and the wait not over; C(msg) says
+      what is awaited and what was written so far. Call again (C(until)).
+  returned: with O(progress_every), while the wait goes on
+  type: bool
+lines:
+  description: The lines written since O(since) read so far, none of them matching.
+  returned: when RV(pending)
+  type: int
+last_line:
+  description: The last of them, its control characters shown as C(?), cut at 120 characters; null when none.
+  returned: when RV(pending)
+  type: str
 """
 
 import re
@@ -107,6 +122,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, check_range, fail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._waits import OPTIONS as WAIT_OPTIONS
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._waits import Slice, shown
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import Follower, check_since, stat_log
 
@@ -123,9 +140,11 @@ def position(log):
     return {"exists": True, "inode": st.st_ino, "size": st.st_size}
 
 
-def wait(log, regex, since=None, timeout=300, max_line=65536, sleep=time.sleep, clock=time.monotonic):
-    """{matched, read_from, waited}: the first line written since ``since`` that matches; raises
-    GpufleetError (with read_from and waited) on a refused log, a bad regex or the timeout."""
+def wait(log, regex, since=None, timeout=300, max_line=65536, sleep=time.sleep, clock=time.monotonic, progress_every=0,
+         started=None):
+    """{matched, read_from, waited}: the first line written since ``since`` that matches, or (with
+    ``progress_every``) {pending, lines, last_line, waited, msg} when this call's slice of the wait ran out;
+    raises GpufleetError (with read_from and waited) on a refused log, a bad regex or the timeout."""
     try:
         pattern = re.compile(regex)
     except re.error as exc:
@@ -133,30 +152,44 @@ def wait(log, regex, since=None, timeout=300, max_line=65536, sleep=time.sleep, 
     check_range("timeout", timeout, least=0)
     check_range("max_line", max_line, least=1)
     check_since(since)
+    window = Slice(timeout, started, progress_every)
     follower = Follower(log, since, max_line=max_line)
     start = clock()
+    count, last = 0, None
     while True:
         try:
             lines = follower.lines()
         except Skipped as exc:
             raise GpufleetError("cannot read log %s: %s; point log at the job's own regular file" % (log, exc.problem),
-                                partial=dict(waited=round(clock() - start, 2))) from None
+                                partial=dict(waited=window.waited(clock() - start))) from None
         for line in lines:
             text = line.decode("utf-8", "replace")
             if pattern.search(text):
-                out = dict(matched=text, waited=round(clock() - start, 2))
+                out = dict(matched=text, waited=window.waited(clock() - start))
                 if follower.where is not None:
                     out["read_from"] = follower.where
                 return out
-        waited = clock() - start
-        if waited >= timeout:
-            partial = dict(waited=round(waited, 2))
+            count += 1
+            last = text
+        spent = clock() - start
+        if spent >= window.budget and window.pending(spent):
+            waited = window.waited(spent)
+            out = dict(pending=True, lines=count, last_line=None if last is None else shown(last), waited=waited,
+                       msg="waiting for a line of %s matching %r: %s, %ss of %ss" % (
+                           log, regex, "%d line(s) written since the launch, the last: %s" % (count, shown(last, 80))
+                           if count else ("nothing written since the launch" if follower.where is not None
+                                          else "the log does not exist yet"), int(waited), timeout))
+            if follower.where is not None:
+                out["read_from"] = follower.where
+            return out
+        if spent >= window.budget:
+            partial = dict(waited=window.waited(spent))
             if follower.where is not None:
                 partial["read_from"] = follower.where
             raise GpufleetError("no line of %s written since the launch matched %r in %ss%s" % (
                 log, regex, timeout, "" if follower.where is not None else " (the log does not exist)"), partial=partial)
         if not follower.more:
-            sleep(min(1.0, max(0.0, timeout - waited)))
+            sleep(min(1.0, max(0.0, window.budget - spent)))
 
 
 def main():
@@ -167,12 +200,14 @@ def main():
             since=dict(type="dict", options=dict(inode=dict(type="int"), offset=dict(type="int", required=True))),
             timeout=dict(type="int", default=300),
             max_line=dict(type="int", default=65536),
+            **WAIT_OPTIONS
         ),
         supports_check_mode=True,
     )
     p = module.params
     try:
-        result = {} if p["regex"] is None else wait(p["log"], p["regex"], p["since"], p["timeout"], p["max_line"])
+        result = {} if p["regex"] is None else wait(p["log"], p["regex"], p["since"], p["timeout"], p["max_line"],
+                                                    progress_every=p["progress_every"], started=p["started"])
         result["log"] = position(p["log"])
     except GpufleetError as exc:
         fail(module, exc)

@@ -24,6 +24,7 @@ description:
 extends_documentation_fragment:
   - gpufleet.hygiene.attributes
   - gpufleet.hygiene.attributes.INFO_MODULE
+  - gpufleet.hygiene.progress
 options:
   log:
     description: The training log on the target.
@@ -106,6 +107,20 @@ EXAMPLES = r"""
     since: >-
       {{ {'inode': log_at_launch.stat.inode, 'offset': log_at_launch.stat.size}
          if log_at_launch.stat.exists else {'offset': 0} }}
+
+- name: The same gate, saying every 15 s what it has read so far
+  gpufleet.hygiene.throughput:
+    log: /root/train/train.log
+    skip: 3
+    samples: 5
+    wait: 600
+    baseline: 20000
+    progress_every: 15
+    started: "{{ now().timestamp() }}"
+  register: gate
+  until: not gate.pending | default(false)
+  retries: 42  # 600 / 15, and two for a clock skew
+  delay: 0
 """
 
 RETURN = r"""
@@ -129,9 +144,19 @@ passed:
   returned: always
   type: bool
 waited:
-  description: Seconds spent waiting for readings.
+  description: Seconds spent waiting for readings (with O(progress_every), since O(started)).
   returned: always
   type: float
+pending:
+  description:
+    - With O(progress_every), V(true) when this call ended with too few readings and the wait not over; RV(readings)
+      holds those after O(skip) so far and C(msg) says what is awaited. Call again (C(until)).
+  returned: with O(progress_every), while the wait goes on
+  type: bool
+seen:
+  description: The readings read so far, those skipped included.
+  returned: when RV(pending)
+  type: int
 read_from:
   description: Where in the log reading began.
   returned: with O(since), once the log exists
@@ -152,6 +177,7 @@ read_from:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._waits import OPTIONS as WAIT_OPTIONS
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import DEFAULT_PATTERN, Gate
 
 
@@ -168,6 +194,7 @@ def main():
             min_fraction=dict(type="float", default=0.9),
             max_bytes=dict(type="int", default=1048576),
             since=dict(type="dict", options=dict(inode=dict(type="int"), offset=dict(type="int", required=True))),
+            **WAIT_OPTIONS
         ),
         supports_check_mode=True,
     )

@@ -26,11 +26,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import time
 
 import pytest
 import simfleet  # tests/lib, on pytest's pythonpath (pytest.ini)
-from conftest import INVENTORY, REPO, STATE
+from conftest import INVENTORY, REPO, STATE, VENV_BIN
 
 PLAYBOOK = os.path.join(REPO, "tests", "integration", "targets", "relaunch_since", "relaunch.yml")
 LOG = "/var/log/gpufleet-train.log"
@@ -83,8 +84,23 @@ class Container(object):
             time.sleep(0.2)
 
 
+class Streamed(object):
+    """A run of an ansible CLI as an operator watches it: each line of its output with the time it came."""
+
+    def __init__(self, argv, timeout=600):
+        env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen(["timeout", str(timeout), os.path.join(VENV_BIN, argv[0])] + argv[1:], cwd=REPO, env=env,
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.lines = []  # (seconds since the start, line)
+        start = time.monotonic()
+        for line in proc.stdout:
+            self.lines.append((time.monotonic() - start, line.rstrip("\n")))
+        self.returncode = proc.wait()
+        self.stdout = "\n".join(line for _t, line in self.lines)
+
+
 @pytest.fixture(scope="module")
-def relaunched(fleet, ansible_cli, tmp_path_factory):
+def relaunched(fleet, tmp_path_factory):
     running = [(n, ct) for n in fleet["nodes"] for ct in n["containers"] if ct["running"] and ct["gpus"]]
     healthy, slow = Container(*running[0]), Container(*running[1])
     used_before = {c.name: c.used() for c in (healthy, slow)}
@@ -102,13 +118,13 @@ def relaunched(fleet, ansible_cli, tmp_path_factory):
         healthy.old_run(12800)
         slow.old_run(20000)
         old = {c.name: len(c.readings()) for c in (healthy, slow)}
-        res = ansible_cli("ansible-playbook", "-i", INVENTORY, "-i", str(extra), PLAYBOOK,
-                          "-e", "relaunch_since_hosts=%s,%s" % (healthy.name, slow.name), "-e", "relaunch_since_out=%s" % out)
+        res = Streamed(["ansible-playbook", "-i", INVENTORY, "-i", str(extra), PLAYBOOK,
+                        "-e", "relaunch_since_hosts=%s,%s" % (healthy.name, slow.name), "-e", "relaunch_since_out=%s" % out])
         outcome = {}
         for c in (healthy, slow):
             path = out / ("%s.json" % c.name)
             outcome[c.name] = json.loads(path.read_text()) if path.exists() else None
-        yield {"res": res, "healthy": healthy.name, "slow": slow.name, "old": old, "outcome": outcome,
+        yield {"res": res, "lines": res.lines, "healthy": healthy.name, "slow": slow.name, "old": old, "outcome": outcome,
                "logs": {c.name: c.readings() for c in (healthy, slow)}}
     finally:
         for c in (healthy, slow):
@@ -141,3 +157,21 @@ def test_a_slow_relaunch_appended_after_good_readings_fails_at_the_gate(relaunch
     # the old run's good readings are still there, before the new run's
     log = relaunched["logs"][relaunched["slow"]]
     assert log[:relaunched["old"][relaunched["slow"]]] == ["20000"] * relaunched["old"][relaunched["slow"]]
+
+
+def test_the_waits_say_what_they_have_read_at_least_every_15_s(relaunched):
+    """At default verbosity, from the wait for the ready line to the end of the gate, the operator
+    sees a line at least every 15 s: the slow run's gate (9 readings 2 s apart) prints what it has
+    read so far while it waits, and the healthy run's pass prints its median, readings and floor."""
+    lines = relaunched["lines"]
+    first = next(i for i, (_t, line) in enumerate(lines) if line.startswith("TASK [gpufleet.hygiene.relaunch : The log says it runs]"))
+    last = next(i for i, (_t, line) in enumerate(lines) if line.startswith("TASK [Write the outcome for the test]"))
+    gaps = [(lines[i + 1][0] - lines[i][0], lines[i + 1][1]) for i in range(first, last)]
+    assert max(g for g, _line in gaps) <= 15, "silent for %.1f s before: %s" % max(gaps)
+    assert lines[last][0] - lines[first][0] > 15  # the waits were long enough to need it
+    slow, healthy = relaunched["slow"], relaunched["healthy"]
+    waiting = [line for _t, line in lines[first:last]
+               if line.startswith("%s: waiting for 5 throughput readings of /var/log/gpufleet-train.log after skipping 4: " % slow)]
+    assert waiting and re.search(r": [1-8] read so far \(last \d+ tok/s\), \d+s of 60s$", waiting[0]), "\n".join(waiting)
+    assert any(re.match(r"%s: throughput 20000 tok/s \(median of 5 readings, 4 skipped\) against a floor of 18000 tok/s after "
+                        % healthy, line) for _t, line in lines), relaunched["res"].stdout[-4000:]

@@ -23,6 +23,7 @@ import statistics
 import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, check_range
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._waits import Slice
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._files import Skipped
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tail import check_since, read_window
 
@@ -71,7 +72,7 @@ class Gate:
     """The options of the throughput module, checked; run() waits for the readings and judges them."""
 
     def __init__(self, log, pattern=DEFAULT_PATTERN, samples=5, skip=0, wait=0, min_value=None, baseline=None,
-                 min_fraction=MIN_FRACTION, max_bytes=1048576, since=None):
+                 min_fraction=MIN_FRACTION, max_bytes=1048576, since=None, progress_every=0, started=None):
         try:
             self.regex = re.compile(pattern)
         except re.error as exc:
@@ -88,6 +89,7 @@ class Gate:
         self.read_from = None
         self.cut = False
         self.floor = max(min_value or 0.0, (baseline or 0.0) * min_fraction)
+        self.slice = Slice(wait, started, progress_every)
 
     def _read(self):
         try:
@@ -107,12 +109,18 @@ class Gate:
         start = clock()
         while True:
             values = self._read()
-            if len(values) >= self.skip + self.samples or clock() - start >= self.wait:
+            if len(values) >= self.skip + self.samples or clock() - start >= self.slice.budget:
                 break
             sleep(1.0)
-        waited = round(clock() - start, 2)
+        spent = clock() - start
+        waited = self.slice.waited(spent)
         extra = {"read_from": self.read_from} if self.since is not None else {}
         window = values[self.skip:][-self.samples:]
+        if len(window) < self.samples and self.slice.pending(spent):
+            return dict(pending=True, readings=window, seen=len(values), floor=self.floor, passed=False, waited=waited,
+                        msg="waiting for %d throughput readings of %s after skipping %d: %d read so far%s, %ss of %ss" % (
+                            self.samples, self.log, self.skip, len(values),
+                            " (last %.0f tok/s)" % values[-1] if values else "", int(waited), self.wait), **extra)
         if len(window) < self.samples:
             raise GpufleetError(
                 "%s holds %d throughput readings after skipping %d, %d needed, after waiting %ss: is the job "
@@ -123,6 +131,8 @@ class Gate:
                 partial=dict(readings=window, floor=self.floor, passed=False, waited=waited, **extra))
         median = statistics.median(window)
         result = dict(readings=window, median=median, floor=self.floor, passed=median >= self.floor, waited=waited, **extra)
+        result["msg"] = "throughput %.0f tok/s (median of %d readings, %d skipped) against a floor of %.0f tok/s after %ss" % (
+            median, len(window), min(self.skip, len(values)), self.floor, waited)
         if not result["passed"]:
             raise GpufleetError(
                 "throughput %.0f tok/s (median of %d) is below the floor of %.0f tok/s%s" % (

@@ -98,6 +98,7 @@ TRAVELS = (
     "cache._roots",
     "cache._torch_cache",
     "common._errors",
+    "common._waits",
     "fs._files",
     "fs._root",
     "fs._tail",

@@ -64,6 +64,8 @@ def test_an_inventory_value_names_the_hosts_that_have_it():
     ({"gpufleet_stall_after": "15m"}, "gpufleet_stall_after=15m must be a whole number (seconds without the log growing"),
     ({"gpufleet_lock_timeout": "-1"}, "gpufleet_lock_timeout=-1 must be at least 0 (seconds to wait for another run's lock"),
     ({"gpufleet_lock_timeout": "1m"}, "gpufleet_lock_timeout=1m must be a whole number (seconds to wait for another run's lock"),
+    ({"gpufleet_progress_every": "-5"}, "gpufleet_progress_every=-5 must be at least 0 (seconds between the progress lines of a wait"),
+    ({"gpufleet_progress_every": "15s"}, "gpufleet_progress_every=15s must be a whole number (seconds between the progress lines"),
     ({"gpufleet_read_by": "nodes"}, "gpufleet_read_by=nodes must be one of auto, node, container"),
     ({"gpufleet_batch": "0"}, "gpufleet_batch=0 must be a number of containers of at least 1, a percentage from 1% to 100%"),
     ({"gpufleet_batch": "-5"}, "gpufleet_batch=-5 must be a number of containers of at least 1"),
@@ -86,7 +88,7 @@ def test_each_kind_of_wrong_option(extra, message):
 
 @pytest.mark.parametrize("extra", [
     {},
-    {"gpufleet_stall_after": "1", "gpufleet_nvidia_smi_timeout": "0.5", "gpufleet_lock_timeout": "0"},
+    {"gpufleet_stall_after": "1", "gpufleet_nvidia_smi_timeout": "0.5", "gpufleet_lock_timeout": "0", "gpufleet_progress_every": "0"},
     {"gpufleet_batch": "100%", "gpufleet_max_fail_percentage": "100", "gpufleet_read_by": "node"},
     {"gpufleet_batch": [1, "10%", "25%"], "gpufleet_max_fail_percentage": "10%", "gpufleet_allow_running_job": "yes"},
     {"gpufleet_batch": 3, "gpufleet_max_fail_percentage": 0, "gpufleet_repair_stalled": False, "gpufleet_pve_tags": "true"},

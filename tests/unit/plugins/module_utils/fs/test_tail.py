@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -151,6 +153,30 @@ def test_log_wait_matches_only_what_the_launched_run_wrote(run_module, home):
     got = run_module(log_wait.main, {"log": log, "regex": "training started", "since": since, "timeout": 5})
     assert not got.get("failed") and got["matched"] == "new run: training started at step 0"
     assert got["read_from"] == dict(since, **{"from": "launch"})
+
+
+def test_log_wait_in_slices_says_what_the_run_wrote_so_far(run_module, home):
+    """progress_every: a call that ends with no ready line and the wait not over returns pending,
+    what was written since the launch (its control characters shown as ?) and where the wait
+    stands; the call in which the whole wait (from started) runs out fails as one call would."""
+    log = os.path.join(home, "train.log")
+    as_nobody("sh", "-c", "printf 'old run: training started\\n' > %s" % log)
+    since = {"inode": os.stat(log).st_ino, "offset": os.path.getsize(log)}
+    args = {"log": log, "regex": "training started", "since": since, "timeout": 3, "progress_every": 1, "started": time.time()}
+    first = run_module(log_wait.main, args)
+    assert first["pending"] is True and not first.get("failed") and first["lines"] == 0 and first["last_line"] is None
+    assert re.fullmatch(r"waiting for a line of %s matching 'training started': nothing written since the launch, [12]s of 3s"
+                        % re.escape(log), first["msg"]), first["msg"]
+    as_nobody("sh", "-c", "printf 'loading shards 3/8\\033[2K\\n' >> %s" % log)
+    second = run_module(log_wait.main, args)
+    assert second["pending"] and second["lines"] == 1 and second["last_line"] == "loading shards 3/8?[2K"
+    assert re.search(r"1 line\(s\) written since the launch, the last: loading shards 3/8\?\[2K, [12]s of 3s$", second["msg"])
+    last = run_module(log_wait.main, args)
+    assert last["failed"] and "pending" not in last and "in 3s" in last["msg"] and last["waited"] >= 3
+    # The ready line within a slice: matched, no pending.
+    as_nobody("sh", "-c", "printf 'new run: training started\\n' >> %s" % log)
+    got = run_module(log_wait.main, dict(args, started=time.time()))
+    assert got["matched"] == "new run: training started" and "pending" not in got
 
 
 def test_log_wait_refuses_a_link_to_a_root_only_file(run_module, home, secret):

@@ -158,3 +158,41 @@ def test_too_few_new_readings_counts_only_the_new_run(runs):
 def test_bad_since(tmp_path, since):
     with pytest.raises(GpufleetError, match=r"^since\.(offset|inode) must be at least 0 \(got -[15]\)$"):
         Gate(str(tmp_path / "train.log"), since=since)
+
+
+def test_a_long_wait_in_slices_says_what_it_has_read_and_ends_when_the_whole_wait_does(runs):
+    """progress_every: each call of the gate waits at most that long and, the wait not over,
+    returns pending with the readings read so far; the calls of one wait (one `started`) end when
+    the whole wait does, failing as one call would, the time counted from `started`."""
+    since = runs.at_launch() if runs.log.exists() else {"offset": 0}
+    runs.start(GOOD, compile_seconds=0.5, warmup_steps=1, every=0.4)  # 1 warm-up, then a reading every 0.4 s
+    started = time.time()
+    gate = dict(samples=20, skip=1, wait=4, baseline=GOOD, since=since, progress_every=1, started=started)
+    first = Gate(str(runs.log), **gate).run()
+    assert first["pending"] is True and first["passed"] is False and 0.9 <= first["waited"] < 2.5
+    assert first["msg"].startswith("waiting for 20 throughput readings of %s after skipping 1: %d read so far" % (runs.log, first["seen"]))
+    later = Gate(str(runs.log), **gate).run()
+    assert later["pending"] and later["seen"] > first["seen"] and "(last 20000 tok/s)" in later["msg"]
+    failure = None
+    while failure is None:  # as the task's until loop calls it
+        try:
+            result = Gate(str(runs.log), **gate).run()
+        except GpufleetError as exc:
+            failure = exc
+        else:
+            assert result["pending"] and time.time() - started < 6
+    # 20 readings do not come in 4 s: the call in which the whole wait ran out fails as one call would.
+    assert "holds" in failure.msg and "after waiting 4" in failure.msg and failure.partial["waited"] >= 4
+    assert 4 <= time.time() - started < 6
+    # Enough readings within a slice: it passes, its verdict in msg.
+    done = Gate(str(runs.log), **dict(gate, samples=3, started=time.time())).run()
+    assert done["passed"] and "pending" not in done
+    assert done["msg"].startswith("throughput 20000 tok/s (median of 3 readings, 1 skipped) against a floor of 18000 tok/s")
+
+
+def test_without_progress_every_one_call_waits_it_all(runs):
+    runs.start(GOOD, compile_seconds=0.2, every=0.3)
+    started = time.monotonic()
+    with pytest.raises(GpufleetError):
+        Gate(str(runs.log), samples=50, wait=2, min_value=GOOD, started=time.time() - 100).run()
+    assert 2 <= time.monotonic() - started < 4  # started is used only with progress_every

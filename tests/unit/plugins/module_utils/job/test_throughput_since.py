@@ -131,9 +131,12 @@ def test_the_gate_s_defaults_are_the_module_s_documented_ones():
 
     import yaml
 
+    from ansible_collections.gpufleet.hygiene.plugins.doc_fragments import progress
     from ansible_collections.gpufleet.hygiene.plugins.modules import throughput
 
     options = yaml.safe_load(throughput.DOCUMENTATION)["options"]
+    assert "gpufleet.hygiene.progress" in yaml.safe_load(throughput.DOCUMENTATION)["extends_documentation_fragment"]
+    options.update(yaml.safe_load(progress.ModuleDocFragment.DOCUMENTATION)["options"])
     params = inspect.signature(Gate).parameters
     assert set(params) == set(options)
     for name, param in params.items():
