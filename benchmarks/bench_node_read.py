@@ -67,7 +67,7 @@ def read(env, inventory, node, collections, args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--revs", default="5e78869,HEAD", help="git revisions, comma separated; the first is the reference")
     ap.add_argument("--containers", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=9)
@@ -116,8 +116,8 @@ def main():
     print("\n| revision | node read (module) | the ansible call | read / %s | call / %s | not ready |" % (ref, ref))
     print("| --- | ---: | ---: | ---: | ---: | --- |")
     for rev in revs:
-        print("| %s | %.3f s | %.2f s | %.2fx | %.2fx | %s |" % (rev, med[rev][0], med[rev][1], med[rev][0] / med[ref][0],
-                                                                med[rev][1] / med[ref][1], ", ".join(verdicts[rev])))
+        ratios = (med[rev][0] / med[ref][0], med[rev][1] / med[ref][1])
+        print("| %s | %.3f s | %.2f s | %.2fx | %.2fx | %s |" % ((rev,) + tuple(med[rev]) + ratios + (", ".join(verdicts[rev]),)))
     if len(set(tuple(v) for v in verdicts.values())) != 1:
         raise SystemExit("bench: the revisions found different containers not ready: %s" % verdicts)
 

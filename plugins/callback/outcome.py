@@ -110,7 +110,7 @@ class Host(object):
             parts.append(("would restore " if check else "restored ") + _some(self.restored))
         if self.cleared:
             parts.append(("would clear " if check else "cleared ") + _some(self.cleared))
-        if check and self.plan and self.plan.get("repair") and self.relaunch:
+        if check and self.plan and (self.plan.get("repair") or self.plan.get("start")) and self.relaunch:
             parts.append("would relaunch `%s`" % _short(" ".join(str(a) for a in self.relaunch)))
         elif self.launched:
             launched = self.launched if isinstance(self.launched, str) else " ".join(str(a) for a in self.launched)

@@ -63,8 +63,8 @@ def down_message(down):
              % len(down)]
     for host in sorted(down):
         entry = down[host] if isinstance(down[host], Mapping) else {}
-        lines.append("  %s: %s - once fixed, start it again with: %s" % (host, entry.get("why") or "the repair failed",
-                                                                        entry.get("relaunch") or "remediate.yml"))
+        lines.append("  %s: %s - once fixed, start it again with: %s"
+                     % (host, entry.get("why") or "the repair failed", entry.get("relaunch") or "remediate.yml"))
     return "\n".join(lines)
 
 

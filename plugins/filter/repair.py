@@ -17,8 +17,9 @@ PURGED = ("venv_clean", "caches_fresh", "packages")
 LEFTOVERS = ("repaired", "always")
 
 
-def repair_plan(record, allow_running_job=False, repair_stalled=False, leftovers="repaired", keep_healthy_job=False):
-    """{repair, left, purge, failed, gpu_errors, config_errors, stalled, leftovers, leftover_pids} of a verify_result: a
+def repair_plan(record, allow_running_job=False, repair_stalled=False, leftovers="repaired", keep_healthy_job=False,
+                start_job=False):
+    """{repair, start, left, purge, failed, gpu_errors, config_errors, stalled, leftovers, leftover_pids} of a verify_result: a
     host is repaired unless it is ready, the job's configuration is wrong (a repair could stop what it
     cannot start again: ``config_errors``, job_config's problems), its GPUs cannot be read (a node fault no
     step repairs, and a repair could not be checked), or a job runs on it and running jobs are allowed
@@ -27,12 +28,15 @@ def repair_plan(record, allow_running_job=False, repair_stalled=False, leftovers
     state), a job that runs, makes progress at its floor and fails nothing else is left running too,
     whatever allow_running_job says. ``leftovers`` are the GPU holders whose job is gone that the repair
     stops, by PID and start time: on a host repaired, and with ``leftovers="always"`` beside a job left
-    running too; ``leftover_pids`` is their scope.pids."""
+    running too; ``leftover_pids`` is their scope.pids. With ``start_job`` (remediate, a job described
+    with a command and the patterns that tell whether it runs), a host that is ready but whose job does
+    not run is to have it started (``start``): nothing to repair, the job down is what differs from the
+    desired state."""
     if not isinstance(record, Mapping) or "checks" not in record:
         raise AnsibleFilterError("repair_plan: expects a verify_result (with its checks)")
     flags = {}
     for name, value in (("allow_running_job", allow_running_job), ("repair_stalled", repair_stalled),
-                        ("keep_healthy_job", keep_healthy_job)):
+                        ("keep_healthy_job", keep_healthy_job), ("start_job", start_job)):
         try:
             flags[name] = boolean(value, strict=True)
         except TypeError:
@@ -70,7 +74,9 @@ def repair_plan(record, allow_running_job=False, repair_stalled=False, leftovers
     beside = ("running a job", "running a stalled job", "running its job, healthy")
     stop = left is None or (leftovers == "always" and left in beside)
     found = list(live.get("leftovers") or []) if stop else []
-    return {"repair": left is None, "left": left, "purge": any(name in PURGED for name in failed),
+    start = flags["start_job"] and left == "ready" and not record.get("running_job")
+    return {"repair": left is None, "start": start, "left": "ready, its job not running" if start else left,
+            "purge": any(name in PURGED for name in failed),
             "failed": failed, "gpu_errors": gpu_errors, "config_errors": config_errors, "stalled": stalled,
             "leftovers": found, "leftover_pids": [{"pid": h["pid"], "start_time": h["start_time"]} for h in found]}
 

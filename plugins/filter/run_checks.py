@@ -290,8 +290,8 @@ def fleet_empty_selection(selected, limit=None, pattern="pve_containers", limit_
         return ("%s: the inventory has no hosts. Give the fleet's inventory with -i (inventory/example-proxmox.yml, "
                 "inventory/example.proxmox_lxc.yml or inventory/example-community-proxmox.yml show how), then run again"
                 % head)
-    counts = ", ".join("%s (%d)" % (g, len(groups[g] or ())) for g in named[:30]) + (" and %d more" % (len(named) - 30)
-                                                                                    if len(named) > 30 else "")
+    more = " and %d more" % (len(named) - 30) if len(named) > 30 else ""
+    counts = ", ".join("%s (%d)" % (g, len(groups[g] or ())) for g in named[:30]) + more
     if selected:
         return ("%s: the pattern selects %d host(s) (%s), none of them in the limit. Give a --limit that names some of "
                 "them (and localhost, to keep the fleet plan), or leave --limit out" % (head, len(selected), _hosts(selected)))

@@ -14,8 +14,13 @@ train-601 the stale run holding its GPU at 64% of the baseline, train-602 a stal
 3. root's worker left behind beside a running job (reparented, running the venv's interpreter,
    no job users in the inventory) is named a leftover by preflight and stopped by remediate, the
    job left running; a process of another user that runs the venv's interpreter is never one;
+0. remediate --check --diff ends with its plan, one line per container;
 4. a typo'd venv (-e gpufleet_venv=/opt/venv-typo) stops nothing: the run fails for that
-   container naming the variable, and its job runs on with the same PID.
+   container naming the variable, and its job runs on with the same PID;
+5. --tags and --skip-tags choose the repair's steps; a purge without the kill under a running job
+   is refused; a clean container whose job is down has it started by the next remediate;
+6. a relaunch that dies at once leaves the job down, the end of the run says so and how to start
+   it again, and that command does.
 
 The fleet: state $GPUFLEET_DESIRED_STATE (default /var/tmp/gpufleet-sim-desired), port
 $GPUFLEET_DESIRED_PORT (default 2968), vmids 600-602.
@@ -191,6 +196,40 @@ def test_a_typo_d_venv_stops_nothing(fleet):
     assert job_pids(fleet)[ct["name"]] == before
 
 
+STALE_CACHE = ("mkdir -p /tmp/torchinductor_root/fxgraph/zz && echo stale > /tmp/torchinductor_root/fxgraph/zz/entry && "
+               "rm -f /tmp/torchinductor_root/.gpufleet-hygiene-fingerprint.json")
+
+
+def test_each_step_can_be_chosen_with_tags_and_a_job_down_is_started(fleet):
+    """--tags and --skip-tags choose the repair's steps (kill, purge, verify, relaunch); a purge
+    chosen without the kill under a running job is refused before anything changes. A clean host
+    whose job is down differs from the desired state: the next remediate starts the job."""
+    ct = fleet["cts"][1]
+    [job] = job_pids(fleet)[ct["name"]]
+    sh(fleet, ct, STALE_CACHE)
+    limit = ("--limit", "%s,localhost" % ct["name"])
+    res = playbook(fleet, "remediate.yml", *limit, "--tags", "purge")
+    assert res.returncode != 0
+    assert ("%s: its job is running and the kill step was not selected (--tags, --skip-tags)" % ct["name"]) in res.stdout, \
+        res.stdout[-4000:]
+    assert job_pids(fleet)[ct["name"]] == [job] and sh(fleet, ct, "cat /tmp/torchinductor_root/fxgraph/zz/entry").strip() == "stale"
+
+    res = playbook(fleet, "remediate.yml", *limit, "--skip-tags", "relaunch")
+    assert res.returncode == 0, res.stdout[-6000:]
+    assert job_pids(fleet)[ct["name"]] == []  # stopped, not relaunched
+    assert "fxgraph" not in sh(fleet, ct, "ls /tmp/torchinductor_root")
+    line = next(x for x in res.stdout.splitlines() if x.startswith("  %s: " % ct["name"]))
+    assert "stopped pid %d " % job in line and "cleared inductor /tmp/torchinductor_root" in line and "relaunched" not in line, line
+
+    res = playbook(fleet, "remediate.yml", *limit)
+    assert res.returncode == 0, res.stdout[-6000:]
+    [started] = job_pids(fleet)[ct["name"]]
+    line = next(x for x in res.stdout.splitlines() if x.startswith("  %s: " % ct["name"]))
+    assert "relaunched `" in line and "stopped" not in line and "cleared" not in line, line
+    again = playbook(fleet, "remediate.yml", *limit)
+    assert recap(again.stdout)[ct["name"]]["changed"] == 0 and job_pids(fleet)[ct["name"]] == [started]
+
+
 def test_a_job_the_repair_left_down_is_named_at_the_end(fleet):
     """A repair that fails after it stopped the job (here its relaunch: the command the inventory
     now gives dies at once) ends the run saying which job is down, why, and how to start it again.
@@ -200,8 +239,7 @@ def test_a_job_the_repair_left_down_is_named_at_the_end(fleet):
     ct = fleet["cts"][0]
     assert job_pids(fleet)[ct["name"]]
     # Not ready again: an Inductor cache with no record of what built it.
-    sh(fleet, ct, "mkdir -p /tmp/torchinductor_root/fxgraph/zz && echo stale > /tmp/torchinductor_root/fxgraph/zz/entry && "
-                  "rm -f /tmp/torchinductor_root/.gpufleet-hygiene-fingerprint.json")
+    sh(fleet, ct, STALE_CACHE)
     job = {"command": ["/bin/false"], "workdir": "/root", "env": {}, "method": "setsid", "log": "/var/log/gpufleet-train.log",
            "patterns": [r"^\S*python3? /opt/gpufleet/train_dflash\.py"], "users": [], "ready_regex": r"^step \d+ loss",
            "baseline_tokens_per_s": 20000}
@@ -212,3 +250,7 @@ def test_a_job_the_repair_left_down_is_named_at_the_end(fleet):
     assert "JOBS DOWN: the repair of 1 container(s) failed after it stopped their job, which is not running now:" in tail, tail
     assert re.search(r"  %s: .+ - once fixed, start it again with: ansible-playbook remediate.yml --limit %s,localhost"
                      % (ct["name"], ct["name"]), tail), tail
+    # The command it gives does: with the inventory's own job again, remediate starts the job that is down.
+    again = playbook(fleet, "remediate.yml", "--limit", "%s,localhost" % ct["name"])
+    assert again.returncode == 0, again.stdout[-6000:]
+    assert len(job_pids(fleet)[ct["name"]]) == 1

@@ -111,7 +111,7 @@ def start_holder(fleet, ct, tag, user=True):
     line = HOLDER % (JOB, ct["gpus"][0], tag)
     script = "setsid %s </dev/null >/dev/null 2>&1 & echo $!" % line
     pid = int(sh(fleet, ct, as_trainer(script) if user else script).strip())
-    for _ in range(100):
+    for _attempt in range(100):
         if any(tag in cmd for cmd in simfleet.processes(fleet["lxc"], ct["vmid"]).values()):
             break
         time.sleep(0.1)

@@ -247,3 +247,17 @@ def test_a_configuration_error_stops_nothing():
         assert (plan["repair"], plan["left"], plan["leftovers"]) == (False, "with a configuration error", [])
         assert plan["config_errors"] == ["gpufleet_venv=/opt/venv-typo does not exist"]
     assert _repair.repair_plan(dict(record, checks=[GPU_OWN, RUNNING, dict(config, ok=True, problems=[])]), False)["config_errors"] == []
+
+
+@pytest.mark.parametrize("record, start", [
+    (dict(BRIEF, ready=True, checks=[CHECK_OK]), True),                     # clean, its job down: started
+    (dict(BRIEF, ready=True, running_job=True, checks=[CHECK_OK]), False),  # its job runs: nothing to do
+    (dict(BRIEF), False),                                                   # not ready: repaired (and relaunched)
+])
+def test_remediate_starts_the_job_of_a_ready_host_where_it_does_not_run(record, start):
+    """start_job (remediate with a job described): the desired state is the job running, so a ready
+    host whose job is down is to have it started, with no repair; without start_job it is left."""
+    plan = _repair.repair_plan(record, False, False, "always", True, start_job=True)
+    assert plan["start"] is start and not (plan["start"] and plan["repair"])
+    assert plan["left"] == ("ready, its job not running" if start else plan["left"])
+    assert _repair.repair_plan(record, False, False, "always", True)["start"] is False

@@ -34,8 +34,8 @@ def hostvars(extra=None, **per_host):
     return out
 
 
-def errors(hv, selected=HOSTS, limit=None):
-    return _checks.fleet_option_errors(hv, selected, limit=limit)
+def errors(hv, selected=None, limit=None):
+    return _checks.fleet_option_errors(hv, HOSTS if selected is None else selected, limit=limit)
 
 
 def test_an_option_out_of_range_given_with_e_is_named_once_as_the_user_set_it():
@@ -48,18 +48,18 @@ def test_an_inventory_value_names_the_hosts_that_have_it():
                   train_100={"gpufleet_job": {"baseline_tokens_per_s": -3, "log": "/root/train.log"}})
     assert errors(hv) == [
         ("gpufleet_job.baseline_tokens_per_s=-3 must be at least 0 (the job's recorded good throughput, reported beside "
-        "the last reading with their ratio) (set for train-100)"),
+         "the last reading with their ratio) (set for train-100)"),
         ("gpufleet_stall_after=0 must be at least 1 (seconds without the log growing after which a job counts as stalled) "
-        "(set for train-101, train-102)")]
+         "(set for train-101, train-102)")]
     # A host the --limit leaves out is not the run's.
     assert errors(hv, limit=["train-101"]) == [
         ("gpufleet_stall_after=0 must be at least 1 (seconds without the log growing after which a job counts as stalled) "
-        "(set for train-101)")]
+         "(set for train-101)")]
 
 
 @pytest.mark.parametrize("extra, message", [
     ({"gpufleet_nvidia_smi_timeout": "0"}, ("gpufleet_nvidia_smi_timeout=0 must be more than 0 (seconds one nvidia-smi call "
-                                           "may take before it is killed and the module fails)")),
+                                            "may take before it is killed and the module fails)")),
     ({"gpufleet_nvidia_smi_timeout": "abc"}, "gpufleet_nvidia_smi_timeout=abc must be a number (seconds one nvidia-smi call"),
     ({"gpufleet_stall_after": "15m"}, "gpufleet_stall_after=15m must be a whole number (seconds without the log growing"),
     ({"gpufleet_lock_timeout": "-1"}, "gpufleet_lock_timeout=-1 must be at least 0 (seconds to wait for another run's lock"),
@@ -139,7 +139,7 @@ def test_the_ranges_are_the_reads_own_not_a_copy(monkeypatch):
     monkeypatch.setattr(_readiness, "bad_option", stricter)
     assert errors(hostvars({"gpufleet_stall_after": "30", "gpufleet_nvidia_smi_timeout": "1"})) == [
         ("gpufleet_nvidia_smi_timeout=1 must be at least 2 (seconds one nvidia-smi call may take before it is killed and "
-        "the module fails)"),
+         "the module fails)"),
         "gpufleet_stall_after=30 must be at least 60 (seconds without the log growing after which a job counts as stalled)"]
 
 

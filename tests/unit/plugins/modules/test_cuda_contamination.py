@@ -636,7 +636,7 @@ def sparse_wheels(tmp_path_factory):
     build_wheel(out, "droppkg", "1.0+cu130", dict({"droppkg/__init__.py": ""}, **{f: "" for f in SPARSE_FILES}))
     h = hashlib.sha256()
     zeros = bytes(1 << 20)
-    for _ in range(SPARSE_SIZE >> 20):
+    for _block in range(SPARSE_SIZE >> 20):
         h.update(zeros)
     return out, "sha256=" + base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
 

@@ -185,7 +185,8 @@ def test_a_long_wait_in_slices_says_what_it_has_read_and_ends_when_the_whole_wai
     assert "holds" in failure.msg and "after waiting 4" in failure.msg and failure.partial["waited"] >= 4
     assert 4 <= time.time() - started < 6
     # Enough readings within a slice: it passes, its verdict in msg.
-    done = Gate(str(runs.log), **dict(gate, samples=3, started=time.time())).run()
+    gate.update(samples=3, started=time.time())
+    done = Gate(str(runs.log), **gate).run()
     assert done["passed"] and "pending" not in done
     assert done["msg"].startswith("throughput 20000 tok/s (median of 3 readings, 1 skipped) against a floor of 18000 tok/s")
 

@@ -1811,8 +1811,8 @@ def _untouched(w, files, state_dir):
 
 
 @pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check-mode"])
-def test_shared_files_past_the_stash_s_bound_stop_the_removal_before_anything_is_removed(tmp_path, state_dir, monkeypatch,
-                                                                                          check_mode):
+def test_shared_files_past_the_stash_s_bound_stop_the_removal_before_anything_is_removed(
+        tmp_path, state_dir, monkeypatch, check_mode):
     monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 3 * 3000 - 1)
     w, files = _big_sharing(tmp_path, [3000, 3000, 3000])
     with pytest.raises(_contamination.GpufleetError) as exc:
@@ -1838,8 +1838,8 @@ def test_shared_files_of_exactly_the_stash_s_bound_are_kept_aside_and_put_back(t
         assert w.read(rel) == data, rel
 
 
-def test_a_stash_that_reaches_its_bound_while_it_copies_stops_the_removal_before_anything_is_removed(tmp_path, state_dir,
-                                                                                                       monkeypatch):
+def test_a_stash_that_reaches_its_bound_while_it_copies_stops_the_removal_before_anything_is_removed(
+        tmp_path, state_dir, monkeypatch):
     # The files grew between the plan's look and the copy (here: the plan sees nothing to keep).
     monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 3 * 3000 - 1)
     monkeypatch.setattr(_contamination, "_stash_need", lambda preserve: [])
