@@ -54,7 +54,9 @@ def test_the_sequence_is_written_once():
         assert repair["ansible.builtin.include_role"] == {"name": "gpufleet.hygiene.repair"}
         assert "not verify_result.ready" in repair["when"]
     main = load(ROLE, "tasks", "main.yml")
-    assert all(set(t) <= {"name", "ansible.builtin.include_tasks", "when"} for t in main)  # a dispatcher
+    assert all(set(t) <= {"name", "ansible.builtin.include_tasks", "when", "tags"} for t in main)  # a dispatcher
+    # Its two includes run whatever --tags chooses: the steps inside carry their own tags.
+    assert all(t["tags"] == ["always"] for t in main)
 
 
 def test_remediate_and_hygiene_differ_only_in_policy():
