@@ -14,7 +14,9 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._merge import earliest_start, merge_slices
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._phases import load_phases
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._report import FORMATS, FleetReport
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import RUN_KINDS
 
 ARGUMENT_SPEC = dict(
     hosts=dict(type="list", elements="dict"),
@@ -25,6 +27,8 @@ ARGUMENT_SPEC = dict(
     prometheus_file=dict(type="path"),
     merge_from=dict(type="list", elements="path"),
     merge_missing=dict(type="str", choices=["fail", "warn"], default="fail"),
+    run_kind=dict(type="str", choices=list(RUN_KINDS), default="hygiene"),
+    phases=dict(type="list", elements="dict", options=dict(label=dict(type="str", required=True), path=dict(type="path", required=True))),
 )
 
 
@@ -44,8 +48,10 @@ class ActionModule(ActionBase):
                 hosts, slices, merged = merge_slices(p["merge_from"], hosts, missing=p["merge_missing"], origins=origins)
                 result["slices"] = slices
                 run_started = run_started or earliest_start(slices)
+            phases = load_phases(p["phases"]) if p["phases"] else None
             report = FleetReport(hosts, p["dest"], formats=p["formats"], title=p["title"], run_started=run_started,
-                                 prometheus_file=p["prometheus_file"], check_mode=self._task.check_mode, origins=origins)
+                                 prometheus_file=p["prometheus_file"], check_mode=self._task.check_mode, origins=origins,
+                                 run_kind=p["run_kind"], phases=phases)
             result.update(report.apply())
         except GpufleetError as exc:
             result.update(failed=True, msg=exc.msg)

@@ -19,16 +19,40 @@ description:
     message.
   - It prints nothing for a run in which no container was decided on (preflight, a run that stopped in its plan). It
     changes no result and no exit status.
+  - With O(outcome_file), it also writes the same lines as JSON, for the C(phases) of a later
+    M(gpufleet.hygiene.fleet_report) (the incident page - what preflight found, what remediate did, the verdict
+    after).
 requirements:
   - enabled in C(ansible.cfg) - C(callbacks_enabled = gpufleet.hygiene.outcome) - or with
     C(ANSIBLE_CALLBACKS_ENABLED=gpufleet.hygiene.outcome)
+options:
+  outcome_file:
+    description:
+      - Also write the outcome here as JSON - C(kind) V(gpufleet.hygiene.outcome), C(version) 1, C(check),
+        C(playbook), C(finished) (UTC) and C(hosts) - every container of the run, each with C(host), C(actions) (the
+        parts of its line; none for a container with nothing to do) and C(failed) (the task and message of a repair
+        that failed, or null).
+      - Written at the end of a run that decided on at least one container (through a temporary file and a rename;
+        the directory must exist). Not written otherwise, so an earlier run's file stays as it was.
+    type: path
+    version_added: 0.4.0
+    env:
+      - name: GPUFLEET_OUTCOME_FILE
+    ini:
+      - section: gpufleet_outcome
+        key: outcome_file
 """
 
+import datetime
+import json
+import os
 from collections.abc import Mapping
 
 from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
+
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._report import write_atomic
 
 COMMAND_CHARS = 60  # of a command line shown
 LISTED = 3  # items of a kind shown before "(+N more)"
@@ -127,22 +151,23 @@ class Host(object):
                     "" if g.get("passed", True) else ": below it",
                 )
             )
-        if self.failed:
-            parts.append("FAILED at %s" % self.failed)
         return parts
+
+
+def outcome(hosts, plan_hosts, check):
+    """(name, what it did, its failure or None) for each container of the run, in the plan's order."""
+    rows = []
+    for name in plan_hosts:
+        host = hosts.get(name)
+        rows.append((name, host.changes(check) if host is not None else [], host.failed if host is not None else None))
+    return rows
 
 
 def summary(hosts, plan_hosts, check):
     """The lines printed at the end: one a container that changed (or would), the rest counted."""
-    lines = []
-    quiet = 0
-    for name in plan_hosts:
-        host = hosts.get(name)
-        parts = host.changes(check) if host is not None else []
-        if parts:
-            lines.append("  %s: %s" % (name, "; ".join(parts)))
-        else:
-            quiet += 1
+    rows = [row for row in outcome(hosts, plan_hosts, check) if row[1] or row[2]]
+    quiet = len(plan_hosts) - len(rows)
+    lines = ["  %s: %s" % (name, "; ".join(parts + (["FAILED at %s" % failed] if failed else []))) for name, parts, failed in rows]
     head = ("PLAN (check mode: nothing was changed): %d of %d container(s) would change" if check else "OUTCOME: %d of %d container(s) changed") % (
         len(lines),
         len(plan_hosts),
@@ -165,6 +190,10 @@ class CallbackModule(CallbackBase):
         super().__init__(*args, **kwargs)
         self._hosts = {}
         self._variables = None
+        self._playbook = None
+
+    def v2_playbook_on_start(self, playbook):
+        self._playbook = getattr(playbook, "_file_name", None)
 
     def v2_playbook_on_play_start(self, play):
         self._variables = play.get_variable_manager()
@@ -205,5 +234,24 @@ class CallbackModule(CallbackBase):
         plan = self._variables.get_vars(host=localhost, include_hostvars=False).get("gpufleet_plan") if localhost else None
         if isinstance(plan, Mapping) and isinstance(plan.get("containers"), (list, tuple)):
             everyone = list(plan["containers"]) + [n for n in decided if n not in plan["containers"]]
-        for line in summary(self._hosts, everyone, bool(context.CLIARGS.get("check"))):
+        check = bool(context.CLIARGS.get("check"))
+        for line in summary(self._hosts, everyone, check):
             self._display.display(line, color=C.COLOR_CHANGED if line.startswith("  ") else C.COLOR_OK, stderr=False)
+        path = self.get_option("outcome_file")
+        if path:
+            self._write(path, everyone, check)
+
+    def _write(self, path, everyone, check):
+        rows = outcome(self._hosts, everyone, check)
+        data = {
+            "kind": "gpufleet.hygiene.outcome",
+            "version": 1,
+            "check": check,
+            "playbook": os.path.basename(self._playbook or ""),
+            "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "hosts": [{"host": name, "actions": parts, "failed": failed} for name, parts, failed in rows],
+        }
+        try:
+            write_atomic(path, json.dumps(data, indent=2) + "\n")
+        except OSError as exc:
+            self._display.warning("gpufleet.hygiene.outcome: cannot write outcome_file %s: %s" % (path, exc.strerror or exc))

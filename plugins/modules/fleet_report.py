@@ -129,6 +129,38 @@ options:
     choices: [fail, warn]
     default: fail
     version_added: 0.3.0
+  run_kind:
+    description:
+      - What kind of run the report is of, which decides the counts on top of the page.
+      - V(preflight) (a run that changes nothing) - ready, not ready, checks failed and warned.
+      - V(remediate) and V(hygiene) (runs that repair) - ready, not ready, running jobs left alone, remediated
+        this run.
+      - Written into C(report.json) as C(run_kind).
+    type: str
+    choices: [preflight, remediate, hygiene]
+    default: hygiene
+    version_added: 0.4.0
+  phases:
+    description:
+      - Earlier runs of the same incident, shown on the page side by side with this one - a table with a row per
+        host and a column per phase (what preflight found, what remediate did), this run's verdict last.
+      - Each phase is a C(report.json) this module wrote (a preflight's, for example) or its directory, or the file
+        the C(gpufleet.hygiene.outcome) callback wrote for a repair run (its C(outcome_file)) - what that run did on
+        each container, or under C(--check) would do.
+      - Each file is read as untrusted input and checked as O(merge_from)'s are; one that is missing or is neither
+        fails the task and names it. C(report.json) holds the phases under C(phases).
+    type: list
+    elements: dict
+    version_added: 0.4.0
+    suboptions:
+      label:
+        description: The phase's column heading, for example V(preflight found).
+        type: str
+        required: true
+      path:
+        description: The phase's C(report.json), its directory, or an outcome file.
+        type: path
+        required: true
 notes:
   - The timestamp is the only value that differs between two runs over an unchanged fleet; that
     is deliberate - a new run is a change, and C(gpufleet_hygiene_last_run_timestamp_seconds) must
@@ -164,6 +196,17 @@ EXAMPLES = r"""
       - /srv/gpufleet/slices/2
       - /srv/gpufleet/slices/3
     dest: /var/lib/gpufleet-hygiene/report
+  run_once: true
+
+- name: The incident on one page - what preflight found, what remediate did, the verdict now
+  gpufleet.hygiene.fleet_report:
+    hosts: "{{ records }}"
+    dest: /var/lib/gpufleet-hygiene/report
+    phases:
+      - label: preflight found
+        path: /var/lib/gpufleet-hygiene/incident/preflight
+      - label: remediate did
+        path: /var/lib/gpufleet-hygiene/incident/remediate.outcome.json
   run_once: true
 
 - name: Only the metrics and the JUnit file, for CI

@@ -17,7 +17,7 @@ import os
 
 import jinja2
 
-from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import check_state, started
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import check_state, record_cell, started
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._schema import UNREADABLE
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -25,7 +25,29 @@ TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates"
 # relaunch_min_fraction): below it the page marks the job's tok/s as low, as the alert rules do.
 GATE_FRACTION = 0.9
 # A cell's state in words, for screen readers and tooltips.
-STATE_WORDS = {"job": "in use by the running job", "pass": "passed", "fail": "failed", "warn": "warning", "na": "not run"}
+STATE_WORDS = {"job": "in use by the running job", "pass": "passed", "fail": "failed", "warn": "warning", "na": "not run",
+               "fix": "repaired", "err": "unreachable or unreadable"}
+
+
+# What to do about a failed check, as docs/checks.md says it; {host} is the host's name. A check
+# named here that the page does not know gets the generic line.
+REMEDIES = {
+    "gpu_idle": "a process holds GPU memory: see what would stop with ansible-playbook remediate.yml --limit {host},localhost "
+                "--check --diff, then run it; if the holder is the job you want running, pass -e gpufleet_allow_running_job=true",
+    "job_live": "the job is down, stalled or slow: remediate.yml relaunches it (a stalled one is stopped only with "
+                "-e gpufleet_repair_stalled=true)",
+    "job_libraries": "the job mapped CUDA libraries not of its venv: remediate.yml stops it, purges the venv and relaunches it",
+    "venv_clean": "remediate.yml removes the packages built for another CUDA and restores the files they clobbered "
+                  "(--check --diff lists them first)",
+    "packages": "reinstall the venv's baseline (a missing package or another version); remediate.yml then verifies it",
+    "caches_fresh": "remediate.yml clears the compile caches built for another torch, Triton, CUDA or FlashInfer",
+    "job_config": "fix the inventory variable the check names; no repair runs on this container until it is fixed",
+    "gpu_healthy": "a GPU or driver fault no repair fixes: see the GPU health section for each finding's action",
+}
+REMEDY_OTHER = "see docs/checks.md for this check; preflight.yml -v shows its whole record"
+REMEDY_UNREACHABLE = ("the run could not read it: check that its node answers (ansible NODE -m ping) and that the container "
+                      "runs (pct status {vmid})")
+REMEDY_UNREADABLE = "its record failed the report's checks: the error names the key; read the host again with preflight.yml"
 
 
 def gib(mib):
@@ -167,7 +189,24 @@ def _finding(h):
     }
     if not (f["error"] or f["checks"] or f["contaminants"] or f["stale_caches"]):
         return None
+    f["todo"] = _todo(h)
     return f
+
+
+def _todo(h):
+    """What to do about a host that needs attention: one line per failed check (warnings included), in order."""
+    if h["error"]:
+        if error_word(h) == "unreachable":
+            return [REMEDY_UNREACHABLE.format(vmid=h["vmid"] if h["vmid"] is not None else "VMID")]
+        return [REMEDY_UNREADABLE]
+    todo = []
+    for c in h["checks"]:
+        line = REMEDIES.get(c["name"], REMEDY_OTHER).format(host=h["host"])
+        if not c["ok"] and line not in todo:
+            todo.append(line)
+    if not todo and (h["contaminants"] or any(c["fresh"] is False for c in h["caches"])):
+        todo.append(REMEDIES["venv_clean" if h["contaminants"] else "caches_fresh"])
+    return todo
 
 
 def _groups(hosts, checks):
@@ -191,11 +230,41 @@ def _environment():
     return env
 
 
+def _cards(run):
+    """The counts on top: a preflight's are about readiness (it changes nothing); a repair run's say what it left
+    alone and what it repaired."""
+    s = run["summary"]
+    cards = [("ready", s["ready"], "ready"), ("notready", s["not_ready"], "not ready")]
+    if run.get("run_kind") == "preflight":
+        cards.append(("fix" if s["checks_failed"] else "ready", s["checks_failed"], "checks failed"))
+        if s["checks_warned"]:
+            cards.append(("job", s["checks_warned"], "checks warned"))
+    else:
+        cards += [("job", s["running_job"], "running jobs left alone"), ("fix", s["remediated"], "remediated this run")]
+    return cards
+
+
+def _phases(run, groups):
+    """The incident, phase by phase: a row per host (this run's order, then hosts only earlier phases had), a
+    column per earlier phase and one for this run."""
+    phases = run.get("phases") or []
+    if not phases:
+        return None
+    now = {r["host"]: record_cell(r) for g in groups for r in g["rows"]}
+    hosts = list(now)
+    for p in phases:
+        hosts += [h for h in p["cells"] if h not in hosts]
+    missing = {"state": "na", "lines": ["not in this run"]}
+    columns = [{"label": p["label"] + (" (check mode)" if p.get("check") else ""), "when": p.get("when") or ""} for p in phases]
+    columns.append({"label": run["title"], "when": run["run_started"]})
+    rows = [{"host": h, "cells": [p["cells"].get(h, missing) for p in phases] + [now.get(h, missing)]} for h in hosts]
+    return {"columns": columns, "rows": rows}
+
+
 def render_html(run, links=()):
     """The page; links are (label, file name) of the run's other files, named in the footer."""
     s = run["summary"]
-    cards = [("ready", s["ready"], "ready"), ("notready", s["not_ready"], "not ready"),
-             ("job", s["running_job"], "running jobs left alone"), ("fix", s["remediated"], "remediated this run")]
+    cards = _cards(run)
     if s["error"]:
         unreadable = any(error_word(h) != "unreachable" for h in run["hosts"] if h["error"])
         cards.append(("err", s["error"], "unreachable or unreadable" if unreadable else "unreachable"))
@@ -204,5 +273,5 @@ def render_html(run, links=()):
     health = [x for x in (_health(h) for h in run["hosts"]) if x]
     return _environment().get_template("report.html.j2").render(
         run=run, started=started(run), all_ok=s["not_ready"] == 0 and s["error"] == 0, cards=cards,
-        groups=groups, findings=findings, links=list(links), health=health,
+        groups=groups, findings=findings, links=list(links), health=health, phases=_phases(run, groups),
         show_rate=any(r["rate"] for g in groups for r in g["rows"]))

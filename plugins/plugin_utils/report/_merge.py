@@ -46,25 +46,37 @@ def report_path(path):
     return os.path.join(path, FILENAMES["json"]) if os.path.isdir(path) else path
 
 
-def load_slice(path):
-    """The run a slice's report.json holds; ReportError when it is not one."""
+def load_json(path, what="slice report"):
+    """The JSON a report file holds, its nesting checked before it is parsed; ReportError when it is not JSON."""
     text = read_text(path)
     if text is None:
-        raise ReportError("slice report %s is missing" % path)
+        raise ReportError("%s %s is missing" % (what, path))
     depth = json_depth(text)
     if depth > JSON_DEPTH_MAX:
-        raise ReportError("slice report %s nests arrays and objects %d deep, more than a fleet report's %d at most; "
-                          "it is not one of this collection's reports" % (path, depth, JSON_DEPTH_MAX))
+        raise ReportError("%s %s nests arrays and objects %d deep, more than a fleet report's %d at most; "
+                          "it is not one of this collection's reports" % (what, path, depth, JSON_DEPTH_MAX))
     try:
-        run = json.loads(text)
+        data = json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise ReportError("slice report %s is not JSON: %s" % (path, exc)) from exc
-    if not isinstance(run, dict) or not isinstance(run.get("hosts"), list):
-        raise ReportError("slice report %s is not a fleet report (no hosts list)" % path)
+        raise ReportError("%s %s is not JSON: %s" % (what, path, exc)) from exc
+    if not isinstance(data, dict):
+        raise ReportError("%s %s is not a fleet report (not a JSON object)" % (what, path))
+    return data
+
+
+def check_report(path, run, what="slice report"):
+    """run, when it is a fleet report of this schema; ReportError naming path otherwise."""
+    if not isinstance(run.get("hosts"), list):
+        raise ReportError("%s %s is not a fleet report (no hosts list)" % (what, path))
     if run.get("schema_version") != SCHEMA_VERSION:
-        raise ReportError("slice report %s has schema_version %s, this collection writes %d"
-                          % (path, json.dumps(run.get("schema_version")), SCHEMA_VERSION))
+        raise ReportError("%s %s has schema_version %s, this collection writes %d"
+                          % (what, path, json.dumps(run.get("schema_version")), SCHEMA_VERSION))
     return run
+
+
+def load_slice(path):
+    """The run a slice's report.json holds; ReportError when it is not one."""
+    return check_report(path, load_json(path))
 
 
 def _name(rec):

@@ -85,7 +85,7 @@ class FleetReport(object):
     """Plan and write the report files; a file is rewritten only when its content differs."""
 
     def __init__(self, hosts, dest, formats=FORMATS, title="GPU fleet hygiene", run_started=None,
-                 prometheus_file=None, check_mode=False, now=None, origins=None):
+                 prometheus_file=None, check_mode=False, now=None, origins=None, run_kind="hygiene", phases=None):
         if not title or not str(title).strip():
             raise ReportError("title must not be empty")
         self.hosts, self.warnings = normalize_hosts(hosts, origins)
@@ -98,7 +98,7 @@ class FleetReport(object):
             raise ReportError("prometheus_file is set but 'prometheus' is not in formats")
         self.prometheus_file = prometheus_file
         self.check_mode = check_mode
-        self.run = build_run(self.hosts, str(title), parse_timestamp(run_started, now=now))
+        self.run = build_run(self.hosts, str(title), parse_timestamp(run_started, now=now), run_kind=run_kind, phases=phases)
 
     def targets(self):
         out = [(fmt, os.path.join(self.dest, FILENAMES[fmt])) for fmt in self.formats]

@@ -59,6 +59,18 @@ def check_state(check):
     return check["severity"]
 
 
+def record_cell(h):
+    """A host's state and lines in a report: its error, repaired, its failed checks, or ready."""
+    failed = ["%s: %s" % (c["name"], c["summary"]) if c["summary"] else c["name"] for c in h["checks"] if not c["ok"]]
+    if h["error"]:
+        return {"state": "err", "lines": [h["error"]]}
+    if h["remediated"]:
+        return {"state": "fix" if h["ready"] else "fail", "lines": ["repaired in this run"] + failed}
+    if not h["ready"]:
+        return {"state": "fail", "lines": failed or ["not ready"]}
+    return {"state": "pass", "lines": ["ready, its job running" if h["running_job"] else "ready"] + failed}
+
+
 def summarize(hosts):
     states = [check_state(c) for h in hosts for c in h["checks"]]
     return {
@@ -76,16 +88,26 @@ def summarize(hosts):
     }
 
 
-def build_run(hosts, title, run_started):
-    """The whole run, as report.json holds it: hosts already normalized, run_started a datetime."""
-    return {
+RUN_KINDS = ("preflight", "remediate", "hygiene")
+
+
+def build_run(hosts, title, run_started, run_kind="hygiene", phases=None):
+    """The whole run, as report.json holds it: hosts already normalized, run_started a datetime;
+    phases (earlier runs of the same incident, _phases.load_phases) only when there are any."""
+    if run_kind not in RUN_KINDS:
+        raise ReportError("run_kind must be one of %s, got %s" % (", ".join(RUN_KINDS), json.dumps(run_kind)))
+    run = {
         "schema_version": SCHEMA_VERSION,
         "title": title,
+        "run_kind": run_kind,
         "run_started": run_started.strftime(TIME_FORMAT),
         "summary": summarize(hosts),
         "checks": check_names(hosts),
         "hosts": hosts,
     }
+    if phases:
+        run["phases"] = phases
+    return run
 
 
 def render_json(run):

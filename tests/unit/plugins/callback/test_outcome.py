@@ -129,3 +129,37 @@ def test_a_cache_whose_content_stays_is_no_clear():
         ),
     )
     assert h.cleared == [] and _outcome.summary({"x": h}, ["x"], check=False) == ["OUTCOME: 0 of 1 container(s) changed", "  1 container(s): nothing to do"]
+
+
+def test_the_outcome_file_holds_every_container_of_the_run(tmp_path):
+    """outcome_file: the same lines as JSON, every container of the run (those with nothing to do too), for the
+    phases of a later fleet report."""
+    import json
+
+    from ansible.plugins.loader import callback_loader
+
+    # Loaded as Ansible loads it, its options from its documentation.
+    cb = callback_loader.get("gpufleet.hygiene.outcome")
+    cb.set_options(direct={"outcome_file": str(tmp_path / "outcome.json")})
+    broken = host(("set_fact", PLAN, "Decide"))
+    broken.fail("Remove packages built for another CUDA major", {"msg": "venv /opt/venv: uv failed"})
+    cb._hosts = {"a": host(("set_fact", PLAN, "Decide"), ("processes", {"terminated": [{"pid": 121, "cmdline": JOB}]}, "Terminate")),
+                 "b": broken}
+    cb._write(cb.get_option("outcome_file"), ["a", "b", "c"], False)
+    data = json.loads((tmp_path / "outcome.json").read_text())
+    assert data["kind"] == "gpufleet.hygiene.outcome" and data["version"] == 1 and data["check"] is False
+    assert data["hosts"] == [
+        {"host": "a", "actions": ["stopped pid 121 /usr/bin/python3 /opt/gpufleet/train_..."], "failed": None},
+        {"host": "b", "actions": [], "failed": "Remove packages built for another CUDA major: venv /opt/venv: uv failed"},
+        {"host": "c", "actions": [], "failed": None},
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["outcome.json"]  # no temporary file left
+
+
+def test_an_outcome_file_that_cannot_be_written_is_a_warning(tmp_path):
+    warnings = []
+    cb = _outcome.CallbackModule()
+    cb._display.warning = warnings.append
+    cb._hosts = {"a": host(("set_fact", PLAN, "Decide"))}
+    cb._write(str(tmp_path / "no" / "such" / "dir" / "outcome.json"), ["a"], False)
+    assert len(warnings) == 1 and "cannot write outcome_file" in warnings[0] and "No such file or directory" in warnings[0]
