@@ -143,6 +143,15 @@ def expected_pages():
     return pages
 
 
+INSTALL = ('collection_install = {\n  * = "ansible-galaxy collection build in a clone of the collection, then ansible-galaxy '
+           'collection install -p ~/.ansible/collections {namespace}-{name}-*.tar.gz (not yet on Galaxy)"\n}')
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def main(dest):
     dest = os.path.abspath(dest)
     shutil.rmtree(dest, ignore_errors=True)
@@ -158,6 +167,15 @@ def main(dest):
         f.write("\nintersphinx_mapping = {'ansible_devel': (%r, %r)}\n" % (ANSIBLE_DOCS, inventory))
         # The guides are Markdown; links between them name a heading by its GitHub-style slug.
         f.write("extensions.append('myst_parser')\nmyst_heading_anchors = 6\n")
+    # The collection is not on Galaxy: every page's "To install it" says how to install it today, from the
+    # tarball a clone builds (README, "Install from the artifact").
+    cfg = os.path.join(src, "antsibull-docs.cfg")
+    with open(cfg) as f:
+        text = f.read()
+    start = text.index("collection_install = {")
+    end = text.index("\n}", start) + 2
+    with open(cfg, "w") as f:
+        f.write(text[:start] + INSTALL + text[end:])
     rst = os.path.join(src, "rst")
     os.chmod(rst, 0o755)  # antsibull-docs wants its output folder writable by itself alone
     run(os.path.join(BIN, "antsibull-docs"), "--config-file", "antsibull-docs.cfg", "collection", "--cleanup", "everything",
@@ -169,6 +187,9 @@ def main(dest):
     missing = sorted(expected_pages() - built)
     if missing:
         sys.exit("the site has no page for: %s" % ", ".join(missing))
+    published = [n for n in sorted(built) if "collection install %s" % COLLECTION in _read(os.path.join(html, n))]
+    if published:
+        sys.exit("these pages tell users to install %s from Galaxy, where it is not published: %s" % (COLLECTION, ", ".join(published)))
     print("docs site: %d pages in %s" % (len(built), html))
 
 

@@ -27,8 +27,12 @@
 #                           default (root mapped to 100000; the incident's bad containers go there
 #                           first, their venv, stale run and cache trainer's): default pve2; empty
 #                           for a fleet of privileged containers only
-#   GPUFLEET_REPORT_DIR     report directory (default build/report)
+#   GPUFLEET_REPORT_DIR     report directory (default build/report); the incident's earlier phases
+#                           (preflight's report, remediate's outcome) go to its incident/ directory and
+#                           are on the hygiene report's page, phase by phase
 #   GPUFLEET_MAIN_LOGS      playbook logs (default build/main-job/logs)
+#   GPUFLEET_MAIN_VERBOSE=1 also print every playbook's whole output (by default each run's output
+#                           goes to its log, and the screen gets what it found and did)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -55,12 +59,19 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-say "host packages (tests/sim/setup-host.sh)"
-bash tests/sim/setup-host.sh
+mkdir -p "$LOGS"
+# quietly CMD...: run it with its output in $LOGS/setup.log; on failure show its end and stop.
+quietly() {
+  "$@" >>"$LOGS/setup.log" 2>&1 || { tail -n 30 "$LOGS/setup.log" >&2; echo "main-job: failed: $* (all of it in $LOGS/setup.log)" >&2; exit 1; }
+}
+
+say "host packages, then the demo fleet (output in $LOGS/setup.log)"
+: >"$LOGS/setup.log"
+quietly bash tests/sim/setup-host.sh
 
 if [ -e "$GPUFLEET_SIM_STATE" ]; then
-  say "a fleet is still up at $GPUFLEET_SIM_STATE (KEEP_FLEET=1 earlier?): bringing it down"
-  "$FLEET" down
+  echo "    a fleet is still up at $GPUFLEET_SIM_STATE (KEEP_FLEET=1 earlier?): bringing it down"
+  quietly "$FLEET" down
 fi
 
 cleanup() {
@@ -69,27 +80,33 @@ cleanup() {
     echo "main-job: KEEP_FLEET=1: the fleet stays up (inventory $INV); bring it down with:" >&2
     echo "  GPUFLEET_SIM_STATE=$GPUFLEET_SIM_STATE GPUFLEET_SIM_INVENTORY=$GPUFLEET_SIM_INVENTORY tests/sim/fleet down" >&2
   else
-    "$FLEET" down || rc=1
+    "$FLEET" down >>"$LOGS/setup.log" 2>&1 || { echo "main-job: bringing the fleet down failed (see $LOGS/setup.log)" >&2; rc=1; }
   fi
   exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "bring up the demo fleet: $NODES nodes x $CONTAINERS containers, scenario incident, unprivileged: ${UNPRIVILEGED:-none}"
+echo "    $NODES Proxmox VE nodes x $CONTAINERS LXC containers (simulated, real LXC and sshd), unprivileged on: ${UNPRIVILEGED:-none};"
+echo "    the seed incident: one venv with CUDA-13 wheels in a cu128 torch, one stale run holding the GPU at 64% of"
+echo "    its pace, one compile cache built for another torch; the other containers healthy"
 t=$SECONDS
-"$FLEET" up --scenario incident --nodes "$NODES" --containers "$CONTAINERS" --port "$PORT" --unprivileged "$UNPRIVILEGED"
+quietly "$FLEET" up --scenario incident --nodes "$NODES" --containers "$CONTAINERS" --port "$PORT" --unprivileged "$UNPRIVILEGED"
 step_times+=("fleet up: $((SECONDS - t)) s")
 
-mkdir -p "$LOGS"
-
-# playbook NAME FILE [ARGS...]: run it, keep its output in $LOGS/NAME.log, never stop here.
+# playbook NAME WHAT FILE [ARGS...]: run it, keep its output in $LOGS/NAME.log (on the screen too
+# with GPUFLEET_MAIN_VERBOSE=1), never stop here.
 playbook() {
-  local name=$1 file=$2
-  shift 2
+  local name=$1 what=$2 file=$3
+  shift 3
   local t=$SECONDS rc=0
-  say "$name: ansible-playbook $file $*"
-  "$PLAYBOOK" -i "$INV" "$file" "$@" 2>&1 | tee "$LOGS/$name.log" || rc=$?
+  say "$what"
+  echo "    ansible-playbook $file $* > $LOGS/$name.log"
+  if [ "${GPUFLEET_MAIN_VERBOSE:-0}" = 1 ]; then
+    "$PLAYBOOK" -i "$INV" "$file" "$@" 2>&1 | tee "$LOGS/$name.log" || rc=$?
+  else
+    "$PLAYBOOK" -i "$INV" "$file" "$@" >"$LOGS/$name.log" 2>&1 || rc=$?
+  fi
   echo "$rc" >"$LOGS/$name.rc"
   step_times+=("$name: $((SECONDS - t)) s")
 }
@@ -99,7 +116,7 @@ playbook() {
 #   all-ok    no host failed or was unreachable
 expect() {
   python3 - "$GPUFLEET_SIM_STATE/fleet.json" "$LOGS/$1.log" "$(cat "$LOGS/$1.rc")" "$2" <<'EOF'
-import json, re, sys
+import json, re, sys, textwrap
 
 fleet_json, log, rc, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 fleet = json.load(open(fleet_json))
@@ -166,18 +183,46 @@ else:
                 problems.append("%s (%s) was not repaired: nothing changed on it" % (host, role))
             if role == "healthy" and changed:
                 problems.append("%s is healthy but %d task(s) changed it" % (host, changed))
+# What the run said, in its own words: the fleet summary (preflight), the outcome table (remediate).
+if "TASK [Fleet summary, one line per container]" in text:
+    # The summary's lines as the YAML result shows them (a line wrapped, quoted): each whole again.
+    items = []
+    for line in summary.split("msg:", 1)[-1].splitlines():
+        if line.startswith("    - "):
+            items.append(line[6:])
+        elif line.startswith("      ") and items:
+            items[-1] += " " + line.strip()
+    for item in items:
+        if item[:1] in "'\"" and item[-1:] == item[:1]:
+            item = item[1:-1].replace("''", "'") if item[0] == "'" else json.loads(item)
+        # A ready container in a few words; what is wrong with one that is not, all of it.
+        item = item.split(";", 1)[0] if " - ready" in item else item
+        print(textwrap.fill(item, width=110, initial_indent="    ", subsequent_indent="        "))
+if "OUTCOME:" in text:
+    block = text[text.rindex("OUTCOME:"):].splitlines()
+    print("    " + block[0])
+    for line in block[1:]:
+        if not line.startswith("  "):
+            break
+        print("    " + line)
 if problems:
     print("main-job: EXPECTATION FAILED (%s, %s):\n  %s" % (log, mode, "\n  ".join(problems)))
     sys.exit(1)
-print("main-job: as expected (%s): %s" % (mode, "failed exactly " + ", ".join(failed) if mode == "fail-bad" else
-      "repaired exactly the broken hosts" if mode == "repair-bad" else "every host passed"))
+print("    %s" % ("as planned: it failed exactly the broken containers, %s, each for its own fault" % ", ".join(failed)
+                  if mode == "fail-bad" else "as planned: it repaired exactly the broken containers and changed no healthy one"
+                  if mode == "repair-bad" else "as planned: every container passed"))
 EOF
 }
 
-playbook preflight-1 playbooks/preflight.yml
+INCIDENT="$REPORT_DIR/incident"
+mkdir -p "$INCIDENT"
+playbook preflight-1 "1/4 preflight: is every container ready for a run?" playbooks/preflight.yml \
+  -e "gpufleet_report_dir=$INCIDENT/preflight" -e "gpufleet_report_title='Preflight before the repair'"
 expect preflight-1 fail-bad
 
-playbook remediate playbooks/remediate.yml
+# The outcome callback writes what remediate did, for the report's incident page.
+GPUFLEET_OUTCOME_FILE="$INCIDENT/remediate.outcome.json" \
+  playbook remediate "2/4 remediate: repair what preflight found, relaunch the jobs" playbooks/remediate.yml
 expect remediate repair-bad
 
 # The stale holder's job log: the stale run's slow readings first, then the relaunched run's.
@@ -197,14 +242,21 @@ for node in fleet["nodes"]:
         if stale < 5 or len(fresh) < 5 or set(fresh) != {20000.0}:
             sys.exit("main-job: EXPECTATION FAILED: %s's job log should hold the stale run's slow readings, then "
                      "only the relaunched run's 20000 tokens/s; it holds %s" % (ct["name"], rates))
-        print("main-job: %s: the job log starts with the stale run's %d slow readings (12800 tokens/s, 64%% of "
+        print("    %s: the job log starts with the stale run's %d slow readings (12800 tokens/s, 64%% of "
               "the baseline); the gate passed the relaunch on its own %d readings (20000 tokens/s)" % (ct["name"], stale, len(fresh)))
 EOF
 
-playbook preflight-2 playbooks/preflight.yml -e gpufleet_allow_running_job=true
+playbook preflight-2 "3/4 preflight again: ready now, the relaunched jobs running?" playbooks/preflight.yml \
+  -e gpufleet_allow_running_job=true
 expect preflight-2 all-ok
 
-playbook hygiene playbooks/hygiene.yml -e "gpufleet_report_dir=$REPORT_DIR"
+# The report's directory and the incident's phases (preflight's report, remediate's outcome).
+python3 -c 'import json, sys; print(json.dumps({"gpufleet_report_dir": sys.argv[1], "gpufleet_report_phases": [
+    {"label": "preflight found", "path": sys.argv[2] + "/preflight"},
+    {"label": "remediate did", "path": sys.argv[2] + "/remediate.outcome.json"}]}, indent=2))' "$REPORT_DIR" "$INCIDENT" \
+  >"$LOGS/hygiene-vars.json"
+playbook hygiene "4/4 hygiene: the scheduled check, and the report of the incident" playbooks/hygiene.yml \
+  -e "@$LOGS/hygiene-vars.json"
 expect hygiene all-ok
 
 python3 - "$REPORT_DIR" "$GPUFLEET_SIM_STATE/fleet.json" <<'EOF'
@@ -220,10 +272,15 @@ hosts = data.get("hosts", data) if isinstance(data, dict) else data
 ready = sorted(h["host"] for h in hosts if h.get("ready"))
 if ready != names:
     sys.exit("main-job: EXPECTATION FAILED: report.json says ready %s, expected %s" % (ready, names))
-print("main-job: report.json: %d of %d hosts ready" % (len(ready), len(names)))
+phases = [p["label"] for p in data.get("phases", [])]
+if phases != ["preflight found", "remediate did"]:
+    sys.exit("main-job: EXPECTATION FAILED: report.json's phases are %s, expected preflight's and remediate's" % phases)
+print("    report: %d of %d containers ready; its page shows the incident phase by phase (%s, then now)"
+      % (len(ready), len(names), ", ".join(phases)))
 EOF
 
-say "summary"
-printf '  %s\n' "${step_times[@]}"
-echo "  total: $((SECONDS - t_start)) s"
-echo "main-job: every expectation met. HTML report: $REPORT_DIR/report.html (all files in $REPORT_DIR; playbook logs in $LOGS)"
+say "done in $((SECONDS - t_start)) s ($(IFS=,; echo "${step_times[*]}" | sed 's/,/, /g'))"
+echo "    every expectation met: preflight found the three broken containers, remediate repaired exactly those"
+echo "    and relaunched their jobs, and every container is ready now."
+echo "    The report (open it in a browser): $REPORT_DIR/report.html"
+echo "    Beside it: report.json, report.junit.xml, gpufleet_hygiene.prom; playbook logs in $LOGS"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import cuda_fixtures  # tests/lib, on pytest's pythonpath (pytest.ini)
 import pytest
@@ -91,13 +92,22 @@ def test_main_job_succeeds(main_job):
     unpriv = [n["name"] for n in main_job["fleet"]["nodes"] if n.get("unprivileged")]
     assert unpriv == ["pve2"], unpriv
     assert all(ct.get("unprivileged") for _n, ct in containers(main_job) if ct["incident"] != "healthy")
-    assert "as expected (fail-bad): failed exactly" in res.stdout
     assert "every expectation met" in res.stdout
     # The gate judged the relaunch on its own readings, the stale run's slow ones still in its log.
     assert "the job log starts with the stale run's" in res.stdout
     bad = sorted(ct["name"] for _n, ct in containers(main_job) if ct["incident"] != "healthy")
     assert len(bad) == 3
-    assert "failed exactly %s" % ", ".join(bad) in res.stdout
+    assert "it failed exactly the broken containers, %s, each for its own fault" % ", ".join(bad) in res.stdout
+    # In the user's words, about a screen: what preflight found on each container, what remediate did
+    # on each it changed, where the report is; every playbook's whole output is in its log.
+    lines = res.stdout.splitlines()
+    assert len(lines) <= 60, res.stdout
+    for name in bad:
+        assert [line for line in lines if line.strip().startswith(name + " - NOT READY")], (name, res.stdout)
+        assert [line for line in lines if line.strip().startswith(name + ": ")], (name, res.stdout)  # the outcome line
+    assert "OUTCOME: 3 of 6 container(s) changed" in res.stdout
+    assert "The report (open it in a browser): %s" % (main_job["work"] / "report" / "report.html") in res.stdout
+    assert "TASK [" not in res.stdout and "PLAY RECAP" not in res.stdout
     html = (main_job["work"] / "report" / "report.html").read_text()
     for _n, ct in containers(main_job):
         assert ct["name"] in html
@@ -175,3 +185,33 @@ def test_healthy_containers_untouched(main_job):
             marker = json.loads(sh(node, ct, "cat /tmp/torchinductor_root/.gpufleet-hygiene-fingerprint.json"))
             assert marker["recorded_by"] == "tests/sim/fleet"  # not rewritten
             assert sh(node, ct, "cat /tmp/torchinductor_root/fxgraph/cd/fx-entry") == "compiled for torch 2.8.0+cu128\n"
+
+
+def test_the_report_page_shows_the_incident_phase_by_phase(main_job):
+    """The page `make run` leaves, in a real browser: a row per container with what preflight found, what
+    remediate did and the verdict now; the broken containers each with their own fault and repair."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "browser"))
+    import browserkit
+
+    dom = browserkit.dump_dom(str(main_job["work"] / "report" / "report.html"))
+    assert "This incident, phase by phase" in dom
+    table = dom[dom.index('<table id="phases">'):]
+    table = table[:table.index("</table>")]
+    head = table[:table.index("</thead>")]
+    assert head.index("preflight found") < head.index("remediate did") < head.index("GPU fleet hygiene"), head
+    rows = {}
+    for row in table.split("<tr>")[2:]:
+        name = row.split('<th class="who">', 1)[1].split("<", 1)[0]
+        rows[name] = [cell.split('"', 1)[0] for cell in row.split('<div class="cell ')[1:]]
+        rows[name + " text"] = row
+    want = {"contaminated": ("venv_clean", "removed nvidia-"), "stale_holder": ("gpu_idle", "stopped pid"),
+            "stale_cache": ("caches_fresh", "cleared")}
+    for _n, ct in containers(main_job):
+        name = ct["name"]
+        if ct["incident"] == "healthy":
+            assert rows[name] == ["pass", "pass", "pass"], (name, rows[name + " text"])
+            continue
+        assert rows[name] == ["fail", "fix", "pass"], (name, rows[name + " text"])
+        check, action = want[ct["incident"]]
+        cells = rows[name + " text"].split('<div class="cell ')
+        assert check in cells[1] and action in cells[2] and "relaunched" in cells[2], (name, rows[name + " text"])
