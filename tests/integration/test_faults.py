@@ -321,7 +321,9 @@ def failure(output, host):
     for block in re.split(r"\n(?=TASK \[|PLAY RECAP|RUNNING HANDLER)", output):
         if block.startswith("TASK ["):
             task = block.splitlines()[0]
-        m = re.search(r"^(fatal|failed): \[%s\]: (FAILED|UNREACHABLE)! => .*?(?=^\S|\Z)" % re.escape(host), block, re.MULTILINE | re.DOTALL)
+        # "FAILED! <message>" as the collection's concise callback prints a failure, "=> {...}" as the default does
+        m = re.search(r"^(fatal|failed): \[%s\]: (FAILED|UNREACHABLE)! (?:=> )?.*?(?=^\S|\Z)" % re.escape(host), block,
+                      re.MULTILINE | re.DOTALL)
         if m:
             return "%s\n%s" % (task, " ".join(m.group(0).split()))
     raise AssertionError("no failure of %s in:\n%s" % (host, output))
