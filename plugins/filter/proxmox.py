@@ -23,13 +23,15 @@ def _vmid(host, value):
 
 def proxmox_hosts(hostvars, hosts):
     """For each host of ``hosts`` that community.proxmox's inventory made of an LXC guest
-    (``proxmox_vmid``, ``proxmox_node``) and that has no ``ansible_pct_vmid``: the variables the
-    playbooks and roles read (``containers``), and for their nodes without an ``ansible_host`` the
-    address ``gpufleet_pve_node_addresses`` gives them (``nodes``)."""
+    (``proxmox_vmid``, ``proxmox_node``) and that does not say both its vmid and its node's address
+    (``ansible_pct_vmid``, ``ansible_pct_node_host``, as this collection's inventory does): the
+    variables the playbooks and roles read (``containers``), those its inventory composed kept, and
+    for their nodes without an ``ansible_host`` the address ``gpufleet_pve_node_addresses`` gives
+    them (``nodes``)."""
     containers, nodes = [], {}
     for host in hosts:
         hv = hostvars[host]
-        if hv.get("proxmox_vmid") is None or hv.get("ansible_pct_vmid") is not None:
+        if hv.get("proxmox_vmid") is None or (hv.get("ansible_pct_vmid") is not None and hv.get("ansible_pct_node_host")):
             continue
         if (hv.get("proxmox_vmtype") or "lxc") != "lxc":
             continue
@@ -43,8 +45,13 @@ def proxmox_hosts(hostvars, hosts):
                                      % (host, addresses))
         node_vars = hostvars[node] if node in hostvars else {}  # noqa: SIM401 - HostVars has no KeyError
         address = addresses.get(node) or node_vars.get("ansible_host") or node
+        vmid = _vmid(host, hv["proxmox_vmid"])
+        composed = hv.get("ansible_pct_vmid")
+        if composed is not None and _vmid(host, composed) != vmid:
+            raise AnsibleFilterError("proxmox_hosts: %s has ansible_pct_vmid %r but proxmox_vmid %r: the inventory's compose "
+                                     "must give ansible_pct_vmid from proxmox_vmid" % (host, composed, hv["proxmox_vmid"]))
         containers.append({
-            "host": host, "pve_node": str(node), "ansible_pct_vmid": _vmid(host, hv["proxmox_vmid"]),
+            "host": host, "pve_node": str(node), "ansible_pct_vmid": vmid,
             "ansible_pct_node_host": str(address), "ansible_connection": hv.get("ansible_connection") or PCT,
         })
         if node in hostvars and not node_vars.get("ansible_host") and addresses.get(node):

@@ -86,6 +86,8 @@ def community_inventory(tmp_path, api, fleet):
             hosts[name] = {k: v for k, v in hv.items() if k.startswith("gpufleet_") or k == "ansible_pct_lxc_path"}
             # This fleet's venvs hold no torch: the CUDA they are held to.
             hosts[name]["gpufleet_expected_cuda"] = "12.8"
+    # The nodes' names do not resolve here: where each is, given once (docs/fleet.md).
+    common["gpufleet_pve_node_addresses"] = {n["name"]: n["address"] for n in fleet["nodes"]}
     (inv / "site.yml").write_text(json.dumps({"all": {"vars": common, "hosts": hosts,
                                                       "children": {"proxmox_nodes": {"vars": node_vars}}}}))
     return inv, {"REQUESTS_CA_BUNDLE": api["cafile"], "PROXMOX_TOKEN_SECRET": api["secret"]}
@@ -100,7 +102,16 @@ def test_community_proxmox_inventory_runs_preflight_unchanged(ansible_cli, api, 
     assert sorted(listed["proxmox_all_lxc"]["hosts"]) == ["train-100", "train-101", "train-200", "train-201"]
     assert listed["proxmox_all_stopped"]["hosts"] == ["train-101"]
     assert (hv["train-200"]["proxmox_vmid"], hv["train-200"]["proxmox_node"]) == (200, "pve2")
-    assert "ansible_pct_vmid" not in hv["train-200"] and "ansible_pct_node_host" not in hv["train-200"]
+    # How each guest is reached, from the inventory itself (its compose): what ansible-inventory shows.
+    assert (hv["train-200"]["ansible_connection"], hv["train-200"]["ansible_pct_vmid"], hv["train-200"]["pve_node"]) == \
+        ("gpufleet.hygiene.pct", 200, "pve2")
+    assert "ansible_pct_node_host" not in hv["train-200"]
+    # The nodes keep ssh.
+    assert hv["pve2"].get("ansible_connection", "ssh") == "ssh" and "ansible_pct_vmid" not in hv["pve2"]
+    res = ansible_cli("ansible-inventory", "-i", str(inv), "--host", "train-200", env=env)
+    assert res.returncode == 0, res.stdout[-3000:]
+    shown = plain(json.loads(res.stdout[res.stdout.index("{"):]))
+    assert (shown["ansible_connection"], shown["ansible_pct_vmid"], shown["pve_node"]) == ("gpufleet.hygiene.pct", 200, "pve2")
     # The node's address, as the API reports it (/nodes/{node}/network).
     assert hv["pve2"]["ansible_host"] == "127.0.1.2"
 
@@ -118,11 +129,10 @@ def test_community_proxmox_inventory_runs_preflight_unchanged(ansible_cli, api, 
         assert re.search(r"^%s\s+: ok=[1-9]\d*\s+changed=0\s+unreachable=0\s+failed=0" % node, recap, re.MULTILINE), recap
     assert not re.search(r"^train-", recap, re.MULTILINE), recap  # ready: not one task on a container
 
-    # Without the playbooks (ad hoc): the pct connection itself takes proxmox_vmid and
-    # proxmox_node, and the node's address from gpufleet_pve_node_addresses.
-    nodes = json.dumps({"gpufleet_pve_node_addresses": {n["name"]: n["address"] for n in fleet["nodes"]}})
-    res = ansible_cli("ansible", "train-200", "-i", str(inv), "-e", "ansible_connection=gpufleet.hygiene.pct", "-e", nodes,
-                      "-m", "ansible.builtin.command", "-a", "cat /proc/sys/kernel/hostname", env=env)
+    # Without the playbooks (ad hoc), nothing more given: the inventory says how to reach the guest
+    # (its compose) and where its node is (gpufleet_pve_node_addresses).
+    res = ansible_cli("ansible", "train-200", "-i", str(inv), "-m", "ansible.builtin.command", "-a", "cat /proc/sys/kernel/hostname",
+                      env=env)
     assert res.returncode == 0, res.stdout[-3000:]
     # The container pct enters on its node as vmid 200, and no other.
     want = node_ssh("pve2", "pct exec 200 -- cat /proc/sys/kernel/hostname").stdout.decode().strip()

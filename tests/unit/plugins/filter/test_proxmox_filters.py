@@ -18,7 +18,11 @@ HOSTVARS = {
     "train-100": {"proxmox_vmid": 100, "proxmox_node": "pve1", "proxmox_vmtype": "lxc"},
     "train-200": {"proxmox_vmid": "200", "proxmox_node": "pve2", "proxmox_vmtype": "lxc", "ansible_host": "10.9.9.9"},
     "vm-300": {"proxmox_vmid": 300, "proxmox_node": "pve1", "proxmox_vmtype": "qemu"},
-    "ours-400": {"ansible_pct_vmid": 400, "pve_node": "pve1", "proxmox_vmid": 400, "proxmox_node": "pve1"},
+    "ours-400": {"ansible_pct_vmid": 400, "pve_node": "pve1", "proxmox_vmid": 400, "proxmox_node": "pve1",
+                 "ansible_pct_node_host": "192.0.2.1"},
+    # What inventory/example-community-proxmox.yml's compose gives a guest: its connection, vmid and node.
+    "train-500": {"proxmox_vmid": 500, "proxmox_node": "pve2", "proxmox_vmtype": "lxc", "ansible_pct_vmid": 500,
+                  "pve_node": "pve2", "ansible_connection": "gpufleet.hygiene.pct"},
 }
 
 
@@ -30,6 +34,9 @@ def test_community_hosts_get_what_the_playbooks_read():
         # The node's address as the inventory reports it (the node host's ansible_host), not the guest's.
         {"host": "train-200", "pve_node": "pve2", "ansible_pct_vmid": 200, "ansible_pct_node_host": "192.0.2.2",
          "ansible_connection": "gpufleet.hygiene.pct"},
+        # Composed: only its node's address was missing.
+        {"host": "train-500", "pve_node": "pve2", "ansible_pct_vmid": 500, "ansible_pct_node_host": "192.0.2.2",
+         "ansible_connection": "gpufleet.hygiene.pct"},
     ], "nodes": []}
 
 
@@ -37,7 +44,7 @@ def test_the_node_address_mapping_wins_and_reaches_the_nodes_without_an_address(
     mapping = {"pve1": "10.0.0.1", "pve2": "10.0.0.2"}
     hostvars = {k: dict(v, gpufleet_pve_node_addresses=mapping) for k, v in HOSTVARS.items()}
     got = proxmox_hosts(hostvars, list(hostvars))
-    assert [c["ansible_pct_node_host"] for c in got["containers"]] == ["10.0.0.1", "10.0.0.2"]
+    assert [c["ansible_pct_node_host"] for c in got["containers"]] == ["10.0.0.1", "10.0.0.2", "10.0.0.2"]
     assert got["nodes"] == [{"host": "pve1", "ansible_host": "10.0.0.1"}]    # pve2 has its own ansible_host
 
 
@@ -45,6 +52,7 @@ def test_the_node_address_mapping_wins_and_reaches_the_nodes_without_an_address(
     ({"proxmox_vmid": 100}, "has proxmox_vmid but no proxmox_node"),
     ({"proxmox_vmid": "1a", "proxmox_node": "pve1"}, "proxmox_vmid '1a', not a Proxmox VE ID"),
     ({"proxmox_vmid": 100, "proxmox_node": "pve1", "gpufleet_pve_node_addresses": ["pve1"]}, "must map node names"),
+    ({"proxmox_vmid": 100, "proxmox_node": "pve1", "ansible_pct_vmid": 101}, "has ansible_pct_vmid 101 but proxmox_vmid 100"),
 ])
 def test_bad_community_hosts_are_said(hv, msg):
     with pytest.raises(AnsibleFilterError, match=msg):
