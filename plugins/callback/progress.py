@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: progress
 type: aggregate
-short_description: Shows what a long wait of the relaunch (the log's ready line, the throughput gate) has seen so far
+short_description: Shows what a long wait of a repair (the drain, the log's ready line, the throughput gate) has seen so far
 version_added: 0.3.0
 author: gpufleet.hygiene maintainers (@gpufleet)
 description:
@@ -18,6 +18,8 @@ description:
     C(FAILED - RETRYING) line for the retry.
   - "For example C(train-201: waiting for 5 throughput readings of /var/log/train.log after skipping 2: 3 read so far),
     then the last reading and how much of the whole wait has passed."
+  - The kill role waits for the GPUs to drain (M(gpufleet.hygiene.gpu_state)) the same way, in slices of
+    C(kill_progress_every) seconds; each line names the GPUs still busy, their memory and holders.
   - When the throughput gate passes, its verdict under its C(ok) line - the median, the readings counted and skipped,
     the floor and the seconds waited. (A gate that fails says the same in its failure message.)
   - It prints nothing for any other task, and changes no result and no exit status.
@@ -30,7 +32,7 @@ from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
 
 GATE = ("gpufleet.hygiene.throughput", "throughput")
-WAITS = GATE + ("gpufleet.hygiene.log_wait", "log_wait")
+WAITS = GATE + ("gpufleet.hygiene.log_wait", "log_wait", "gpufleet.hygiene.gpu_state", "gpu_state")
 
 
 def progress_line(host, action, result):
@@ -54,7 +56,9 @@ class CallbackModule(CallbackBase):
     CALLBACK_NEEDS_ENABLED = True
 
     def v2_runner_on_ok(self, result, **_kwargs):
-        line = verdict_line(result._host.get_name(), result._task.action, result._result)
+        # A wait's first slice in a task of its own (the kill role's drain) ends ok, pending.
+        line = progress_line(result._host.get_name(), result._task.action, result._result) or verdict_line(
+            result._host.get_name(), result._task.action, result._result)
         if line:
             self._display.display(line, color=C.COLOR_OK)
 

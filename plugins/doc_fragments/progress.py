@@ -17,7 +17,7 @@ options:
         met, returns C(pending=true) with what it has seen so far and a C(msg) that says so, instead of
         waiting on in silence. The task calls the module again with C(until) (see the examples); the
         C(gpufleet.hygiene.progress) callback prints each of those lines at default verbosity.
-      - The wait as a whole still ends when the module's wait (C(timeout) of log_wait, C(wait) of throughput) has
+      - The wait as a whole still ends when the module's wait (C(timeout) of log_wait and gpu_state, C(wait) of throughput) has
         passed since O(started); the call in which it does fails as a single call would.
       - V(0) waits in one call.
     type: int

@@ -26,9 +26,15 @@ description:
   - With O(state=idle), terminates the holders of the selected GPUs that match O(scope) (SIGTERM,
     O(grace_period), SIGKILL), then waits for drain as O(state=drained) does. Holders outside the
     scope are reported in RV(out_of_scope) and never signalled.
+  - With O(progress_every), the drain's wait is waited in slices (the O(timeout) is the whole wait's, since
+    O(started)); a slice that ends with a GPU still busy returns RV(pending) and what it waits for. A pending
+    O(state=idle) result names the holders it signalled (RV(terminated)); wait for the rest of the drain with
+    O(state=drained) in an C(until) loop (see the examples) - O(state=idle) again would signal the holders still in
+    scope again.
 extends_documentation_fragment:
   - gpufleet.hygiene.attributes
   - gpufleet.hygiene.gpu_read
+  - gpufleet.hygiene.progress
 attributes:
   check_mode:
     support: full
@@ -201,6 +207,33 @@ EXAMPLES = r"""
     timeout: 120
   register: stopped
 
+- name: The same, saying every 10 s what the drain waits for (the gpufleet.hygiene.progress callback prints it)
+  ansible.builtin.set_fact:
+    drain_started: "{{ now().timestamp() }}"
+
+- name: Stop the stale run; wait for the drain at most 10 s in this call
+  gpufleet.hygiene.gpu_state:
+    state: idle
+    scope:
+      vmids: [200]
+      cmdline: ['train_dflash\.py']
+    timeout: 120
+    progress_every: 10
+    started: "{{ drain_started }}"
+  register: stopped
+
+- name: Wait for the rest of the drain, a line every 10 s
+  gpufleet.hygiene.gpu_state:
+    state: drained
+    timeout: 120
+    progress_every: 10
+    started: "{{ drain_started }}"
+  register: drained
+  until: not drained.pending | default(false)
+  retries: 14
+  delay: 0
+  when: stopped.pending | default(false)
+
 - name: Inside a container, stop what runs in the tmux session "train"
   gpufleet.hygiene.gpu_state:
     state: idle
@@ -282,6 +315,22 @@ query_seconds:
   description: Seconds the last reading of the GPUs took (both nvidia-smi queries, run concurrently, or NVML).
   returned: when RV(gpu_available=true)
   type: float
+pending:
+  description:
+    - With O(progress_every), V(true) when this call's slice of the drain ran out with a selected GPU still busy and
+      the whole wait not over; C(msg) says which GPUs, their memory and holders, and how long of the wait has passed.
+  returned: with O(progress_every), while the wait goes on
+  type: bool
+  sample: true
+waited:
+  description: Seconds of the whole drain's wait behind (since O(started)).
+  returned: when RV(pending)
+  type: float
+msg:
+  description: What the wait is waiting for, for the progress line.
+  returned: when RV(pending)
+  type: str
+  sample: "waiting for the GPUs to drain, 10 of 120 s: GPU 0 (NVIDIA H200, GPU-5e1c...): 40960 MiB used (threshold 1024 MiB), held by pid 9 python3"
 drain_seconds:
   description:
     - Seconds until the selected GPUs were seen idle, from the first signal (O(state=idle)) or from
@@ -319,6 +368,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail, out_of_range
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._results import diff_only_in_diff_mode, stopped_diff
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._waits import OPTIONS as WAIT_OPTIONS
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._waits import Slice
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, scope_options
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import argument_spec
@@ -336,7 +387,7 @@ def main():
             vantage=dict(type="str", default="auto", choices=["auto", "node", "container"]),
             backend=dict(type="str", default="auto", choices=["auto", "nvidia-smi", "nvml"]),
             # threshold_mib, nvidia_smi, command_timeout, device_patterns, require_gpu: as the readiness read's
-            **argument_spec("gpu_read")
+            **dict(argument_spec("gpu_read"), **WAIT_OPTIONS)
         ),
         required_if=[("state", "idle", ("scope",))],
         supports_check_mode=True,
@@ -358,10 +409,11 @@ def main():
     state = GpuState(backend=backend, nvidia_smi=nvidia_smi, command_timeout=p["command_timeout"],
                      vantage=p["vantage"], device_patterns=p["device_patterns"], threshold_mib=p["threshold_mib"])
     try:
+        window = Slice(p["timeout"], p["started"], p["progress_every"]) if p["progress_every"] else None
         scope = Scope(**p["scope"]) if p["scope"] else None
         result = state.run(state=p["state"], wanted=p["gpus"], scope=scope, grace=p["grace_period"],
                            timeout=p["timeout"], interval=p["poll_interval"], check_mode=module.check_mode,
-                           require_gpu=p["require_gpu"])
+                           require_gpu=p["require_gpu"], window=window)
     except GpufleetError as exc:
         fail(module, exc, state.notes)
     for note in state.notes:

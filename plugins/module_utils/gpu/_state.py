@@ -44,6 +44,17 @@ class DrainTimeout(GpuError):
         self.result = self.partial  # one dict: what is added to it is returned with the failure
 
 
+class DrainPending(Exception):
+    """This call's share of a drain wait ran out, the whole wait not over (a window of the run)."""
+
+    def __init__(self, reading, waited, msg):
+        super(DrainPending, self).__init__(msg)
+        self.reading, self.waited, self.msg = reading, waited, msg
+
+    def result(self, **extra):
+        return dict(self.reading, pending=True, waited=self.waited, msg=self.msg, **extra)
+
+
 def _process(pid, info, name=None, used=None):
     entry = dict.fromkeys(PROCESS_KEYS)
     entry["pid"] = pid
@@ -81,6 +92,8 @@ def _holder_text(p):
 
 
 class GpuState(object):
+    window = None  # run()'s: a share of the drain's wait per call (common/_waits.Slice), or all of it
+
     def __init__(self, backend="auto", nvidia_smi=None, command_timeout=15, vantage="auto",
                  device_patterns=None, threshold_mib=64, proc=PROC, pynvml=None, reading=None):
         self.backend = backend
@@ -207,8 +220,9 @@ class GpuState(object):
 
     # ------------------------------------------------------------------ drain
 
-    def wait_drain(self, wanted, timeout, interval, started=None):
-        """Poll until every wanted GPU is idle. Returns (snapshot, selected, seconds)."""
+    def wait_drain(self, wanted, timeout, interval, started=None, said=None):
+        """Poll until every wanted GPU is idle. Returns (snapshot, selected, seconds). ``said``: the
+        timeout a failure names (the whole wait's, when this call waits only a slice of it)."""
         started = time.monotonic() if started is None else started
         deadline = time.monotonic() + timeout
         while True:
@@ -218,8 +232,28 @@ class GpuState(object):
             if not busy:
                 return snap, selected, time.monotonic() - started
             if time.monotonic() >= deadline:
-                raise DrainTimeout(self._drain_message(busy, timeout), self._result(snap, selected))
+                raise DrainTimeout(self._drain_message(busy, timeout if said is None else said), self._result(snap, selected))
             time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
+
+    def _drain(self, wanted, timeout, interval, window, started=None):
+        """wait_drain, for this call's share of the wait with a window (common/_waits.Slice): when the
+        share runs out with the whole wait not over, DrainPending says what it waits for."""
+        if window is None:
+            return self.wait_drain(wanted, timeout, interval, started=started)
+        t0 = time.monotonic()
+        try:
+            return self.wait_drain(wanted, window.budget, interval, started=started, said=window.total)
+        except DrainTimeout as exc:
+            spent = time.monotonic() - t0
+            if not window.pending(spent):
+                raise
+            busy = [g for g in exc.result["gpus"] if not g["idle"]]
+            waiting = "; ".join("%s: %s MiB used (threshold %s MiB)%s" % (
+                _label(g), g["memory_used_mib"], self.threshold_mib,
+                ", held by " + ", ".join(_holder_text(p) for p in g["processes"]) if g["processes"] else ", no holder")
+                for g in busy)
+            raise DrainPending(exc.result, window.waited(spent), "waiting for the GPUs to drain, %.0f of %.0f s: %s"
+                               % (window.waited(spent), window.total, waiting))
 
     def _drain_message(self, busy, timeout):
         parts, advice = [], []
@@ -250,9 +284,12 @@ class GpuState(object):
     # ------------------------------------------------------------------ the module's run
 
     def run(self, state="query", wanted=None, scope=None, grace=10.0, timeout=60.0, interval=0.25,
-            check_mode=False, require_gpu=True):
+            check_mode=False, require_gpu=True, window=None):
         """The gpu_state module's result. With ``require_gpu=False`` a host without a usable GPU
-        (NO_GPU_KINDS) is a result saying so, with a note, instead of a GpuError."""
+        (NO_GPU_KINDS) is a result saying so, with a note, instead of a GpuError. With ``window``
+        (common/_waits.Slice of the timeout) the drain waits this call's share of the wait; a result
+        with ``pending`` says what it waits for when the share ran out first."""
+        self.window = window
         try:
             return self._run(state, wanted, scope, grace, timeout, interval, check_mode)
         except GpuError as exc:
@@ -270,7 +307,10 @@ class GpuState(object):
         if state == "query":
             return result
         if state == "drained":
-            snap, selected, seconds = self.wait_drain(wanted, timeout, interval)
+            try:
+                snap, selected, seconds = self._drain(wanted, timeout, interval, self.window)
+            except DrainPending as pending:
+                return pending.result(changed=False)
             result = self._result(snap, selected)
             result.update(changed=False, drain_seconds=round(seconds, 3))
             return result
@@ -320,7 +360,10 @@ class GpuState(object):
         result["changed"] = any(t["signals"] for t in targets)
         result["terminate_seconds"] = round(time.monotonic() - started, 3)
         try:
-            snap, selected, seconds = self.wait_drain(wanted, timeout, interval, started=started)
+            snap, selected, seconds = self._drain(wanted, timeout, interval, self.window, started=started)
+        except DrainPending as pending:
+            return pending.result(terminated=targets, out_of_scope=out_of_scope, protected=protected,
+                                  changed=result["changed"], terminate_seconds=result["terminate_seconds"])
         except DrainTimeout as exc:
             exc.result.update(terminated=targets, out_of_scope=out_of_scope, protected=protected,
                               changed=result["changed"], terminate_seconds=result["terminate_seconds"])

@@ -267,6 +267,42 @@ def test_gpu_that_never_drains(tmp_path, run_module):
         r.trainers.cleanup()
 
 
+def test_a_sliced_drain_says_what_it_waits_for_and_fails_at_the_whole_timeout(rig, run_module):
+    """With progress_every, a call waits its slice and returns pending with the busy GPU, its memory and
+    holder, and how much of the wait has passed; the call after the holder is gone finds the GPU idle; a
+    wait whose whole timeout has passed since started fails naming that timeout."""
+    p = rig.trainers.start(gpu=1, mib=4096, tag="stale")
+    began = time.time()
+    t0 = time.monotonic()
+    res = run_module(gpu_state.main, rig.args(state="drained", gpus=["1"], timeout=30, progress_every=1, started=began))
+    assert not res.get("failed") and res["pending"] is True and res["changed"] is False
+    assert 1 <= time.monotonic() - t0 < 5  # one slice, not the whole 30 s
+    assert res["msg"].startswith("waiting for the GPUs to drain, 1 of 30 s: GPU 1 (NVIDIA H200, GPU-"), res["msg"]
+    assert "4096 MiB used (threshold 64 MiB), held by pid %d python" % p.pid in res["msg"], res["msg"]
+    assert 1 <= res["waited"] < 5 and p.poll() is None  # drained never signals
+    p.kill()
+    p.wait()
+    res = run_module(gpu_state.main, rig.args(state="drained", gpus=["1"], timeout=30, progress_every=1, started=began))
+    assert not res.get("failed") and "pending" not in res and res["idle"] is True
+    q = rig.trainers.start(gpu=1, mib=4096, tag="stale")
+    res = run_module(gpu_state.main, rig.args(state="drained", gpus=["1"], timeout=30, progress_every=1,
+                                              started=time.time() - 31))
+    assert res["failed"] and "did not drain within 30.0s" in res["msg"] and "pid %d" % q.pid in res["msg"]
+
+
+def test_a_sliced_idle_names_what_it_stopped_while_the_drain_goes_on(tmp_path, run_module):
+    r = Rig(tmp_path, release_delay=0.05, never_drain=[0])
+    try:
+        p = r.trainers.start(gpu=0, mib=1000)
+        res = run_module(gpu_state.main, r.args(state="idle", scope={"cmdline": ["train_dflash"]}, timeout=30,
+                                                progress_every=1, started=time.time()))
+        assert not res.get("failed") and res["pending"] is True and res["changed"] is True
+        assert [(t["pid"], t["outcome"]) for t in res["terminated"]] == [(p.pid, "terminated")]
+        assert "GPU 0 (NVIDIA H200" in res["msg"] and "1000 MiB used" in res["msg"] and res["msg"].endswith("no holder")
+    finally:
+        r.trainers.cleanup()
+
+
 # ----------------------------------------------------------------------------- ensure idle
 
 
