@@ -253,7 +253,7 @@ class GpuState(object):
                 ", held by " + ", ".join(_holder_text(p) for p in g["processes"]) if g["processes"] else ", no holder")
                 for g in busy)
             raise DrainPending(exc.result, window.waited(spent), "waiting for the GPUs to drain, %.0f of %.0f s: %s"
-                               % (window.waited(spent), window.total, waiting))
+                               % (window.waited(spent), window.total, waiting)) from None
 
     def _drain_message(self, busy, timeout):
         parts, advice = [], []
