@@ -24,7 +24,7 @@ import tarfile
 import time
 
 from _fleetbench import BIN, PEER_COLLECTIONS, ROOT, Fleet, ansible_env, ensure_peer, ensure_tools, log
-from _fleettables import NAMES, label
+from _fleettables import NAMES, label, parse_sizes
 
 WORK = os.path.join(ROOT, "build", "bench-fleet")
 TOOLS = os.path.join(ROOT, "build", "bench-tools")
@@ -50,6 +50,16 @@ SHELL_PLAYBOOK = """\
       register: cu13
       changed_when: false
       failed_when: cu13.rc > 1
+"""
+
+# Ansible's own floor (configuration F): what any playbook over these nodes costs before it does anything.
+FLOOR_PLAYBOOK = """\
+- name: Ansible's own floor - one trivial task on each node
+  hosts: pve_nodes
+  gather_facts: false
+  tasks:
+    - name: Ping
+      ansible.builtin.ping:
 """
 
 PYINFRA_INVENTORY = """\
@@ -109,6 +119,8 @@ class Bench(object):
         shutil.copy(self.nodes[0][0]["ansible_pct_known_hosts_file"], os.path.join(self.home, ".ssh", "known_hosts"))
         with open(os.path.join(WORK, "shell.yml"), "w") as f:
             f.write(SHELL_PLAYBOOK)
+        with open(os.path.join(WORK, "floor.yml"), "w") as f:
+            f.write(FLOOR_PLAYBOOK)
         self.env = ansible_env(self.home, [PEER_COLLECTIONS])
         self.mitogen_env = None
         self.pyinfra_env = dict(os.environ, HOME=self.home)
@@ -375,6 +387,18 @@ class Bench(object):
                 os.path.join(WORK, "shell.yml")]
         return self.playbook(argv, self.env, hosts, expect_rc=(0,))
 
+    def run_f(self, size):
+        """Ansible's floor: the same ansible-playbook and inventory as B, as many forks, one ping task on each node of
+        the size; run from the benchmark's own directory, so with Ansible's defaults (no ansible.cfg of this
+        repository: none of its callbacks)."""
+        hosts = self.hosts(size)
+        self.fleet.close_masters()
+        nodes = sorted({h["pve_node"] for h in hosts})
+        argv = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventories[size]["B"], "-f", str(len(hosts)),
+                os.path.join(WORK, "floor.yml")]
+        wall, _found = self.playbook(argv, self.env, [{"name": n} for n in nodes], expect_rc=(0,), cwd=WORK)
+        return wall, {h["name"]: None for h in hosts}
+
     def run_d(self, size):
         hosts = self.hosts(size)
         argv = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventories[size]["D"], "-f", str(len(hosts)), PLAYBOOK]
@@ -393,7 +417,7 @@ class Bench(object):
 
     def run(self, config, size):
         return {"A": self.run_a, "A2": self.run_a2, "B": self.run_b, "BC": self.run_bc, "BH": self.run_bh,
-                "BI": self.run_bi, "BL": self.run_bl, "C": self.run_c, "D": self.run_d, "P": self.run_p,
+                "BI": self.run_bi, "BL": self.run_bl, "C": self.run_c, "D": self.run_d, "F": self.run_f, "P": self.run_p,
                 "T": self.run_t, "B0": self.run_b0}[config](size)
 
     # ------------------------------------------------------------------ setup of B0 and D
@@ -432,6 +456,45 @@ def profile_tasks(text):
     for m in re.finditer(r"^(.+?) -+ (\d+\.\d+)s\s*$", part, re.MULTILINE):
         out.append((m.group(1).strip(), float(m.group(2))))
     return out
+
+
+_STAMP = re.compile(r"^\w+ \d+ \w+ \d+\s+[\d:]+ [+-]\d{4} \(([\d:.]+)\)\s+([\d:.]+) \*+\s*$")
+
+
+def _seconds(text):
+    h, m, sec = text.split(":")
+    return 3600 * int(h) + 60 * int(m) + float(sec)
+
+
+def play_times(text, wall):
+    """Where a profiled run's wall time went, by play: [(part, seconds)], from the PLAY banners and
+    profile_tasks' timestamp line after each task banner (elapsed since its start). A task's time runs
+    until the next task starts, so a play's includes the start of the next; what comes before the first
+    task (Python, ansible-core, the inventory, the plugins) and after the last is its own part."""
+    parts, play, banner, first, last = [], None, "", None, None
+    for line in text.splitlines():
+        if line.startswith(("PLAY [", "TASK [", "TASKS RECAP")):
+            banner = line
+            if line.startswith("PLAY ["):
+                play = line[len("PLAY ["):line.rindex("]")]
+            continue
+        m = _STAMP.match(line)
+        if not m:
+            continue
+        elapsed = _seconds(m.group(2))
+        if last is None:
+            first = elapsed
+        else:
+            parts[-1][1] += elapsed - last
+        last = elapsed
+        if banner.startswith("TASKS RECAP"):
+            break
+        if not parts or parts[-1][0] != play:
+            parts.append([play, 0.0])
+    if last is None:
+        return [("the whole run (no task ran)", round(wall, 2))]
+    return [("before the first task and after the last (Python, ansible-core, inventory, plugins)", round(wall - last + first, 2))] + \
+        [(name, round(sec, 2)) for name, sec in parts]
 
 
 def pyspy_top(raw_file, top=15):
@@ -530,7 +593,8 @@ def measure(args, sizes, configs, command):
                 if not r:
                     warmup["%s@%s" % (c, label(s))] = round(wall, 3)
 
-        for name, todo, fn in (("profile", args.profile, lambda: profile(bench, largest, site, args.before)),
+        profiled = parse_sizes(args.profile_sizes) if args.profile_sizes else [largest]
+        for name, todo, fn in (("profile", args.profile, lambda: profile_sizes(bench, profiled, site, args.before)),
                                ("remediate", args.remediate_rounds, lambda: remediate(bench, largest, args.remediate_rounds))):
             if todo:
                 try:
@@ -545,6 +609,13 @@ def measure(args, sizes, configs, command):
     return results, meta, verdicts
 
 
+def profile_sizes(bench, sizes, site, before):
+    """profile() at each size: {"B@1x1": ..., "B@8x4": ...} (one size: the plain names, as before)."""
+    if len(sizes) == 1:
+        return profile(bench, sizes[0], site, before)
+    return {"%s@%s" % (name, label(size)): pr for size in sizes for name, pr in profile(bench, size, site, before).items()}
+
+
 def profile(bench, size, site, before):
     out = {}
     # The repository's ansible.cfg enables gpufleet.hygiene.preload; this list replaces it.
@@ -555,7 +626,8 @@ def profile(bench, size, site, before):
         wall = fn(size, extra_env=env)[0]
         with open(bench.logfile) as f:
             f.seek(start)
-            out[name] = {"wall_s": round(wall, 2), "tasks": profile_tasks(f.read())}
+            text = f.read()
+            out[name] = {"wall_s": round(wall, 2), "tasks": profile_tasks(text), "plays": play_times(text, wall)}
         log("profile %s: %.2f s" % (name, wall))
         if site:
             raw = os.path.join(WORK, "py-spy-%s.txt" % name)

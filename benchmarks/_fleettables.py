@@ -24,10 +24,11 @@ NAMES = {
     "BH": "BH preflight.yml with GPU health (gpufleet_gpu_health=true)",
     "C": "C shell tasks over proxmox_pct_remote",
     "D": "D preflight.yml under Mitogen (lxc via node)",
+    "F": "F Ansible's own floor (ansible-playbook, one ping task on each node of the size, Ansible's defaults)",
     "B0": "B0 preflight.yml before",
     "T": "transport floor (ssh per node + lxc-attach true per container)",
 }
-CONFIGS = ("A", "A2", "B", "BC", "BH", "BI", "BL", "C", "D", "P")
+CONFIGS = ("A", "A2", "B", "BC", "BH", "BI", "BL", "C", "D", "F", "P")
 
 
 def parse_sizes(text):
@@ -104,7 +105,7 @@ def render(doc):
              "the wall time of the whole run" % (meta["machine"], meta["ansible_core"], meta["commit"],
                                                  ", ".join("%s %s" % kv for kv in sorted(meta["peers"].items())),
                                                  meta["method"], meta.get("max_sessions"), meta["rounds"]), ""]
-    versus = [c for c in ("A", "A2", "P", "BC", "BH", "BI", "BL", "C", "D") if c in configs] if "B" in configs else []
+    versus = [c for c in ("A", "A2", "F", "P", "BC", "BH", "BI", "BL", "C", "D") if c in configs] if "B" in configs else []
     lines += ["* %s" % NAMES[c] for c in cols + ["T"]] + ["* work floor: one read's CPU x containers / cores", ""]
     head = ["size (nodes x containers)"] + cols + ["T floor", "work floor"] + ["B/%s" % c for c in versus]
     lines += ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
@@ -173,6 +174,9 @@ def details(doc):
         lines += ["", "Clean fleet (%s): preflight %.2f s, remediate %.2f s (nothing to do): %.2fx" % (
             label(max(sizes, key=lambda s: s[0] * s[1])), p, r, r / p)]
     for name, pr in doc["profile"].items():
+        if pr.get("plays"):
+            lines += ["", "by play, %s (%.2f s):" % (name, pr["wall_s"])]
+            lines += ["  %6.2f s  %s" % (sec, play) for play, sec in pr["plays"]]
         lines += ["", "profile_tasks, %s (%.2f s):" % (name, pr["wall_s"])]
         lines += ["  %6.2f s  %s" % (sec, task) for task, sec in pr["tasks"]]
         if "py_spy" in pr:

@@ -75,6 +75,7 @@ def main():
     ap.add_argument("--before", metavar="REF", help="also run preflight.yml of this git revision (B0), largest size only")
     ap.add_argument("--remediate-rounds", type=int, default=3, help="preflight vs remediate on the clean fleet (0: skip)")
     ap.add_argument("--profile", action="store_true", help="profile_tasks and py-spy runs of B (and B0) at the largest size")
+    ap.add_argument("--profile-sizes", default="", help="with --profile: the sizes to profile at (default: the largest)")
     ap.add_argument("--method", default="lxc-attach", choices=["lxc-attach", "pct"], help="the pct connection's method for B")
     ap.add_argument("--port", type=int, default=2750)
     ap.add_argument("--run-timeout", type=int, default=900, help="seconds before a run is killed and counted as failed")

@@ -58,3 +58,37 @@ def test_render_leaves_unmeasured_cells_empty():
     d["floors"]["8x16"]["work_s"] = None
     lines = _fleettables.render(d).splitlines()
     assert "| 8x16 (128) |  | 2.00 s | 8.00 s | 1.00 s |  |  | 4.00x |" in lines
+
+
+PROFILED = """\
+PLAY [Preflight - the fleet plan] **********************************************
+TASK [Plan the run] ************************************************************
+Friday 04 December 2026  23:07:39 +0000 (0:00:00.009)       0:00:00.250 *******
+ok: [localhost]
+PLAY [Preflight - read by node] ************************************************
+TASK [Read] ********************************************************************
+Friday 04 December 2026  23:07:40 +0000 (0:00:00.300)       0:00:00.550 *******
+ok: [pve1]
+TASK [Keep] ********************************************************************
+Friday 04 December 2026  23:07:41 +0000 (0:00:01.200)       0:00:01.750 *******
+ok: [pve1]
+PLAY [Preflight - fail the hosts that are not ready] ***************************
+skipping: no hosts matched
+PLAY RECAP *********************************************************************
+pve1                       : ok=2    changed=0    unreachable=0    failed=0    skipped=0    rescued=0    ignored=0
+TASKS RECAP ********************************************************************
+Friday 04 December 2026  23:07:41 +0000 (0:00:00.100)       0:00:01.850 *******
+===============================================================================
+Read -------------------------------------------------------------------- 1.20s
+"""
+
+
+def test_a_profiled_run_is_broken_down_by_play():
+    """profile_tasks' timestamps (elapsed at each task's start, and at the end) give each play its tasks' time;
+    before the first task and after the last is the rest of the wall time; a play with no host costs no task."""
+    import _fleetrun
+
+    got = dict(_fleetrun.play_times(PROFILED, wall=3.0))
+    assert got == {"before the first task and after the last (Python, ansible-core, inventory, plugins)": pytest.approx(1.4),
+                   "Preflight - the fleet plan": pytest.approx(0.3), "Preflight - read by node": pytest.approx(1.3)}
+    assert _fleetrun.play_times("PLAY RECAP\n", wall=2.0) == [("the whole run (no task ran)", 2.0)]
