@@ -568,7 +568,9 @@ def test_nvidia_smi_hangs_or_gpu_lost(gpu_faults):
     assert res["standins_left"] == []  # the hung call was killed
     assert res["rc2"] == 0, res["out2"][-3000:]
     for host in ("train-100", "train-201"):
-        assert res["fixed"][host]["caches"] == [] and res["fixed"][host]["jobs"]
+        assert res["fixed"][host]["caches"] == [], host
+    # train-100's job relaunched; train-201 is a spare (its job described with relaunch: false): repaired, not started.
+    assert res["fixed"]["train-100"]["jobs"] and not res["fixed"]["train-201"]["jobs"], res["fixed"]
     assert res["decoy_201"] == res["before"]["train-201"]["decoy"]
 
 
