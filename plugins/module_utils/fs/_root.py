@@ -38,6 +38,8 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _PATH = getattr(os, "O_PATH", os.O_RDONLY)
 _STEP = _PATH | os.O_NOFOLLOW | _CLOEXEC
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
+# openat2(2) calls made for one open while the kernel answers EAGAIN (a rename or mount raced a "..").
+EAGAIN_TRIES = 32
 RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH, RESOLVE_IN_ROOT = 0x02, 0x04, 0x08, 0x10
 MAX_LINKS = 40  # the kernel's own limit of links followed in one lookup (ELOOP past it)
 
@@ -74,18 +76,29 @@ class Call(object):
         # None: not tried yet; False: the kernel, libc or a seccomp filter refuses it (the walk is used).
         self.openat2 = None if (_SYS_OPENAT2 and self.syscall is not None) else False
 
-    def open2(self, dirfd, path, flags, resolve):
-        """openat2(2): a descriptor, or None where the kernel lacks it; OSError for its refusal."""
-        if self.openat2 is False:
-            return None
+    def call(self, dirfd, path, flags, resolve):
+        """One openat2(2) call: (descriptor, 0) or (-1, errno)."""
         ctypes = self.ctypes
         how = self.how(flags | _CLOEXEC, 0, resolve)
         fd = self.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dirfd), ctypes.c_char_p(os.fsencode(path)),
                           ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+        return (fd, 0) if fd >= 0 else (-1, ctypes.get_errno())
+
+    def open2(self, dirfd, path, flags, resolve):
+        """openat2(2): a descriptor, or None where the kernel lacks it; OSError for its refusal.
+
+        With RESOLVE_IN_ROOT the kernel answers EAGAIN when a rename or a mount anywhere on the host
+        raced the resolution of a ``..`` (it cannot tell that the ``..`` stayed inside): the call is
+        made again, as openat2(2) says, up to EAGAIN_TRIES times."""
+        if self.openat2 is False:
+            return None
+        for _try in range(EAGAIN_TRIES):
+            fd, err = self.call(dirfd, path, flags, resolve)
+            if err != errno.EAGAIN:
+                break
         if fd >= 0:
             self.openat2 = True
             return fd
-        err = ctypes.get_errno()
         if err in (errno.ENOSYS, errno.EPERM, errno.E2BIG) and self.openat2 is None:
             self.openat2 = False  # no openat2 here (an old kernel, or a seccomp filter refuses it)
             return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._query import read_gpus
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._smi import NO_GPU_KINDS, GpuError
@@ -44,15 +45,16 @@ class DrainTimeout(GpuError):
         self.result = self.partial  # one dict: what is added to it is returned with the failure
 
 
-class DrainPending(Exception):
-    """This call's share of a drain wait ran out, the whole wait not over (a window of the run)."""
+class DrainPending(GpufleetError):
+    """This call's share of a drain wait ran out, the whole wait not over (a window of the run): no
+    failure, caught by the run, which returns result() - the last reading, pending, what it waits for."""
 
     def __init__(self, reading, waited, msg):
-        super(DrainPending, self).__init__(msg)
-        self.reading, self.waited, self.msg = reading, waited, msg
+        super(DrainPending, self).__init__(msg, partial=reading)
+        self.waited = waited
 
     def result(self, **extra):
-        return dict(self.reading, pending=True, waited=self.waited, msg=self.msg, **extra)
+        return dict(self.partial, pending=True, waited=self.waited, msg=self.msg, **extra)
 
 
 def _process(pid, info, name=None, used=None):

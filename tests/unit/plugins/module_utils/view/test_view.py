@@ -8,6 +8,7 @@ own root stays the node's, nothing run, and a read that does not end left behind
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -534,3 +535,35 @@ def test_a_container_cannot_make_its_processes_another_container_s(tmp_path):
     finally:
         for view in views.values():
             view.close()
+
+
+def test_openat2_s_eagain_is_tried_again(tmp_path, monkeypatch):
+    """openat2 with RESOLVE_IN_ROOT answers EAGAIN when a rename or mount anywhere on the host raced the
+    resolution of a "..": the open is tried again (seen failing: "/up-dir/<file> cannot be opened: Resource
+    temporarily unavailable" under another worker's renames); an EAGAIN that never ends is the open's error."""
+    if _root.calls().openat2 is False:
+        pytest.skip("this kernel has no openat2")  # pragma: no cover - every kernel since 5.6 has it
+    calls = _root.calls()
+    real = calls.call
+    answers = []
+
+    def racing(dirfd, path, flags, resolve):
+        answers.append(path)
+        return (-1, errno.EAGAIN) if len(answers) <= racing.eagains else real(dirfd, path, flags, resolve)
+
+    monkeypatch.setattr(calls, "call", racing)
+    (tmp_path / "f").write_text("data")
+    (tmp_path / "sub").mkdir()
+    root = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        racing.eagains = 3
+        fd = calls.open2(root, "sub/../f", os.O_RDONLY, 0x10)  # RESOLVE_IN_ROOT
+        assert fd >= 0 and len(answers) == 4
+        os.close(fd)
+        answers.clear()
+        racing.eagains = _root.EAGAIN_TRIES
+        with pytest.raises(OSError) as err:
+            calls.open2(root, "f", os.O_RDONLY, 0x10)
+        assert err.value.errno == errno.EAGAIN and len(answers) == _root.EAGAIN_TRIES
+    finally:
+        os.close(root)
