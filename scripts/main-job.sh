@@ -279,7 +279,8 @@ print("    report: %d of %d containers ready; its page shows the incident phase 
       % (len(ready), len(names), ", ".join(phases)))
 EOF
 
-say "done in $((SECONDS - t_start)) s ($(IFS=,; echo "${step_times[*]}" | sed 's/,/, /g'))"
+times=$(printf '%s, ' "${step_times[@]}")
+say "done in $((SECONDS - t_start)) s (${times%, })"
 echo "    every expectation met: preflight found the three broken containers, remediate repaired exactly those"
 echo "    and relaunched their jobs, and every container is ready now."
 echo "    The report (open it in a browser): $REPORT_DIR/report.html"

@@ -140,11 +140,14 @@ def test_hostile_text_in_an_outcome_stays_text(incident):
     assert "<script>alert" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in page
 
 
+def cards(page):
+    return re.findall(r'<div class="n">(\d+)</div><div class="l">([^<]+)</div>', page)
+
+
 def test_a_preflight_s_counts_are_about_readiness(tmp_path):
     run_fleet_report(args(tmp_path / "pre", run_kind="preflight"))
     run_fleet_report(args(tmp_path / "hyg"))
     pre, hyg = ((tmp_path / d / FILES["html"]).read_text() for d in ("pre", "hyg"))
-    cards = lambda page: re.findall(r'<div class="n">(\d+)</div><div class="l">([^<]+)</div>', page)  # noqa: E731
     assert cards(pre) == [("8", "ready"), ("4", "not ready"), ("4", "checks failed"), ("2", "checks warned"), ("1", "unreachable")]
     assert cards(hyg) == [("8", "ready"), ("4", "not ready"), ("1", "running jobs left alone"), ("1", "remediated this run"),
                           ("1", "unreachable")]
