@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import re
 
-_TAG = re.compile(r"[a-z0-9_][a-z0-9_\-+.]*", re.IGNORECASE)
+# ASCII only, as Proxmox VE's own pattern is: without re.ASCII, Python's case folding takes U+0130 and
+# U+0131 (dotted and dotless i) for letters of it.
+_TAG = re.compile(r"[a-z0-9_][a-z0-9_\-+.]*", re.IGNORECASE | re.ASCII)
 
 
 def split(text):
@@ -23,7 +25,9 @@ def split(text):
 def bad(tags):
     """The first tag that is not of Proxmox VE's pve-tag format, or None."""
     for tag in tags:
-        if not isinstance(tag, str) or not _TAG.fullmatch(tag):
+        if not isinstance(tag, str):
+            return repr(tag)  # never None, which says that every tag is good
+        if not _TAG.fullmatch(tag):
             return tag
     return None
 

@@ -92,14 +92,16 @@ def run_as(venv, python, site_dirs, program=None):
     if program:
         parts += [program, os.path.realpath(program)]
     chains = [list(_chain(part)) for part in parts]
-    for chain in chains:
+    # Each .pth file, and where a link among them points (site.py opens it through the link): the file
+    # that is read and every directory above it.
+    pths = []
+    for where, st in _pth_files(site_dirs):
+        pths.append([(where, st)] + (list(_chain(os.path.realpath(where))) if stat.S_ISLNK(st.st_mode) else []))
+    for chain in chains + pths:
         for where, st in chain:
             if st.st_uid != 0:
                 return st.st_uid, st.st_gid, "%s is owned by uid %d" % (where, st.st_uid)
-    for where, st in _pth_files(site_dirs):
-        if st.st_uid != 0:
-            return st.st_uid, st.st_gid, "%s is owned by uid %d" % (where, st.st_uid)
-    for chain in chains:
+    for chain in chains + pths:
         for where, st in chain:
             if _others_write(st):
                 raise GpufleetError(

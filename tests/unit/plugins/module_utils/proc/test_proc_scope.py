@@ -7,9 +7,9 @@ processes, not the implementation's table), a PID namespace's init, kernel threa
 namespace's PID 2, which is an ordinary process there. Real processes, a real PID namespace
 (``unshare --pid --fork --mount-proc``), real signals.
 
-proc/_proc's Scope, with the table of everyday processes it refuses to match (proc/_ordinary,
-which has no test file of its own: it is pinned here), also through the processes and gpu_state
-modules and the kill role."""
+proc/_proc's Scope, with the table of everyday processes it refuses to match (proc/_ordinary; the
+table itself is tested in test_ordinary.py), also through the processes and gpu_state modules and
+the kill role."""
 
 from __future__ import annotations
 
