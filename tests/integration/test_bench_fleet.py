@@ -51,7 +51,7 @@ def test_bench_fleet_small(tmp_path):
     assert table in res.stdout
     header = next(line for line in table.splitlines() if line.startswith("| size (nodes x containers)"))
     assert [c.strip() for c in header.strip("|").split("|")][1:] == list(bench_fleet.CONFIGS) + [
-        "T floor", "work floor", "B/A", "B/A2", "B/P", "B/BC", "B/BH", "B/BI", "B/BL", "B/C", "B/D"]
+        "T floor", "work floor", "B/A", "B/A2", "B/F", "B/P", "B/BC", "B/BH", "B/BI", "B/BL", "B/C", "B/D"]
     rows = [line for line in table.splitlines() if line.startswith(("| 1x1 (1) |", "| 2x2 (4) |"))]
     assert len(rows) == 2 and all("" not in [c.strip() for c in row.split("|")[1:-1]] for row in rows)
     rerendered = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "bench_fleet.py"), "--table", str(results)],
