@@ -52,6 +52,7 @@ from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
 
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._plan import run_plan
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._report import write_atomic
 
 COMMAND_CHARS = 60  # of a command line shown
@@ -229,10 +230,8 @@ class CallbackModule(CallbackBase):
             return
         # The run's containers, from its fleet plan (plan.yml): those never decided on were ready.
         everyone = decided
-        inventory = getattr(self._variables, "_inventory", None)
-        localhost = inventory.get_host("localhost") if inventory is not None else None
-        plan = self._variables.get_vars(host=localhost, include_hostvars=False).get("gpufleet_plan") if localhost else None
-        if isinstance(plan, Mapping) and isinstance(plan.get("containers"), (list, tuple)):
+        plan = run_plan(self._variables)
+        if plan is not None and isinstance(plan.get("containers"), (list, tuple)):
             everyone = list(plan["containers"]) + [n for n in decided if n not in plan["containers"]]
         check = bool(context.CLIARGS.get("check"))
         for line in summary(self._hosts, everyone, check):

@@ -33,8 +33,9 @@ from collections.abc import Mapping
 from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
 
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._plan import run_plan
+
 # The fact plan.yml sets on localhost.
-PLAN_FACT = "gpufleet_plan"
 MAX_NAMED = 50
 
 
@@ -105,11 +106,6 @@ class CallbackModule(CallbackBase):
         down = jobs_down(stats)
         if down:
             self._display.display(down_message(down), color=C.COLOR_ERROR, stderr=False)
-        if self._variables is None:
-            return
-        inventory = getattr(self._variables, "_inventory", None)
-        localhost = inventory.get_host("localhost") if inventory is not None else None
-        plan = self._variables.get_vars(host=localhost, include_hostvars=False).get(PLAN_FACT) if localhost else None
-        left = unattempted(plan, self._attempted)
+        left = unattempted(run_plan(self._variables), self._attempted)
         if left:
             self._display.display(message(left, stats), color=C.COLOR_WARN, stderr=False)

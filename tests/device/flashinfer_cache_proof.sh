@@ -283,7 +283,7 @@ cmd, args = sys.argv[1], sys.argv[2:]
 d = load()
 if cmd == "get":
     try:
-        print(eval(args[0], env(d)))  # noqa: S307 - this script's own expressions
+        print(eval(args[0], env(d)))  # noqa: S307 - the checks written in this script, never input read from a host
     except Exception as exc:  # a missing key reads as empty
         sys.stderr.write("get %s: %s\n" % (args[0], exc))
     sys.exit(0)
@@ -336,7 +336,7 @@ elif cmd == "layout":  # layout VERSION ARCHS: the workspace as that release lay
 elif cmd in ("check", "info"):  # check NAME EXPR
     name, expr = args[0], args[1]
     try:
-        ok, err = bool(eval(expr, env(d))), None  # noqa: S307 - this script's own expressions
+        ok, err = bool(eval(expr, env(d))), None  # noqa: S307 - the checks written in this script, never input read from a host
     except Exception as exc:  # a missing step or key is a failed check, said so
         ok, err = False, "%s: %s" % (type(exc).__name__, exc)
     d["checks"].append({"name": name, "required": cmd == "check", "ok": ok, "expr": expr, "error": err})
