@@ -27,7 +27,8 @@ def children():
 
 def main(root, options, rounds):
     sys.path.insert(0, root)
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, read
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import ARGUMENT_SPEC
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import read
 
     p = {name: spec.get("default") for name, spec in ARGUMENT_SPEC.items()}
     p.update(options)

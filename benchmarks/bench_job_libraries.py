@@ -35,14 +35,14 @@ sys.path.insert(0, os.path.join(ROOT, ".ansible", "collections"))
 
 import cuda_fixtures  # noqa: E402 - tests/lib, put on the path above
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness  # noqa: E402 - importable only once .ansible/collections (the collection link) is on sys.path, above
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options, _readiness  # noqa: E402 - importable only once .ansible/collections (the collection link) is on sys.path, above
 
 JOB = "import ctypes, sys, time\n[ctypes.CDLL(p) for p in sys.argv[2:]]\ntime.sleep(3600)\n"
 TAG = "gpufleet_bench_job_zq7"
 
 
 def options(venv, job_libraries):
-    p = {name: spec.get("default") for name, spec in _readiness.ARGUMENT_SPEC.items()}
+    p = {name: spec.get("default") for name, spec in _options.ARGUMENT_SPEC.items()}
     p.update(job_patterns=[TAG], venv=venv, job_libraries=job_libraries, evidence_cache=False, require_gpu=False)
     return p
 

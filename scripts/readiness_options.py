@@ -52,7 +52,14 @@ ROLE_TYPES = {"path": "str"}
 EMPTY = {"str": "''", "path": "''", "list": "[]", "dict": "{}", "float": "0", "int": "0"}
 
 
+# The table imports the collection's common/_errors (its ranges' wording): found through the link
+# `make setup` makes (.ansible/collections), as ansible-core finds it.
+COLLECTIONS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".ansible", "collections")
+
+
 def load_table():
+    if COLLECTIONS not in sys.path:
+        sys.path.insert(0, COLLECTIONS)
     spec = importlib.util.spec_from_file_location("gpufleet_readiness_options", TABLE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -96,6 +103,15 @@ def role_text(text, table):
 
 # ---------------------------------------------------------------------------- doc fragments
 
+def range_text(row):
+    """The row's range as its documentation says it (checked by the table's bad_option())."""
+    if row.least is not None:
+        return ["At least V(%s)." % row.least]
+    if row.more_than is not None:
+        return ["More than V(%s)." % row.more_than]
+    return []
+
+
 def fragment(table, group):
     _name, comment = FRAGMENTS[group]
     out = [HEADER, "", "class ModuleDocFragment(object):", "", "    # %s" % comment,
@@ -106,7 +122,7 @@ def fragment(table, group):
             continue
         out.append("  %s:" % row.name)
         out.append("    description:")
-        out += [yaml_text(para, 6) for para in row.description]
+        out += [yaml_text(para, 6) for para in list(row.description) + range_text(row)]
         out.append("    type: %s" % row.type)
         if row.elements:
             out.append("    elements: %s" % row.elements)
@@ -156,7 +172,7 @@ def spec_block(table, indent=6):
             default = role_default(row)
         out.append("%s  default: %s" % (pad, default))
         out.append("%s  description:" % pad)
-        paras = [role_text(p, table) for p in row.description]
+        paras = [role_text(p, table) for p in list(row.description) + range_text(row)]
         if row.given == "set" and row.has_default and row.default:
             paras.append("Empty - the read's own default, V(%s)." % yaml_scalar(row.default).replace('"', "'"))
         if row.given == "positive":

@@ -36,7 +36,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, BRIEF_OPTION, RECORD_OPTION, bad_option
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import ARGUMENT_SPEC, BRIEF_OPTION, RECORD_OPTION, bad_option
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import (
     RECORD_KEYS,
     brief,

@@ -32,6 +32,7 @@ options:
     description:
       - "Seconds one nvidia-smi call may take before it is killed and the module fails (a GPU or driver in trouble
          can make nvidia-smi hang)."
+      - "More than V(0)."
     type: float
     default: 15
   device_patterns:

@@ -104,6 +104,7 @@ options:
     description:
       - "Seconds without the log growing after which a job counts as stalled. Raise it for a job that logs less
          often, or whose compile phase is longer."
+      - "At least V(1)."
     type: int
     default: 900
     version_added: 0.2.0
@@ -120,6 +121,7 @@ options:
     description:
       - "The job's recorded good throughput (C(gpufleet_job.baseline_tokens_per_s)), reported beside the last reading
          with their ratio. V(0) or left out, none."
+      - "At least V(0)."
     type: float
     version_added: 0.3.0
   strict_baseline:
@@ -138,6 +140,7 @@ options:
          others' results are kept, and the module returns."
       - "Each file of the venv is read with its own bound besides (a FIFO, a device or a symbolic link is not read at
          all, see docs/contamination.md); this one bounds the whole reading."
+      - "More than V(0)."
     type: float
     default: 120
     version_added: 0.2.0

@@ -6,7 +6,8 @@
 (fleet_empty_selection); docs: fleet_option_errors.yml, fleet_empty_selection.yml.
 
 Each option is checked by the code that takes it, never by a copy of its range here: a readiness
-option by the read's own argument spec and bad_option() (readiness/_options.py's table), the
+option by the read's own argument spec and bad_option() (readiness/_options.py's table, ranges
+included; the controller imports the table, never the read's code), the
 lock's wait by host_lock's bad_wait(). Only the plays' own keywords (batch, failure budget, how
 to read) are checked here, as nothing else takes them before ansible-core does.
 """
@@ -25,7 +26,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpufleet.hygiene.plugins.filter.fleet import READ_BY
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common import _hostlock, _waits
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options, _readiness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options
 
 _TYPES = {"int": "a whole number", "float": "a number", "bool": "true or false", "list": "a list", "dict": "a mapping",
           "str": "a string", "path": "a path", "raw": "a value"}
@@ -84,7 +85,7 @@ def _what(option):
 
 def _readiness_check(option):
     """The read's own validation of one readiness option: its type by the readiness argument spec,
-    its range by _readiness.bad_option (looked up at each call: no copy of a range here)."""
+    its range by the table's bad_option (looked up at each call: no copy of a range here)."""
 
     def check(value):
         outcome = ArgumentSpecValidator(_options.argument_spec()).validate({option.name: value})
@@ -92,7 +93,7 @@ def _readiness_check(option):
             if option.type in ("int", "float"):
                 return "must be %s (%s)" % (_TYPES[option.type], _what(option))
             return "must be %s" % _TYPES.get(option.type, option.type)
-        words = _words(_readiness.bad_option(outcome.validated_parameters), option.name)
+        words = _words(_options.bad_option(outcome.validated_parameters), option.name)
         return words and "%s (%s)" % (words, _what(option))
 
     return check

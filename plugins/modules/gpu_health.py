@@ -136,18 +136,19 @@ check:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import out_of_range
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._findings import check_record
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_health
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._xid import parse_since
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import BY_NAME
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             source=dict(type="str", default="auto", choices=["auto", "nvml", "query", "xml"]),
-            nvidia_smi=dict(type="path"),
-            command_timeout=dict(type="float", default=15),
+            # As the readiness read's (readiness/_options.py's table).
+            nvidia_smi=BY_NAME["nvidia_smi"].spec(),
+            command_timeout=BY_NAME["command_timeout"].spec(),
             driver_pin=dict(type="str"),
             kernel_log=dict(type="bool", default=False),
             since=dict(type="str", aliases=["xid_since"]),
@@ -155,7 +156,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    problem = out_of_range("command_timeout", p["command_timeout"], more_than=0)
+    problem = BY_NAME["command_timeout"].out_of_range(p["command_timeout"])
     if problem:
         module.fail_json(msg=problem)
     try:

@@ -372,7 +372,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._waits imp
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._waits import Slice
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, scope_options
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import argument_spec
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import argument_spec, bad_option
 
 
 def main():
@@ -397,7 +397,7 @@ def main():
         problem = out_of_range(key, p[key], least=0)
         if problem:
             module.fail_json(msg=problem)
-    problem = out_of_range("command_timeout", p["command_timeout"], more_than=0)
+    problem = bad_option(p)  # command_timeout: the readiness table's range
     if problem:
         module.fail_json(msg=problem)
     if p["scope"] and p["scope"]["vmids"] and p["vantage"] == "container":

@@ -220,6 +220,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node imp
     node_health,
     read_node,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import BY_NAME
 
 
 def main():
@@ -238,8 +239,9 @@ def main():
             max_parallel=dict(type="int", default=0),
             container_timeout=dict(type="float", default=300),
             gpu_read=dict(type="str", choices=list(GPU_READS), default="container"),
-            nvidia_smi=dict(type="path"),
-            command_timeout=dict(type="float", default=15),
+            # As the readiness read's (readiness/_options.py's table), once for all the containers.
+            nvidia_smi=BY_NAME["nvidia_smi"].spec(),
+            command_timeout=BY_NAME["command_timeout"].spec(),
             xid_since=dict(type="str"),
             read_from=dict(type="str", choices=list(READ_FROM), default="node"),
         ),
@@ -248,7 +250,7 @@ def main():
     p = module.params
     problem = (out_of_range("max_parallel", p["max_parallel"], least=0)
                or out_of_range("container_timeout", p["container_timeout"], more_than=0)
-               or out_of_range("command_timeout", p["command_timeout"], more_than=0))
+               or BY_NAME["command_timeout"].out_of_range(p["command_timeout"]))
     if problem:
         module.fail_json(msg=problem)
     hosts = [c["host"] for c in p["containers"]]

@@ -320,13 +320,13 @@ error:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import (
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import (
     ARGUMENT_SPEC,
     BRIEF_OPTION,
     RECORD_OPTION,
     bad_option,
-    read,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import read
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import brief, record
 
 

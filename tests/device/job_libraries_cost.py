@@ -29,7 +29,8 @@ import time
 # Run as a script: the collection is imported from ANSIBLE_COLLECTIONS_PATH (or PYTHONPATH).
 sys.path[:0] = [p for p in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(":") if p]
 _readiness = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness")
-ARGUMENT_SPEC, read = _readiness.ARGUMENT_SPEC, _readiness.read
+_options = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options")
+ARGUMENT_SPEC, read = _options.ARGUMENT_SPEC, _readiness.read
 
 
 def run(argv):

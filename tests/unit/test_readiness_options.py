@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.hygiene.plugins.filter import verify as _verify
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options, _readiness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SCRIPT = os.path.join(REPO, "scripts", "readiness_options.py")
@@ -94,8 +94,79 @@ def test_the_generated_yaml_parses_and_the_blocks_are_where_the_marks_are():
 
 
 def test_the_read_and_the_node_take_their_options_from_the_table():
-    assert _options.argument_spec() == _readiness.ARGUMENT_SPEC
+    assert _options.argument_spec() == _options.ARGUMENT_SPEC
     assert [row[0] for row in _verify.ROLE_DEFAULTS] == [o.name for o in _options.role_options() if o.given == "always"] + [
         o.name for o in _options.role_options() if o.given != "always"]
     # the module's own options that the role does not give
     assert {o.name for o in _options.OPTIONS if not o.role} == {"read_timeout", "evidence_cache"}
+
+
+# ------------------------------------------------------------------ each default and range once
+
+
+OPTION_NAMES = ("p", "params", "options", "args")
+
+
+def restated(root=os.path.join(REPO, "plugins")):
+    """Where Python code of the collection restates what a row of the table says: a range
+    (``out_of_range("stall_after", ...)``), a GPU read option's argument spec written again
+    (``command_timeout=dict(type="float", default=15)``), or a default given to ``.get``
+    (``p.get("caches", True)``). The table itself excepted. ``[(path, line, what)]``."""
+    import ast
+
+    ranged = {o.name for o in _options.OPTIONS if o.least is not None or o.more_than is not None}
+    gpu_read = {o.name for o in _options.OPTIONS if o.group == "gpu_read"}
+    table = os.path.join(root, "module_utils", "readiness", "_options.py")
+    found = []
+    for base, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(base, name)
+            if not name.endswith(".py") or path == table:
+                continue
+            with open(path) as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call):
+                    continue
+                func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+                first = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+                if func == "out_of_range" and first in ranged:
+                    found.append((os.path.relpath(path, REPO), node.lineno, "the range of %s" % first))
+                # Options by the code's names for them (p, params, options, args); a reading's keys
+                # (result.get("caches", [])) are no option.
+                receiver = getattr(node.func.value, "id", None) if isinstance(node.func, ast.Attribute) else None
+                if func == "get" and receiver in OPTION_NAMES and first in _options.BY_NAME and len(node.args) > 1 and not (
+                        isinstance(node.args[1], ast.Constant) and node.args[1].value is None):
+                    found.append((os.path.relpath(path, REPO), node.lineno, "the default of %s" % first))
+                for kw in node.keywords if func == "dict" else ():
+                    value = kw.value
+                    if kw.arg in gpu_read and isinstance(value, ast.Call) and getattr(value.func, "id", None) == "dict":
+                        found.append((os.path.relpath(path, REPO), node.lineno, "the argument spec of %s" % kw.arg))
+    return found
+
+
+def test_no_default_or_range_of_the_table_is_written_again_in_the_code():
+    assert restated() == []
+
+
+def test_the_scan_finds_a_restated_default_range_and_spec(tmp_path):
+    """The scan itself, on code that restates each (as the read and node_readiness used to)."""
+    (tmp_path / "module_utils" / "readiness").mkdir(parents=True)
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / "bad.py").write_text(
+        "spec = dict(command_timeout=dict(type='float', default=15), other=dict(type='str'))\n"
+        "problem = out_of_range('stall_after', p['stall_after'], least=1)\n"
+        "on = p.get('caches', True) and p.get('venv') and p.get('baseline', None) and result.get('caches', [])\n")
+    assert sorted(restated(str(tmp_path))) == [
+        ("%s/modules/bad.py" % os.path.relpath(str(tmp_path), REPO), 1, "the argument spec of command_timeout"),
+        ("%s/modules/bad.py" % os.path.relpath(str(tmp_path), REPO), 2, "the range of stall_after"),
+        ("%s/modules/bad.py" % os.path.relpath(str(tmp_path), REPO), 3, "the default of caches"),
+    ]
+
+
+def test_each_range_is_checked_by_bad_option_on_any_subset_of_the_options():
+    assert _options.bad_option({"stall_after": 0}) == "stall_after must be at least 1 (got 0)"
+    assert _options.bad_option({"command_timeout": 0.0}) == "command_timeout must be more than 0 (got 0.0)"
+    assert _options.bad_option({"read_timeout": -1, "stall_after": 5}) == "read_timeout must be more than 0 (got -1)"
+    assert _options.bad_option({"job_baseline_tokens_per_s": None, "threshold_mib": -5}) is None  # no range: the spec's type
+    assert _options.value({"caches": None}, "caches") is True and _options.value({}, "venv") is None

@@ -38,7 +38,8 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._smi import G
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import container_view
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import describe, holds_device
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC, bad_option, read
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import ARGUMENT_SPEC, bad_option
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import read
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._record import brief
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.transport import _bootstrap
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.view import _view

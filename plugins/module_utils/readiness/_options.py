@@ -24,6 +24,10 @@ of ``make lint`` and of the unit tests): change a row here, run the script, comm
 is; ``set``: only when not empty (so that the read's own default applies); ``positive``: only
 above 0. An option without ``role`` is the module's alone.
 
+Each number option's range (``least``, ``more_than``) is in its row too: ``bad_option()`` checks
+every one, on the target (the read) and on the controller (the fleet plan's checks), which import
+this table and not the read's code.
+
 Standard library only: it travels with readiness/_readiness.py. Private to gpufleet.hygiene
 (leading underscore): not a public API.
 """
@@ -32,7 +36,10 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-_FIELDS = ("name", "type", "elements", "default", "role", "inventory", "given", "version_added", "group", "no_log", "description")
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import out_of_range
+
+_FIELDS = ("name", "type", "elements", "default", "role", "inventory", "given", "version_added", "group", "no_log",
+           "least", "more_than", "description")
 _NONE = object()
 
 
@@ -42,13 +49,20 @@ class Option(namedtuple("Option", _FIELDS)):
     __slots__ = ()
 
     def __new__(cls, name, type, elements=None, default=_NONE, role=None, inventory=None, given=None,
-                version_added=None, group="readiness", no_log=None, description=()):
+                version_added=None, group="readiness", no_log=None, least=None, more_than=None, description=()):
         return super(Option, cls).__new__(cls, name, type, elements, default, role, inventory, given, version_added,
-                                          group, no_log, tuple(description))
+                                          group, no_log, least, more_than, tuple(description))
 
     @property
     def has_default(self):
         return self.default is not _NONE
+
+    def out_of_range(self, value):
+        """What is wrong with ``value`` (a validated value of this option) against its range, or
+        None; no value (None) is in range."""
+        if value is None:
+            return None
+        return out_of_range(self.name, value, least=self.least, more_than=self.more_than)
 
     def spec(self):
         """This option's entry of an AnsibleModule argument spec."""
@@ -120,7 +134,7 @@ OPTIONS = (
         ),
     ),
     Option(
-        "command_timeout", "float", default=15,
+        "command_timeout", "float", default=15, more_than=0,
         role="verify_nvidia_smi_timeout", inventory="gpufleet_nvidia_smi_timeout", given="always",
         group="gpu_read",
         description=(
@@ -229,7 +243,7 @@ OPTIONS = (
         ),
     ),
     Option(
-        "stall_after", "int", default=900,
+        "stall_after", "int", default=900, least=1,
         role="verify_stall_after", inventory="gpufleet_stall_after", given="always",
         version_added="0.2.0",
         description=(
@@ -250,7 +264,7 @@ OPTIONS = (
         ),
     ),
     Option(
-        "job_baseline_tokens_per_s", "float", no_log=False,
+        "job_baseline_tokens_per_s", "float", no_log=False, least=0,
         role="verify_job_baseline_tokens_per_s", inventory="gpufleet_job.baseline_tokens_per_s", given="positive",
         version_added="0.3.0",
         description=(
@@ -271,7 +285,7 @@ OPTIONS = (
         ),
     ),
     Option(
-        "read_timeout", "float", default=120,
+        "read_timeout", "float", default=120, more_than=0,
         version_added="0.2.0",
         description=(
             ("Seconds all the reads together may take on the target. A read still running then (a stalled file system "
@@ -331,6 +345,36 @@ BY_NAME = dict((o.name, o) for o in OPTIONS)
 def argument_spec(group=None):
     """The argument spec of every option (of ``group`` alone: ``gpu_read``, ``readiness``)."""
     return dict((o.name, o.spec()) for o in OPTIONS if group is None or o.group == group)
+
+
+# The readiness module's options (node_readiness takes the same, per container).
+ARGUMENT_SPEC = argument_spec()
+
+# The readiness module's own options on top of those (node_readiness has its own, for all its containers).
+BRIEF_OPTION = dict(type="bool", default=False)
+# Whose reading it is: the result is then the verify role's record of it (_record.record()).
+RECORD_OPTION = dict(type="dict", options=dict(host=dict(type="str", required=True), node=dict(type="raw"), vmid=dict(type="raw")))
+
+
+def value(p, name):
+    """Option ``name`` as ``p`` gives it (options as given, validated or not), or when it gives
+    none (left out, or None) the table's default: no caller restates a default."""
+    given = p.get(name)
+    if given is None and BY_NAME[name].has_default:
+        return BY_NAME[name].default
+    return given
+
+
+def bad_option(p):
+    """What is wrong with validated options (``p``: name -> value), the first value out of its
+    range in the table, or None. The controller's checks (the fleet plan) and the read itself both
+    ask this: a range is written once, in its row."""
+    for option in OPTIONS:
+        if option.least is not None or option.more_than is not None:
+            problem = option.out_of_range(p.get(option.name))
+            if problem:
+                return problem
+    return None
 
 
 def role_options():

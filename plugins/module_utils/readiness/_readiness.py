@@ -20,7 +20,7 @@ import threading
 import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import CACHE_NAMES, TorchCache
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, out_of_range
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._findings import check_record
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health import read_health
@@ -29,27 +29,11 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._libraries im
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness, throughput
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._throughput import MIN_FRACTION
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, find_processes
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import BY_NAME, argument_spec
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import BY_NAME, value
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv, canonical_name, inventory
 
-# The readiness module's options (node_readiness takes the same, per container): readiness/_options.py's table.
-ARGUMENT_SPEC = argument_spec()
-
-# The readiness module's own options on top of those (node_readiness has its own, for all its containers).
-BRIEF_OPTION = dict(type="bool", default=False)
-# Whose reading it is: the result is then the verify role's record of it (_record.record()).
-RECORD_OPTION = dict(type="dict", options=dict(host=dict(type="str", required=True), node=dict(type="raw"), vmid=dict(type="raw")))
-
 READS = ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache", "gpu_health")
-
-
-def bad_option(p):
-    """What is wrong with validated options, or None."""
-    return (out_of_range("command_timeout", p["command_timeout"], more_than=0)
-            or out_of_range("job_baseline_tokens_per_s", p.get("job_baseline_tokens_per_s") or 0, least=0)
-            or out_of_range("stall_after", p["stall_after"], least=1)
-            or out_of_range("read_timeout", p.get("read_timeout", 1), more_than=0))
 
 
 def skipped(reason):
@@ -146,7 +130,7 @@ def read_libraries(p, result, env, seconds):
     """What the job's processes and the GPU holders map of CUDA (job/_libraries), with the
     contamination check's reference and the venv's RECORD index; skipped without the venv's
     reference, or with job_libraries=false."""
-    if not p.get("job_libraries", True):
+    if not value(p, "job_libraries"):
         return skipped("job_libraries=false")
     if not p.get("venv") or result["processes"].get("skipped"):
         return skipped("no venv or no job_patterns")
@@ -186,7 +170,7 @@ def read_liveness(p, result):
 def read_venv(p, env, check_mode, warnings):
     try:
         result = Contamination(env, env.run, expected_cuda=p["expected_cuda"], check_mode=check_mode,
-                               evidence_cache=p.get("evidence_cache", True)).scan()[0]
+                               evidence_cache=value(p, "evidence_cache")).scan()[0]
     except GpufleetError as exc:
         return failed(exc.msg, **exc.partial)
     result["changed"] = False
@@ -504,7 +488,7 @@ def read(p, run, which, check_mode=False, gpu_reading=None, health_reading=None)
     so one container's stalled file system or driver never stalls the caller."""
     notes = {name: [] for name in READS}
     result = {"changed": False}
-    seconds = p.get("read_timeout") or ARGUMENT_SPEC["read_timeout"]["default"]
+    seconds = p.get("read_timeout") or BY_NAME["read_timeout"].default
     deadline = time.monotonic() + seconds
     done = {}
     lock = threading.Lock()
@@ -588,7 +572,7 @@ def read(p, run, which, check_mode=False, gpu_reading=None, health_reading=None)
         raise crashed[0]
     for name in ("liveness", "job_libraries"):
         result[name] = later.get(name) or _late(name, seconds)
-    result["checks"] = judge(result, p["allow_running_job"], p.get("strict_baseline", False))
+    result["checks"] = judge(result, p["allow_running_job"], value(p, "strict_baseline"))
     result["ready"] = all(c["ok"] for c in result["checks"])
     result["running_job"] = bool(result["processes"].get("processes"))
     with lock:

@@ -16,6 +16,8 @@ Private to gpufleet.hygiene (leading underscore): not a public API.
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import value
+
 # What a record keeps of a brief reading, besides who it is of and what happened to it.
 RECORD_KEYS = ("ready", "running_job", "checks", "gpus", "contaminants", "caches")
 
@@ -31,13 +33,13 @@ def failed_checks(p, msg):
     itself failed (the container stopped, no Python there, bad options). Options left out take
     the readiness module's defaults (no venv, no baseline, verify_files false, caches true)."""
     names = ["gpu_idle"] + (["job_live"] if p.get("job_patterns") else [])
-    if p.get("job_patterns") and p.get("venv") and p.get("job_libraries", True):
+    if p.get("job_patterns") and p.get("venv") and value(p, "job_libraries"):
         names.append("job_libraries")
     if p.get("venv"):
         names.append("venv_clean")
         if p.get("baseline") or p.get("verify_files"):
             names.append("packages")
-        if p.get("caches", True):
+        if value(p, "caches"):
             names.append("caches_fresh")
     if p.get("gpu_health"):
         names.append("gpu_healthy")

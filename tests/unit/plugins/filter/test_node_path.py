@@ -22,7 +22,7 @@ from ansible.template import Templar, trust_as_template
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 ROLE = os.path.join(REPO, "roles", "verify")
-ARGUMENT_SPEC = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness").ARGUMENT_SPEC
+ARGUMENT_SPEC = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options").ARGUMENT_SPEC
 _node = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node")
 _verify = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.verify")
 _fleet = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.fleet")

@@ -16,7 +16,6 @@ from ansible.errors import AnsibleFilterError, AnsibleUndefinedVariable
 
 _checks = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.run_checks")
 _options = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options")
-_readiness = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness")
 _hostlock = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.common._hostlock")
 _errors = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors")
 _node = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node")
@@ -128,15 +127,15 @@ def test_every_readiness_option_of_the_inventory_is_checked():
 
 
 def test_the_ranges_are_the_reads_own_not_a_copy(monkeypatch):
-    """The check follows the read's bad_option(): moved there, the check moves with it. A copy of
-    stall_after's or nvidia_smi_timeout's range in the filter fails this test."""
-    real = _readiness.bad_option
+    """The check follows the table's bad_option(), which the read uses too: changed there, the check
+    changes with it. A copy of stall_after's or nvidia_smi_timeout's range in the filter fails this test."""
+    real = _options.bad_option
 
     def stricter(p):
         return (_errors.out_of_range("stall_after", p["stall_after"], least=60)
                 or _errors.out_of_range("command_timeout", p["command_timeout"], least=2) or real(p))
 
-    monkeypatch.setattr(_readiness, "bad_option", stricter)
+    monkeypatch.setattr(_options, "bad_option", stricter)
     assert errors(hostvars({"gpufleet_stall_after": "30", "gpufleet_nvidia_smi_timeout": "1"})) == [
         ("gpufleet_nvidia_smi_timeout=1 must be at least 2 (seconds one nvidia-smi call may take before it is killed and "
          "the module fails)"),

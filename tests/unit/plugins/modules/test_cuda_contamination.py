@@ -26,7 +26,7 @@ from cuda_fixtures import (
 )
 from wheelmaker import build_shared_object, build_wheel
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options, _readiness
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination
 from ansible_collections.gpufleet.hygiene.plugins.modules import cuda_contamination, pip_inventory
 
@@ -390,7 +390,7 @@ def own_files(monkeypatch):
 
 
 def _readiness_read(venv):
-    p = dict((k, v.get("default")) for k, v in _readiness.ARGUMENT_SPEC.items())
+    p = dict((k, v.get("default")) for k, v in _options.ARGUMENT_SPEC.items())
     p.update(venv=venv, verify_files=True, caches=False, require_gpu=False, nvidia_smi="/nonexistent/nvidia-smi")
     env = _readiness.Venv(venv, _contamination_run)
     return _readiness.read_venv(p, env, False, []), _readiness.read_packages(p, env)

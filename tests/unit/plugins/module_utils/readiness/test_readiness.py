@@ -15,7 +15,7 @@ import pytest
 from cachetree import install, make_venv, torch_wheels
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import venv_fingerprint
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options, _readiness
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 
@@ -128,7 +128,7 @@ def test_the_job_s_reads_end_by_read_timeout_too(monkeypatch):
 
     release = threading.Event()
     monkeypatch.setattr(_readiness, "read_liveness", lambda p, result: release.wait(60))
-    p = dict((name, spec.get("default")) for name, spec in _readiness.ARGUMENT_SPEC.items())
+    p = dict((name, spec.get("default")) for name, spec in _options.ARGUMENT_SPEC.items())
     p.update(require_gpu=False, nvidia_smi="/nonexistent/nvidia-smi", device_patterns=["/nonexistent/nvidia*"], read_timeout=1.0)
     started = time.monotonic()
     try:

@@ -23,7 +23,7 @@ from cuda_fixtures import SEED_BASE, UV, make_venv, pins
 from hostilefiles import replace, timed
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _files
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options, _readiness
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.modules import cuda_contamination, pip_inventory
@@ -140,7 +140,7 @@ def test_the_readiness_read_has_a_deadline(seeded, tmp_path):
     rewrite(os.path.join(info, "RECORD"), lambda data: data + b"numpy/huge.bin,sha256=AAAA,\n")
     with open(os.path.join(site, "numpy", "huge.bin"), "wb") as f:
         f.truncate(1 << 30)
-    defaults = {name: spec.get("default") for name, spec in _readiness.ARGUMENT_SPEC.items()}
+    defaults = {name: spec.get("default") for name, spec in _options.ARGUMENT_SPEC.items()}
     p = dict(defaults, venv=venv, verify_files=True, require_gpu=False, nvidia_smi="/nonexistent/nvidia-smi",
              device_patterns=["/nonexistent/nvidia*"], read_timeout=1.0,
              cache_environment={"HOME": str(tmp_path), "USER": "trainer", "TMPDIR": str(tmp_path)})

@@ -28,7 +28,7 @@ from wheelmaker import build_wheel
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox._node import _no_tool, _refuse_run
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options, _readiness
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.view import _view
 
 UTILS = os.path.dirname(os.path.dirname(_root.__file__))
@@ -110,7 +110,7 @@ def test_the_node_read_opens_every_file_of_a_container_through_its_root(containe
     init_fd = os.open("/proc/%d" % os.getpid(), os.O_RDONLY | os.O_DIRECTORY)
     privileged = _view.parse_id_map("0 0 4294967295\n")
     view = _view.ContainerView(321, os.getpid(), root_fd, {1: init_fd, 7: proc_fd}, {os.getpid(): 1, job.pid: 7}, privileged, privileged, None)
-    options = dict((name, spec.get("default")) for name, spec in _readiness.ARGUMENT_SPEC.items())
+    options = dict((name, spec.get("default")) for name, spec in _options.ARGUMENT_SPEC.items())
     options.update(venv="/opt/venv", job_patterns=[r"train_dflash\.py"], job_users=["trainer", "root"], job_log="/train/train.log",
                    baseline="/opt/requirements.txt", verify_files=True, cache_user="trainer", evidence_cache=False,
                    device_patterns=["/dev/nvidia*"], read_timeout=60)
@@ -147,7 +147,7 @@ def test_a_reader_that_opens_a_path_itself_is_caught(container, monkeypatch):
 
     root_fd = os.open(str(container), os.O_RDONLY | os.O_DIRECTORY)
     view = _view.ContainerView(321, 1, root_fd, {}, {}, [], [], None)
-    options = dict((name, spec.get("default")) for name, spec in _readiness.ARGUMENT_SPEC.items())
+    options = dict((name, spec.get("default")) for name, spec in _options.ARGUMENT_SPEC.items())
     options.update(venv="/opt/venv", evidence_cache=False, caches=False)
     monkeypatch.setattr(_dist, "_root", Bypass())
     calls = watched_calls(monkeypatch)
