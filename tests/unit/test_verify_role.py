@@ -12,7 +12,7 @@ import re
 
 import yaml
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import ARGUMENT_SPEC
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import ARGUMENT_SPEC
 
 ROLE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "roles", "verify"))
 
@@ -78,13 +78,16 @@ def test_without_ansible_cores_validation_the_read_still_validates_every_variabl
     spec = set(specs["main"]["options"])
     assert spec == in_read | NODE_PLAY_VARS | {"verify_fail", "verify_show"}
     # The entry points the playbooks use: the read alone, the verdict alone; no other.
-    assert set(specs) == {"main", "read", "fail"}
+    # read_host and read_nodes: the read's two files, which the playbooks import directly (they know
+    # their plays' hosts), with the read's options.
+    assert set(specs) == {"main", "read", "read_host", "read_nodes", "fail"}
     assert set(specs["read"]["options"]) == in_read | NODE_PLAY_VARS and set(specs["fail"]["options"]) == {"verify_fail", "verify_show"}
+    assert specs["read_host"]["options"] == specs["read_nodes"]["options"] == specs["read"]["options"]
     found = playbook_reads_without_validation()
     assert sorted((name, entry) for name, entry, _vars in found) == [
-        ("hygiene.yml", "read"), ("hygiene.yml", "read"), ("preflight.yml", "fail"), ("preflight.yml", "read"),
-        ("preflight.yml", "read"),
-        ("remediate.yml", "read")]
+        ("hygiene.yml", "read_host"), ("hygiene.yml", "read_nodes"), ("preflight.yml", "fail"), ("preflight.yml", "read_host"),
+        ("preflight.yml", "read_nodes"),
+        ("remediate.yml", "read_host")]
     for name, entry, play_vars in found:
         assert set(play_vars) <= set(specs[entry]["options"]), (name, entry)
     # The other two are taken strictly by the verdict's filter (true or false, or an error naming them).

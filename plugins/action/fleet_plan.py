@@ -1,0 +1,68 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""fleet_plan's action: the run's checks and the fleet plan, in one task on the controller.
+
+What plan.yml used to do in three tasks (the options, the empty selection, the plan), each a
+worker process of its own: the host pattern and the --limit resolved as
+ansible.builtin.inventory_hostnames resolves them, then the same filters' code
+(fleet_option_errors, fleet_empty_selection, fleet_read_plan). It opens no connection:
+plugins/modules/fleet_plan.py holds the documentation only.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleError
+from ansible.plugins.action import ActionBase
+from ansible.plugins.loader import lookup_loader
+
+from ansible_collections.gpufleet.hygiene.plugins.filter.fleet import fleet_read_plan
+from ansible_collections.gpufleet.hygiene.plugins.filter.run_checks import fleet_empty_selection, fleet_option_errors
+
+ARGUMENT_SPEC = dict(
+    hosts=dict(type="str", default="pve_containers"),
+    # Checked by fleet_option_errors first, as gpufleet_read_by: named as the user set it.
+    read_by=dict(type="str", default="auto"),
+    allow_empty=dict(type="bool", default=False),
+)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def _hostnames(self, pattern, task_vars):
+        lookup = lookup_loader.get("ansible.builtin.inventory_hostnames", loader=self._loader, templar=self._templar)
+        return list(lookup.run([pattern], variables=task_vars))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        _validation, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        hostvars = task_vars.get("hostvars") or {}
+        limit_text = task_vars.get("ansible_limit") or ""
+        limit_file = limit_text.startswith("@")
+        try:
+            selected = self._hostnames(p["hosts"], task_vars)
+            # A --limit from a file (@retry) is not resolved: read by container, every host named.
+            limit = self._hostnames(limit_text, task_vars) if limit_text and not limit_file else None
+        except AnsibleError as exc:
+            raise AnsibleError("the host pattern gpufleet_hosts=%s or --limit %s cannot be resolved: %s"
+                               % (p["hosts"], limit_text or "(none)", exc.message)) from exc
+        result["changed"] = False
+        errors = fleet_option_errors(hostvars, selected, limit=limit)
+        if errors:
+            result.update(failed=True, msg="configuration error, nothing was read or changed: " + "; ".join(errors))
+            return result
+        # A run that checked nothing must not pass: a CI gate would go green on an empty inventory.
+        nothing = fleet_empty_selection(selected, limit=limit, pattern=p["hosts"], limit_text=limit_text,
+                                        sources=task_vars.get("ansible_inventory_sources") or (),
+                                        groups=task_vars.get("groups"))
+        if nothing and not p["allow_empty"]:
+            result.update(failed=True, msg=nothing)
+            return result
+        # The plan is the result itself: registered as gpufleet_plan, no task of its own keeps it.
+        result.update(fleet_read_plan(selected, hostvars, limit=limit, limit_file=limit_file, read_by=p["read_by"]))
+        result["msg"] = "%d container(s), read by %s" % (len(result["containers"]), result["by"])
+        return result

@@ -1,0 +1,103 @@
+# Copyright (c) gpufleet.hygiene contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""fleet_plan (an action, on the controller): the run's checks and the fleet plan in one task, over a
+real inventory and the variables ansible-core gives a task on localhost."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.playbook.play_context import PlayContext
+from ansible.playbook.task import Task
+from ansible.plugins.loader import action_loader, connection_loader
+from ansible.template import Templar
+from ansible.vars.hostvars import HostVars
+from ansible.vars.manager import VariableManager
+
+ACTION = "gpufleet.hygiene.fleet_plan"
+
+INVENTORY = """\
+[pve_nodes]
+pve1 ansible_host=127.0.1.1
+pve2 ansible_host=127.0.1.2
+
+[pve_containers]
+train-100 pve_node=pve1 ansible_pct_vmid=100 ansible_connection=gpufleet.hygiene.pct
+train-101 pve_node=pve1 ansible_pct_vmid=101 ansible_connection=gpufleet.hygiene.pct
+train-200 pve_node=pve2 ansible_pct_vmid=200 ansible_connection=gpufleet.hygiene.pct
+"""
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    (tmp_path / "hosts").write_text(INVENTORY)
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(tmp_path / "hosts")])
+    variables = VariableManager(loader=loader, inventory=inventory)
+    # As the task queue manager gives a play's tasks their hostvars.
+    variables._hostvars = HostVars(inventory=inventory, variable_manager=variables, loader=loader)
+    return loader, inventory, variables, str(tmp_path / "hosts")
+
+
+def run(fleet, args=None, limit=None, extra=None):
+    loader, inventory, variables, source = fleet
+    variables._extra_vars = dict(extra or {})
+    task_vars = variables.get_vars(host=inventory.localhost or inventory.get_host("localhost"))
+    task_vars.setdefault("ansible_inventory_sources", [source])  # a magic variable of a play's tasks
+    if limit is not None:
+        task_vars["ansible_limit"] = limit
+    task = Task()
+    task.action = ACTION
+    task.args = dict(args or {})
+    play_context = PlayContext()
+    connection = connection_loader.get("ansible.builtin.local", play_context)
+    action = action_loader.get(ACTION, task=task, connection=connection, play_context=play_context, loader=loader,
+                               templar=Templar(loader=loader), shared_loader_obj=None)
+    return action.run(task_vars=task_vars)
+
+
+def test_the_plan_reads_every_container_by_its_node(fleet):
+    result = run(fleet)
+    assert not result.get("failed") and result["changed"] is False, result
+    assert result["by"] == "node" and result["containers"] == ["train-100", "train-101", "train-200"]
+    assert result["by_node"] == {"pve1": ["train-100", "train-101"], "pve2": ["train-200"]}
+    assert result["node_hosts"] == ["pve1", "pve2"] and result["container_hosts"] == []
+    assert result["msg"] == "3 container(s), read by node"
+
+
+def test_the_pattern_and_the_limit_are_resolved_as_inventory_hostnames_does(fleet):
+    result = run(fleet, {"hosts": "pve_containers:!train-101"}, limit="train-1*,pve1")
+    assert result["containers"] == ["train-100"] and result["by_node"] == {"pve1": ["train-100"]}, result
+    # A limit without the containers' nodes: read by container (each still read from its node).
+    alone = run(fleet, limit="train-200")
+    assert alone["by"] == "container" and alone["container_hosts"] == ["train-200"] and alone["node_hosts"] == []
+
+
+def test_an_option_out_of_range_fails_naming_the_variable_before_the_plan(fleet):
+    result = run(fleet, extra={"gpufleet_stall_after": -5})
+    assert result["failed"] is True and "containers" not in result, result
+    assert result["msg"].startswith("configuration error, nothing was read or changed: gpufleet_stall_after=-5 must be at "
+                                    "least 1"), result
+
+
+def test_a_wrong_read_by_is_named_as_the_variable_the_user_set(fleet):
+    result = run(fleet, {"read_by": "nodes"}, extra={"gpufleet_read_by": "nodes"})
+    assert result["failed"] is True
+    assert "gpufleet_read_by=nodes must be one of auto, node, container" in result["msg"], result
+
+
+def test_an_empty_selection_fails_unless_allowed(fleet):
+    result = run(fleet, {"hosts": "pve_contianers"})
+    assert result["failed"] is True and "containers" not in result
+    assert result["msg"].startswith("nothing to do: no container selected by the host pattern gpufleet_hosts=pve_contianers "
+                                    "(inventory: %s): the pattern matches no host of the inventory. Did you mean "
+                                    "pve_containers?" % fleet[3]), result
+    allowed = run(fleet, {"hosts": "pve_contianers", "allow_empty": True})
+    assert not allowed.get("failed") and allowed["containers"] == [] and allowed["by"] == "container", allowed
+
+
+def test_a_limit_from_a_file_is_not_resolved(fleet):
+    result = run(fleet, limit="@retry")
+    assert result["by"] == "container" and result["containers"] == ["train-100", "train-101", "train-200"], result
