@@ -52,8 +52,8 @@ from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
 
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._atomic import write_atomic
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._plan import run_plan
-from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._report import write_atomic
 
 COMMAND_CHARS = 60  # of a command line shown
 LISTED = 3  # items of a kind shown before "(+N more)"

@@ -9,10 +9,9 @@ Private to gpufleet.hygiene (not a public API).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._atomic import write_atomic
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._html import render_html
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._junit import render_junit
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._prometheus import render_prometheus
@@ -49,27 +48,6 @@ def read_text(path):
         return None
     except OSError as exc:
         raise ReportError("%s cannot be read: %s" % (path, exc.strerror or exc)) from exc
-
-
-def write_atomic(path, text, mode=0o644):
-    """Write text to path through a temporary file in the same directory and a rename.
-
-    The temporary name starts with a dot and does not end in .prom, so a textfile collector
-    scanning the directory never reads a half-written file.
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.rename(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _diff(fmt, path, before, text):
