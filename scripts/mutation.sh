@@ -37,10 +37,14 @@ CR_REPORT="${CR_REPORT:-$(dirname "$CR")/cr-report}"
 # mutant's tests run in two steps, the first file alone and then the others, each stopping at its
 # first failure: most mutants are killed by the first file, and pytest's start (the collection of
 # every file it is given) is paid for the others only by the mutants the first lets through.
-# contamination's row is its quick file alone: test_cuda_contamination.py (real venvs, a minute a
-# mutant) killed none of the 66 mutants the quick file let through (docs/reliability.md).
+# The rows of venv/_contamination.py and the three files split from it (the removal, its stash and
+# the record of failed restores) take their plain-file tests alone: test_cuda_contamination.py (real
+# venvs, a minute a mutant) killed none of the 66 mutants those let through (docs/reliability.md).
 TABLE="
-contamination|venv/_contamination.py|tests/unit/plugins/module_utils/venv/test_contamination.py
+contamination|venv/_contamination.py|tests/unit/plugins/module_utils/venv/test_contamination.py tests/unit/plugins/module_utils/venv/test_removal.py
+removal|venv/_removal.py|tests/unit/plugins/module_utils/venv/test_removal.py
+stash|venv/_stash.py|tests/unit/plugins/module_utils/venv/test_stash.py tests/unit/plugins/module_utils/venv/test_removal.py
+restore|venv/_restore.py|tests/unit/plugins/module_utils/venv/test_restore.py tests/unit/plugins/module_utils/venv/test_removal.py
 verdict|venv/_cuda.py|tests/unit/plugins/module_utils/venv/test_cuda.py tests/unit/plugins/modules/test_cuda_mixed_major.py tests/unit/plugins/modules/test_cuda_contamination.py
 record|venv/_dist.py|tests/unit/plugins/module_utils/venv/test_dist_functions.py tests/unit/plugins/module_utils/venv/test_dist.py tests/unit/plugins/module_utils/venv/test_dist_hostile.py tests/unit/plugins/modules/test_pip_inventory.py
 scope|proc/_proc.py|tests/unit/plugins/module_utils/proc/test_proc.py tests/unit/plugins/module_utils/proxmox/test_view.py tests/unit/plugins/module_utils/proc/test_proc_scope.py tests/unit/plugins/modules/test_processes.py

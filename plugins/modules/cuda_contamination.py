@@ -278,7 +278,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._results import diff_only_in_diff_mode, warnings_to_module
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._removal import Removal
 
 
 def main():
@@ -300,7 +300,7 @@ def main():
     )
     p = module.params
     try:
-        job = Contamination(
+        job = Removal(
             p["venv"], module.run_command, expected_cuda=p["expected_cuda"], protect=p["protect"],
             also_remove=p["also_remove"], find_links=p["find_links"], no_index=p["no_index"],
             installer=p["installer"], scan_binaries=p["scan_binaries"], lock_timeout=p["lock_timeout"],

@@ -107,7 +107,10 @@ def test_the_read_and_the_node_take_their_options_from_the_table():
 OPTION_NAMES = ("p", "params", "options", "args")
 
 
-def restated(root=os.path.join(REPO, "plugins")):
+PLUGINS = os.path.join(REPO, "plugins")
+
+
+def restated(root=PLUGINS):
     """Where Python code of the collection restates what a row of the table says: a range
     (``out_of_range("stall_after", ...)``), a GPU read option's argument spec written again
     (``command_timeout=dict(type="float", default=15)``), or a default given to ``.get``

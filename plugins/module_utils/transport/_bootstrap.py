@@ -129,6 +129,7 @@ TRAVELS = (
     "venv._lockfile",
     "venv._names",
     "venv._pkgtool",
+    "venv._restore",
     "view._accounts",
     "view._cgroup",
 )

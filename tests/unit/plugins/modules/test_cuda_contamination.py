@@ -27,7 +27,7 @@ from cuda_fixtures import (
 from wheelmaker import build_shared_object, build_wheel
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options, _readiness
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination, _restore, _stash
 from ansible_collections.gpufleet.hygiene.plugins.modules import cuda_contamination, pip_inventory
 
 pytestmark = pytest.mark.slow
@@ -65,7 +65,7 @@ def uv_on_path(monkeypatch):
 def state_dir(tmp_path, monkeypatch):
     """The record of failed restores, in this test's own directory instead of /var/lib."""
     path = str(tmp_path / "state" / "restore")
-    monkeypatch.setattr(_contamination, "STATE_DIR", path)
+    monkeypatch.setattr(_restore, "STATE_DIR", path)
     return path
 
 
@@ -670,9 +670,9 @@ def test_sparse_files_a_kept_and_a_removed_package_share_are_all_put_back_sparse
     their size: below their sizes' sum, it still takes them."""
     wheels, zeros_digest = sparse_wheels
     venv, site = _sparse_shared_venv(str(tmp_path / "venv"), wheels, zeros_digest, seed_pip=(installer == "pip"))
-    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 2 * SPARSE_SIZE, raising=False)
+    monkeypatch.setattr(_stash, "STASH_TOTAL_MAX", 2 * SPARSE_SIZE, raising=False)
     aside = []
-    real_put_back = _contamination.Stash.put_back
+    real_put_back = _stash.Stash.put_back
 
     def put_back(self, item):  # what the stash holds of each file, and whether its directory is there, just before
         st = os.stat(os.path.join(self.where, item["copy"]))
@@ -680,7 +680,7 @@ def test_sparse_files_a_kept_and_a_removed_package_share_are_all_put_back_sparse
                       os.path.isdir(os.path.join(site, "bigdata"))))
         return real_put_back(self, item)
 
-    monkeypatch.setattr(_contamination.Stash, "put_back", put_back)
+    monkeypatch.setattr(_stash.Stash, "put_back", put_back)
     result = run_module(cuda_contamination.main, dict(venv=venv, remove=True, expected_cuda="12", installer=installer))
     assert not result.get("failed"), result.get("msg")
     assert (result["removed"], result["preserved_files"]) == ([{"name": "droppkg", "version": "1.0+cu130"}], 3)
@@ -714,7 +714,7 @@ def test_shared_files_the_stash_cannot_hold_stop_the_removal_before_anything_is_
     venv = make_venv(str(tmp_path / "venv"), UV)
     install(UV, venv, dense_wheels, ["keeppkg==1.0", "droppkg==1.0+cu130"])
     before = inventory(run_module, venv, verify_files=True)
-    monkeypatch.setattr(_contamination, "STASH_TOTAL_MAX", 1 << 20, raising=False)
+    monkeypatch.setattr(_stash, "STASH_TOTAL_MAX", 1 << 20, raising=False)
     for check_mode in (True, False):
         result = run_module(cuda_contamination.main, dict(venv=venv, remove=True, expected_cuda="12"), check_mode=check_mode)
         assert result["failed"] and result["changed"] is False and result["removed"] == [], result

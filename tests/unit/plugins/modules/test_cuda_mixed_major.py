@@ -17,7 +17,7 @@ import pytest
 from cuda_fixtures import UV, install, make_venv
 from wheelmaker import build_shared_object, build_wheel
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _restore
 from ansible_collections.gpufleet.hygiene.plugins.modules import cuda_contamination
 
 pytestmark = pytest.mark.slow
@@ -54,7 +54,7 @@ def mixed_venv(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def state_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(_contamination, "STATE_DIR", str(tmp_path / "state" / "restore"))
+    monkeypatch.setattr(_restore, "STATE_DIR", str(tmp_path / "state" / "restore"))
 
 
 def _judged(run_module, venv, expected_cuda):

@@ -328,7 +328,7 @@ def test_a_read_that_does_not_end_is_left_behind_at_its_deadline(tmp_path):
 def test_an_unprivileged_containers_root_owns_its_files_in_its_view(tmp_path):
     """Its /var, 100000's on the node, is root's as the container sees it: a directory the
     restore record may be kept under (venv/_contamination's trust check), not another user's."""
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _restore
 
     os.makedirs(tmp_path / "var" / "lib")
     os.chown(tmp_path / "var", 100000, 100000)
@@ -337,12 +337,12 @@ def test_an_unprivileged_containers_root_owns_its_files_in_its_view(tmp_path):
     view = _view.ContainerView(11, 1, root_fd, {}, {}, _view.parse_id_map(UNPRIVILEGED), _view.parse_id_map(UNPRIVILEGED), None)
     try:
         inside = _view.run(view, lambda: (_accounts.seen_uid(_root.stat_path("/var").st_uid),
-                                          _contamination._trusted(_root.stat_path("/var"))), DEADLINE)
+                                          _restore._trusted(_root.stat_path("/var"))), DEADLINE)
     finally:
         view.close()
     assert inside == (0, True)
     # On the node it is 100000's, not root's.
-    assert _contamination._trusted(os.stat(tmp_path / "var")) is False
+    assert _restore._trusted(os.stat(tmp_path / "var")) is False
 
 
 def _proc_entry(proc, pid, nspid, vmid, init=False):
