@@ -12,11 +12,15 @@ plugins/modules/fleet_plan.py holds the documentation only.
 
 from __future__ import annotations
 
+from collections import ChainMap
+from collections.abc import Mapping
+
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import lookup_loader
 
 from ansible_collections.gpufleet.hygiene.plugins.filter.fleet import fleet_read_plan
+from ansible_collections.gpufleet.hygiene.plugins.filter.proxmox import proxmox_hosts
 from ansible_collections.gpufleet.hygiene.plugins.filter.run_checks import fleet_empty_selection, fleet_option_errors
 
 ARGUMENT_SPEC = dict(
@@ -25,6 +29,29 @@ ARGUMENT_SPEC = dict(
     read_by=dict(type="str", default="auto"),
     allow_empty=dict(type="bool", default=False),
 )
+
+
+class _Accepted(Mapping):
+    """hostvars as the plan sees them once community.proxmox's hosts are accepted: each accepted
+    host's variables (``accept``: host -> the variables it is given) over its own, looked up lazily
+    (nothing of a host is templated that the plan does not read)."""
+
+    def __init__(self, hostvars, accept):
+        self._hostvars = hostvars
+        self._accept = accept
+
+    def __getitem__(self, host):
+        own = self._hostvars[host]
+        return ChainMap(self._accept[host], own) if host in self._accept else own
+
+    def __iter__(self):
+        return iter(self._hostvars)
+
+    def __len__(self):
+        return len(self._hostvars)
+
+    def __contains__(self, host):
+        return host in self._hostvars
 
 
 class ActionModule(ActionBase):
@@ -51,6 +78,11 @@ class ActionModule(ActionBase):
             raise AnsibleError("the host pattern gpufleet_hosts=%s or --limit %s cannot be resolved: %s"
                                % (p["hosts"], limit_text or "(none)", exc.message)) from exc
         result["changed"] = False
+        # Hosts of community.proxmox's inventory that did not compose what the plays read: what
+        # they are given (the next play sets it, a play only when there are any), and the plan
+        # made as they will be.
+        accept = proxmox_hosts(hostvars, (task_vars.get("groups") or {}).get("all") or [])
+        given = dict((c["host"], dict((k, v) for k, v in c.items() if k != "host")) for c in accept["containers"] + accept["nodes"])
         errors = fleet_option_errors(hostvars, selected, limit=limit)
         if errors:
             result.update(failed=True, msg="configuration error, nothing was read or changed: " + "; ".join(errors))
@@ -63,6 +95,8 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=nothing)
             return result
         # The plan is the result itself: registered as gpufleet_plan, no task of its own keeps it.
-        result.update(fleet_read_plan(selected, hostvars, limit=limit, limit_file=limit_file, read_by=p["read_by"]))
+        result.update(fleet_read_plan(selected, _Accepted(hostvars, given) if given else hostvars, limit=limit,
+                                      limit_file=limit_file, read_by=p["read_by"]))
+        result["accept"] = [dict(c) for c in accept["containers"] + accept["nodes"]]
         result["msg"] = "%d container(s), read by %s" % (len(result["containers"]), result["by"])
         return result

@@ -30,15 +30,20 @@ train-200 pve_node=pve2 ansible_pct_vmid=200 ansible_connection=gpufleet.hygiene
 """
 
 
+def fleet_of(path, text=INVENTORY):
+    """(loader, inventory, variable manager, source) of an inventory file holding ``text``, with
+    the hostvars the task queue manager gives a play's tasks."""
+    path.write_text(text)
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(path)])
+    variables = VariableManager(loader=loader, inventory=inventory)
+    variables._hostvars = HostVars(inventory=inventory, variable_manager=variables, loader=loader)
+    return loader, inventory, variables, str(path)
+
+
 @pytest.fixture
 def fleet(tmp_path):
-    (tmp_path / "hosts").write_text(INVENTORY)
-    loader = DataLoader()
-    inventory = InventoryManager(loader=loader, sources=[str(tmp_path / "hosts")])
-    variables = VariableManager(loader=loader, inventory=inventory)
-    # As the task queue manager gives a play's tasks their hostvars.
-    variables._hostvars = HostVars(inventory=inventory, variable_manager=variables, loader=loader)
-    return loader, inventory, variables, str(tmp_path / "hosts")
+    return fleet_of(tmp_path / "hosts")
 
 
 def run(fleet, args=None, limit=None, extra=None):
@@ -101,3 +106,18 @@ def test_an_empty_selection_fails_unless_allowed(fleet):
 def test_a_limit_from_a_file_is_not_resolved(fleet):
     result = run(fleet, limit="@retry")
     assert result["by"] == "container" and result["containers"] == ["train-100", "train-101", "train-200"], result
+
+
+def test_community_proxmox_s_hosts_are_planned_as_they_will_be_and_listed_to_accept(tmp_path, fleet):
+    community = fleet_of(tmp_path / "community", (
+        "[pve]\npve1 ansible_host=127.0.1.1\n\n[lxc]\n"
+        "ct-101 proxmox_vmid=101 proxmox_node=pve1 proxmox_vmtype=lxc\n"
+        "ct-102 proxmox_vmid=102 proxmox_node=pve1 proxmox_vmtype=lxc ansible_pct_vmid=102 "
+        "ansible_pct_node_host=127.0.1.1 ansible_connection=gpufleet.hygiene.pct pve_node=pve1\n"))
+    result = run(community, {"hosts": "lxc"})
+    # ct-101 has no pct connection nor pve_node of its own yet: planned as the next play makes it.
+    assert result["by"] == "node" and result["by_node"] == {"pve1": ["ct-101", "ct-102"]}, result
+    assert result["accept"] == [{"host": "ct-101", "pve_node": "pve1", "ansible_pct_vmid": 101,
+                                 "ansible_pct_node_host": "127.0.1.1", "ansible_connection": "gpufleet.hygiene.pct"}]
+    # This collection's inventory (and a composed one) has nothing to accept.
+    assert run(fleet)["accept"] == []
