@@ -25,7 +25,7 @@ def unnamed(text, root=REPO):
     out = []
     for path in sorted(pieces):
         name = os.path.basename(path)
-        stem = name[:-3] if name.endswith(".py") else name
+        stem = name.removesuffix(".py")
         if not re.search(r"(?<![\w])%s(?![\w])" % re.escape(stem), text):
             out.append(os.path.relpath(path, root))
     return out
