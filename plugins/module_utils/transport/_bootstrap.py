@@ -117,6 +117,7 @@ TRAVELS = (
     "job._throughput",
     "proc._ordinary",
     "proc._proc",
+    "readiness._checks",
     "readiness._options",
     "readiness._readiness",
     "readiness._record",

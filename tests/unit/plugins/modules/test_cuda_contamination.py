@@ -26,7 +26,7 @@ from cuda_fixtures import (
 )
 from wheelmaker import build_shared_object, build_wheel
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options, _readiness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _checks, _options, _readiness
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination, _restore, _stash
 from ansible_collections.gpufleet.hygiene.plugins.modules import cuda_contamination, pip_inventory
 
@@ -427,7 +427,7 @@ def test_a_failed_restore_keeps_the_venv_not_clean_until_the_files_are_back(run_
         assert "nvidia/nccl/lib/libnccl.so.2" in problem and "reinstall it with find_links" in problem
     files = inventory(run_module, venv, verify_files=True)["integrity"]["packages"]
     assert [(p["name"], p["missing"]) for p in files] == [("nvidia-nccl-cu12", ["nvidia/nccl/lib/libnccl.so.2"])]
-    venv_check = _readiness.check_venv(_readiness_read(venv)[0])
+    venv_check = _checks.check_venv(_readiness_read(venv)[0])
     assert venv_check["ok"] is False and "libnccl.so.2" in venv_check["summary"]
 
     # A run with a wheel directory reinstalls it: clean again, the record gone.
@@ -439,7 +439,7 @@ def test_a_failed_restore_keeps_the_venv_not_clean_until_the_files_are_back(run_
     assert os.listdir(state_dir) == []
     assert inventory(run_module, venv, verify_files=True)["integrity"]["ok"] is True
     assert run_module(cuda_contamination.main, dict(venv=venv))["clean"] is True
-    assert _readiness.check_venv(_readiness_read(venv)[0])["ok"] is True
+    assert _checks.check_venv(_readiness_read(venv)[0])["ok"] is True
     second = run_module(cuda_contamination.main, dict(venv=venv, remove=True, find_links=seed_wheels, no_index=True))
     assert second["changed"] is False
 

@@ -57,15 +57,15 @@ def test_an_unreadable_kernel_log_is_a_finding_not_a_failure(tmp_path):
 
 
 def test_readiness_judges_gpu_healthy_only_when_asked():
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _readiness, _record
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _checks, _record
     result = {"gpu_state": {"gpus": [], "idle": True}, "processes": {"skipped": True},
               "cuda_contamination": {"skipped": True}, "pip_inventory": {"skipped": True}, "torch_cache": {"skipped": True},
               "gpu_health": {"skipped": True}}
-    assert [c["name"] for c in _readiness.judge(result, False)] == ["gpu_idle"]
+    assert [c["name"] for c in _checks.judge(result, False)] == ["gpu_idle"]
     result["gpu_health"] = read_health(source="nvml", lib=StubNvml())
-    checks = _readiness.judge(result, False)
+    checks = _checks.judge(result, False)
     assert [c["name"] for c in checks] == ["gpu_idle", "gpu_healthy"] and checks[1]["ok"] is False
-    late = _readiness.check_health({"failed": True, "msg": "gpu_health did not finish"})
+    late = _checks.check_health({"failed": True, "msg": "gpu_health did not finish"})
     assert late["ok"] is False and late["error"] == "gpu_health did not finish"
     failed = _record.failed_checks({"gpu_health": True, "gpu_driver_pin": "580"}, "container stopped")
     assert [c["name"] for c in failed] == ["gpu_idle", "gpu_healthy"]

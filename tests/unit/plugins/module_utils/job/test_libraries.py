@@ -17,7 +17,7 @@ from cuda_fixtures import SEED_BASE, UV, install, make_seed_venv, make_venv, pin
 from wheelmaker import build_shared_object, build_wheel
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _libraries
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import check_libraries
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._checks import check_libraries
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
 

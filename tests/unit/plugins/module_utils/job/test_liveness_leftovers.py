@@ -24,7 +24,7 @@ import pytest
 
 from ansible_collections.gpufleet.hygiene.plugins.filter.repair import repair_plan
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness, uids_of
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import check_job
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._checks import check_job
 
 
 @pytest.fixture
@@ -264,7 +264,7 @@ def test_the_job_s_workers_holding_gpus_are_the_job_s():
     command lines the job's patterns do not match: as descendants of the job they are its workers,
     neither leftovers nor foreign holders, so gpu_idle passes a running job with them where running
     jobs are allowed, and remediate keeps that job."""
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._readiness import check_gpu
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._checks import check_gpu
 
     code = "import subprocess, sys, time; p = subprocess.Popen(['sleep', '300']); print(p.pid, flush=True); time.sleep(300)"
     job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -15,7 +15,7 @@ import pytest
 from cachetree import install, make_venv, torch_wheels
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import venv_fingerprint
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options, _readiness
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _checks, _options, _readiness
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 
@@ -149,7 +149,7 @@ def test_the_job_s_configuration_is_read_before_anything_acts_on_it(tmp_path):
     good = {"venv": venv, "job_workdir": str(tmp_path / "work"), "job_log": str(tmp_path / "work" / "train.log"),
             "job_command": [os.path.join(venv, "bin", "python"), "train.py"]}
     assert _readiness.read_config(good) == []
-    assert _readiness.check_config([]) == {"name": "job_config", "severity": "fail", "ok": True, "error": False,
+    assert _checks.check_config([]) == {"name": "job_config", "severity": "fail", "ok": True, "error": False,
                                            "summary": "the job can be launched as described", "problems": []}
     bad = {"venv": "/opt/venv-typo", "job_workdir": str(tmp_path / "a-file"), "job_log": "/no/such/dir/train.log",
            "job_command": ["bin/train", "--fast"]}
@@ -160,7 +160,7 @@ def test_the_job_s_configuration_is_read_before_anything_acts_on_it(tmp_path):
         ("job_log", "gpufleet_job.log", "/no/such/dir/train.log", "its directory /no/such/dir does not exist"),
         ("job_command", "gpufleet_job.command", "bin/train", "does not exist"),
     ]
-    check = _readiness.check_config(problems)
+    check = _checks.check_config(problems)
     assert check["ok"] is False and check["summary"].startswith(
         "configuration error: gpufleet_venv=/opt/venv-typo does not exist; gpufleet_job.workdir=")
     # A directory that is no venv, a program that may not be run; a bare name is left to PATH.
