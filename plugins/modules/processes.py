@@ -198,8 +198,8 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
     find_processes,
     scope_options,
     stuck_text,
-    terminate,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._terminate import terminate
 
 
 def main():

@@ -736,7 +736,7 @@ def test_two_runs_at_once(contention):
 
 PID_REUSE = r'''
 import json, os, signal, subprocess, sys, time
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc, _terminate
 
 def reuse(pid):
     """Start a decoy that gets exactly this (free) PID, through ns_last_pid."""
@@ -756,13 +756,13 @@ target = {"pid": p.pid, "start_time": _proc.start_time(p.pid)}
 p.kill(); p.wait()
 time.sleep(0.05)  # start times count clock ticks (10 ms): a PID cycles through far slower than that
 q = reuse(target["pid"])
-out["listed"] = _proc.terminate([target], grace=0.2)[target["pid"]]
+out["listed"] = _terminate.terminate([target], grace=0.2)[target["pid"]]
 out["listed_decoy_alive"] = q.poll() is None and _proc.start_time(q.pid) != target["start_time"]
 q.kill(); q.wait()
 # 2. The PID is reused after it was pinned (pidfd) and its start time checked: the pidfd
 #    still names the dead process, so the signal reaches no one.
 p = subprocess.Popen(["sleep", "600"])
-h = _proc._Handle(p.pid, _proc.start_time(p.pid))
+h = _terminate._Handle(p.pid, _proc.start_time(p.pid))
 assert h.valid() and h.fd is not None
 p.kill(); p.wait()
 q = reuse(p.pid)

@@ -29,8 +29,8 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
     protection,
     scan_device_holders,
     stuck_text,
-    terminate,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._terminate import terminate
 
 # Where a container's device files are (container_view); tests point it elsewhere.
 DEV = "/dev"

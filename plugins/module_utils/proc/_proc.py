@@ -3,16 +3,14 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Processes that hold GPUs, read from /proc, and their safe termination.
+"""Processes that hold GPUs, read from /proc, and the scopes that choose them.
 
 - Node vantage: a holder's host PID maps to its LXC container through /proc/<pid>/cgroup
   (``.../lxc/<vmid>/...`` as Proxmox VE writes it, or ``lxc.payload.<vmid>``) and to its
   PID inside the container through ``NSpid:`` in /proc/<pid>/status.
 - Container vantage: holders are the processes with an open handle on a device file
   matching the patterns (``/dev/nvidia*``) in /proc/*/fd.
-- Termination: SIGTERM, a grace period, SIGKILL; a PID is signalled only while its start
-  time (field 22 of /proc/<pid>/stat) is the one recorded when it was chosen, through a
-  pidfd where the kernel has them (no window for PID reuse).
+- Termination is proc/_terminate.py's, on the start times read here.
 - Protection (protection()): the init of any PID namespace (PID 1 of the node, ``NSpid`` ending
   in 1 for a container's), kernel threads (told by the PF_KTHREAD flag, not by their PID: in a
   container's namespace PID 2 is an ordinary process), this process and its ancestors are never
@@ -30,7 +28,6 @@ import errno
 import fnmatch
 import os
 import re
-import signal
 import subprocess
 import time
 
@@ -661,105 +658,3 @@ class Scope(object):
         if self.tmux_session and proc_info["pid"] not in self._tmux_members():
             return False, "not in tmux session %s" % self.tmux_session
         return True, "in scope"
-
-
-# --------------------------------------------------------------------------- termination
-
-
-class _Handle(object):
-    """A target PID, pinned by a pidfd where possible, verified against its start time."""
-
-    def __init__(self, pid, started, proc=PROC):
-        self.pid = pid
-        self.started = started
-        self.proc = proc
-        self.fd = None
-        pidfd_open = getattr(os, "pidfd_open", None)
-        if pidfd_open is not None:
-            try:
-                self.fd = pidfd_open(pid)
-            except OSError:
-                self.fd = None  # gone (checked below) or no pidfd support in this kernel
-
-    def valid(self):
-        """The PID still names the process that was chosen."""
-        st = read_stat(self.pid, self.proc)
-        return st is not None and st[3] == self.started
-
-    def alive(self):
-        return is_alive(self.pid, self.started, self.proc)
-
-    def send(self, sig):
-        """Send sig if (and only if) the PID is still the chosen process; True when sent."""
-        if not self.valid():
-            return False
-        try:
-            if self.fd is not None and hasattr(signal, "pidfd_send_signal"):
-                signal.pidfd_send_signal(self.fd, sig)
-            else:
-                os.kill(self.pid, sig)
-        except ProcessLookupError:
-            return False
-        return True
-
-    def close(self):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-def _wait_gone(handles, deadline, interval=0.02):
-    while True:
-        living = [h for h in handles if h.alive()]
-        if not living or time.monotonic() >= deadline:
-            return living
-        time.sleep(interval)
-
-
-def terminate(targets, grace, kill_wait=5.0, proc=PROC):
-    """SIGTERM every target, SIGKILL those alive after ``grace`` seconds.
-
-    targets: dicts with ``pid`` and ``start_time`` (as chosen). Returns a dict per target
-    with ``signals`` (names sent) and ``outcome``: terminated (gone after SIGTERM), killed
-    (gone after SIGKILL), already_gone, pid_reused (the PID now names another process:
-    nothing sent), survived (alive after SIGKILL, e.g. stuck in the driver).
-    """
-    results, handles = {}, []
-    for t in targets:
-        pid, started = t["pid"], t["start_time"]
-        results[pid] = {"signals": [], "outcome": None}
-        h = _Handle(pid, started, proc)  # pin the PID first, then check who it names
-        st = read_stat(pid, proc)
-        if st is not None and st[3] != started:
-            results[pid]["outcome"] = "pid_reused"
-            h.close()
-            continue
-        if st is None or st[1] in ("Z", "X"):
-            results[pid]["outcome"] = "already_gone"
-            h.close()
-            continue
-        if h.send(signal.SIGTERM):
-            results[pid]["signals"].append("SIGTERM")
-            handles.append(h)
-        else:
-            results[pid]["outcome"] = "pid_reused" if start_time(pid, proc) not in (None, started) else "already_gone"
-            h.close()
-    try:
-        living = _wait_gone(handles, time.monotonic() + grace)
-        for h in handles:
-            if h not in living:
-                results[h.pid]["outcome"] = "terminated"
-        killed = []
-        for h in living:
-            if h.send(signal.SIGKILL):
-                results[h.pid]["signals"].append("SIGKILL")
-                killed.append(h)
-            else:
-                results[h.pid]["outcome"] = "terminated"
-        still = _wait_gone(killed, time.monotonic() + kill_wait)
-        for h in killed:
-            results[h.pid]["outcome"] = "survived" if h in still else "killed"
-    finally:
-        for h in handles:
-            h.close()
-    return results
