@@ -19,7 +19,8 @@ from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._report im
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import RUN_KINDS
 
 ARGUMENT_SPEC = dict(
-    hosts=dict(type="list", elements="dict"),
+    # records: the one name of a host's record (hosts, its name before 0.4.0, an alias for one release).
+    records=dict(type="list", elements="dict", aliases=["hosts"]),
     dest=dict(type="path", required=True),
     formats=dict(type="list", elements="str", choices=list(FORMATS), default=list(FORMATS)),
     title=dict(type="str", default="GPU fleet hygiene"),
@@ -40,8 +41,8 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _validation, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC, required_one_of=[["hosts", "merge_from"]])
-        hosts, run_started, merged, origins = p["hosts"] or [], p["run_started"], [], None
+        _validation, p = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC, required_one_of=[["records", "merge_from"]])
+        hosts, run_started, merged, origins = p["records"] or [], p["run_started"], [], None
         try:
             if p["merge_from"] is not None:
                 origins = []

@@ -56,14 +56,14 @@ attributes:
   idempotent:
     support: partial
     details:
-      - With the same O(hosts) and O(run_started), a second run changes nothing.
+      - With the same O(records) and O(run_started), a second run changes nothing.
       - Without O(run_started) the module stamps the report with the current time, so every
         call is a new run and reports a change. Pass the run's start time to make re-running the
         report task for the same run idempotent.
 options:
-  hosts:
+  records:
     description:
-      - One result per host, as the C(verify) role produces it. Keys - C(host) (str), C(node)
+      - One record per host, as the C(verify) role produces it (C(verify_result), P(gpufleet.hygiene.fleet_records#filter)). Keys - C(host) (str), C(node)
         (str or null), C(vmid) (int or null), C(ready), C(running_job), C(remediated) (bools),
         C(checks) (list of C(name), C(ok), C(severity) V(fail) or V(warn), C(summary)), C(gpus)
         (list of C(index), C(name), C(uuid), C(memory_used_mib), C(memory_total_mib),
@@ -72,8 +72,11 @@ options:
         C(size_bytes), C(entries), C(fresh)), C(error) (str or null).
       - The full schema is in the collection's C(docs/reports.md).
       - Required unless O(merge_from) is given; with it, these records are merged with the slices'.
+      - Named O(hosts) before version 0.4.0; that name stays an alias for one release.
     type: list
     elements: dict
+    aliases: [hosts]
+    version_added: 0.4.0
   dest:
     description: Directory the report files are written to. Created when missing.
     type: path
@@ -110,7 +113,7 @@ options:
         ansible-runner jobs each over a part of the inventory), merged into the report of the
         whole run - each a C(report.json) the module wrote for one slice, or the directory
         holding it.
-      - Every host must be in exactly one slice (or in O(hosts)); a host reported twice fails
+      - Every host must be in exactly one slice (or in O(records)); a host reported twice fails
         the task and names both places. A file that is not a fleet report (not JSON, nesting
         arrays and objects more than 32 deep, another schema) fails the task and names the file.
       - The merged records are the slices' records unchanged, in the report's usual order, so
@@ -181,7 +184,7 @@ EXAMPLES = r"""
 
 - name: Write the fleet report
   gpufleet.hygiene.fleet_report:
-    hosts: "{{ ansible_play_hosts_all | map('extract', hostvars, 'verify_result') | select('defined') | selectattr('host', 'defined') | list }}"
+    records: "{{ ansible_play_hosts_all | map('extract', hostvars, 'verify_result') | select('defined') | selectattr('host', 'defined') | list }}"
     dest: /var/lib/gpufleet-hygiene/report
     title: Nightly GPU hygiene
     run_started: "{{ hygiene_run_started }}"
@@ -200,7 +203,7 @@ EXAMPLES = r"""
 
 - name: The incident on one page - what preflight found, what remediate did, the verdict now
   gpufleet.hygiene.fleet_report:
-    hosts: "{{ records }}"
+    records: "{{ records }}"
     dest: /var/lib/gpufleet-hygiene/report
     phases:
       - label: preflight found
@@ -211,7 +214,7 @@ EXAMPLES = r"""
 
 - name: Only the metrics and the JUnit file, for CI
   gpufleet.hygiene.fleet_report:
-    hosts: "{{ results }}"
+    records: "{{ results }}"
     dest: "{{ playbook_dir }}/out"
     formats: [junit, prometheus]
   run_once: true

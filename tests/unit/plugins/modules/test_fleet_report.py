@@ -137,7 +137,7 @@ def run_action():
 
 
 def args(dest, **kw):
-    a = dict(hosts=realistic_fleet(), dest=str(dest), title="Nightly GPU hygiene", run_started=RUN_STARTED)
+    a = dict(records=realistic_fleet(), dest=str(dest), title="Nightly GPU hygiene", run_started=RUN_STARTED)
     a.update(kw)
     return a
 
@@ -269,7 +269,7 @@ def test_a_new_run_or_new_state_changes(run_action, tmp_path):
     assert fams["gpufleet_hygiene_last_run_timestamp_seconds"]["samples"][0][1] == 1748746800 + 86400
     hosts = realistic_fleet()
     hosts[0]["remediated"] = True
-    changed = run_action(args(tmp_path, hosts=hosts, run_started="2025-06-02T03:00:00Z"))
+    changed = run_action(args(tmp_path, records=hosts, run_started="2025-06-02T03:00:00Z"))
     assert changed["changed"] is True
     assert {f["format"] for f in changed["files"] if f["changed"]} == {"json", "prometheus", "html"}
 
@@ -293,7 +293,7 @@ def test_check_mode_writes_nothing(run_action, tmp_path):
     snapshot = {n: (dest / n).read_bytes() for n in FILES.values()}
     hosts = realistic_fleet()
     hosts[1]["ready"] = False
-    result = run_action(args(dest, hosts=hosts), check_mode=True)
+    result = run_action(args(dest, records=hosts), check_mode=True)
     assert result["changed"] is True
     assert {n: (dest / n).read_bytes() for n in FILES.values()} == snapshot
     assert sorted(os.listdir(dest)) == sorted(FILES.values())
@@ -303,7 +303,7 @@ def test_diff_mode(run_action, tmp_path):
     run_action(args(tmp_path))
     hosts = realistic_fleet()
     hosts[0]["checks"][1]["summary"] = "something else"
-    result = run_action(args(tmp_path, hosts=hosts), diff=True)
+    result = run_action(args(tmp_path, records=hosts), diff=True)
     diffs = {d["after_header"]: d for d in result["diff"]}
     jd = diffs[str(tmp_path / FILES["json"])]
     assert "3 CUDA 13 wheels" in jd["before"] and "something else" in jd["after"]
@@ -403,7 +403,7 @@ def test_a_bad_record_is_its_host_s_unreadable_row(run_action, tmp_path, mutate,
     """A record that fails its check is reported as its host's "unreadable record" row, in every
     format, the other hosts as usual; never a crash, never a whole report refused."""
     hosts = _bad(mutate)
-    result = run_action(args(tmp_path, hosts=hosts))
+    result = run_action(args(tmp_path, records=hosts))
     assert not result.get("failed"), result.get("msg")
     assert "Traceback" not in json.dumps(result)
     assert [w for w in result["warnings"] if message in w], result["warnings"]
@@ -414,7 +414,7 @@ def test_a_bad_record_is_its_host_s_unreadable_row(run_action, tmp_path, mutate,
 
 
 def test_two_records_of_one_host_are_an_error(run_action, tmp_path):
-    result = run_action(args(tmp_path, hosts=_bad(lambda h: h.append(copy.deepcopy(h[0])))))
+    result = run_action(args(tmp_path, records=_bad(lambda h: h.append(copy.deepcopy(h[0])))))
     assert result["failed"] is True
     assert 'hosts[12] (host "train-a1"): host appears twice (also hosts[0])' in result["msg"]
     assert os.listdir(tmp_path) == []
@@ -448,7 +448,7 @@ def test_a_record_cannot_forge_prometheus_samples(run_action, tmp_path, field, f
     the host is its unreadable record row."""
     hosts = realistic_fleet()
     forge(_gpu_health_of(hosts[1]))
-    result = run_action(args(tmp_path, hosts=hosts))
+    result = run_action(args(tmp_path, records=hosts))
     assert not result.get("failed"), result.get("msg")
     prom = tmp_path / FILES["prometheus"]
     check = promtool_check_metrics(prom.read_text())
@@ -474,7 +474,7 @@ def test_gpu_health_of_the_wrong_shape_is_an_unreadable_row(run_action, tmp_path
     """Findings as strings or without a code, ecc as a list ...: a row, not a crash of the report."""
     hosts = realistic_fleet()
     shape(next(c for c in hosts[1]["checks"] if c["name"] == "gpu_healthy"))
-    result = run_action(args(tmp_path, hosts=hosts))
+    result = run_action(args(tmp_path, records=hosts))
     assert not result.get("failed"), result.get("msg")
     assert_unreadable_everywhere(tmp_path, "train-a2", message, hosts)
 
@@ -484,7 +484,7 @@ def test_only_the_gpu_health_fields_the_reports_know_are_kept(run_action, tmp_pa
     check = next(c for c in hosts[1]["checks"] if c["name"] == "gpu_healthy")
     check["gpus"][0].update(extra={"deep": [[[[1]]]]}, xid_events={"079": 2})
     check["gpus"][0]["ecc"]["volatile_uncorrected"] = "3"  # digits as text: taken as the number
-    result = run_action(args(tmp_path, hosts=hosts))
+    result = run_action(args(tmp_path, records=hosts))
     assert not result.get("failed"), result.get("msg")
     rows, _junit, fams, _page = report_files(tmp_path)
     gpu = _gpu_health_of(rows["train-a2"])
@@ -495,7 +495,7 @@ def test_only_the_gpu_health_fields_the_reports_know_are_kept(run_action, tmp_pa
 
 def test_bad_host_entry_type(run_action, tmp_path):
     host = {"host": "a", "ready": True, "running_job": False, "remediated": False, "checks": [], "gpus": ["GPU0"]}
-    result = run_action(args(tmp_path, hosts=[host]))
+    result = run_action(args(tmp_path, records=[host]))
     assert not result.get("failed"), result.get("msg")
     assert_unreadable_everywhere(tmp_path, "a", 'hosts[0] (host "a"): gpus[0] must be a dict, got str', [host])
     # A slice's file can hold anything in its hosts list (the task's own hosts are dicts).
@@ -519,7 +519,7 @@ def test_bad_run_started_and_dest(run_action, tmp_path):
 def test_lenient_types_and_unknown_keys(run_action, tmp_path):
     hosts = realistic_fleet()
     hosts[0].update(vmid="101", ready="false", node="", extra_key=1)
-    result = run_action(args(tmp_path, hosts=hosts))
+    result = run_action(args(tmp_path, records=hosts))
     assert not result.get("failed"), result.get("msg")
     assert any("unknown keys ignored: extra_key" in str(w) for w in result["warnings"]), result.get("warnings")
 
@@ -534,7 +534,7 @@ def test_a_registered_record_carries_its_result_keys_without_warnings(run_action
     hosts[0].update(changed=False, failed=False, failed_when_result=False)
     hosts[1].update(changed=False, unreachable=True, msg="ssh: connect to host 192.0.2.1 port 22: No route to host")
     hosts[1]["extra_key"] = 1
-    result = run_action(args(tmp_path, hosts=hosts))
+    result = run_action(args(tmp_path, records=hosts))
     assert not result.get("failed"), result.get("msg")
     # "hosts[N] (host NAME): unknown keys ignored: K, ..."
     unknown = re.findall(r"(hosts\[\d+\] \(host [^)]*\)): unknown keys ignored: ([\w, ]+)", " ".join(str(w) for w in result.get("warnings", [])))
@@ -562,7 +562,7 @@ class TagCollector(html.parser.HTMLParser):
 
 
 def test_hostile_input_is_escaped_everywhere(run_action, tmp_path):
-    result = run_action(args(tmp_path, hosts=hostile_fleet()))
+    result = run_action(args(tmp_path, records=hostile_fleet()))
     assert not result.get("failed"), result.get("msg")
     page = (tmp_path / FILES["html"]).read_text()
     assert "<script>alert" not in page and "<img" not in page and "<b onmouseover" not in page and "<i>cupy" not in page
@@ -672,7 +672,7 @@ def test_html_gpu_health_says_each_finding_and_what_to_do(run_action, tmp_path):
                  findings=[{"code": "driver_pin", "severity": "fail", "what": "driver 570.86.15 is not the fleet's pin 570.133.20",
                             "action": "upgrade the node's driver, then reboot"}])
     check["gpus"][0]["findings"] = [{"code": "throttle_sw_power_cap", "severity": "info", "what": "power cap reached", "action": "none"}]
-    run_action(args(tmp_path, hosts=hosts))
+    run_action(args(tmp_path, records=hosts))
     page = (tmp_path / FILES["html"]).read_text()
     card = page[page.index("<h3>train-a2<span"):]
     card = card[:card.index("</div>\n<div class=\"hcard")]
@@ -699,3 +699,14 @@ def test_a_long_reason_is_reported_as_it_is():
                                          "remediated": False, "checks": [], "gpus": [], "contaminants": [], "caches": [],
                                          "error": why}])
     assert host["error"] == why and warnings == []
+
+
+def test_hosts_is_records_under_its_old_name_for_one_release(tmp_path, run_action):
+    """The option was named hosts before 0.4.0: a playbook still giving it writes the same report."""
+    new = run_action(args(tmp_path / "new"))
+    a = args(tmp_path / "old")
+    a["hosts"] = a.pop("records")
+    old = run_action(a)
+    assert not old.get("failed") and old["summary"] == new["summary"], old
+    with open(tmp_path / "old" / "report.json") as f, open(tmp_path / "new" / "report.json") as g:
+        assert json.load(f)["hosts"] == json.load(g)["hosts"]

@@ -30,7 +30,7 @@ def fleet():
 
 def test_every_format_carries_the_wrong_libraries(tmp_path):
     hosts = fleet()
-    run_fleet_report(dict(hosts=hosts, dest=str(tmp_path), title="t", run_started=RUN_STARTED))
+    run_fleet_report(dict(records=hosts, dest=str(tmp_path), title="t", run_started=RUN_STARTED))
     with open(os.path.join(tmp_path, FILES["json"])) as f:
         data = json.load(f)
     assert data["checks"][:3] == ["gpu_idle", "job_live", "job_libraries"]
@@ -61,7 +61,7 @@ def test_a_wrong_library_entry_is_its_host_s_unreadable_row(tmp_path):
     unreadable, named by the field, in every format; the other hosts are reported as usual."""
     hosts = fleet()
     hosts[0]["checks"][-1]["libraries"] = [dict(WRONG, pid="x")]
-    result = run_fleet_report(dict(hosts=hosts, dest=str(tmp_path), title="t", run_started=RUN_STARTED))
+    result = run_fleet_report(dict(records=hosts, dest=str(tmp_path), title="t", run_started=RUN_STARTED))
     assert not result.get("failed"), result.get("msg")
     message = 'checks[%d].libraries[0].pid must be an integer' % (len(hosts[0]["checks"]) - 1)
     assert [w for w in result["warnings"] if message in w], result["warnings"]

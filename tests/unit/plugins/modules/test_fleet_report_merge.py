@@ -45,7 +45,7 @@ def write_slices(act, base, count, run_started=RUN_STARTED):
     for number in range(1, count + 1):
         mine = set(run_sliced.slice_hosts(names, number, count))
         d = base / ("slice-%d" % number)
-        res = act(args(d, hosts=[h for h in fleet if h["host"] in mine], formats=["json"], run_started=run_started))
+        res = act(args(d, records=[h for h in fleet if h["host"] in mine], formats=["json"], run_started=run_started))
         assert not res.get("failed"), res
         dirs.append(str(d))
     return dirs
@@ -67,7 +67,7 @@ def test_the_merged_report_is_the_unsliced_report(act, tmp_path, count):
     dirs = write_slices(act, tmp_path, count)
     # A slice named by its directory or by its report.json alike.
     merge_from = dirs[:1] + [os.path.join(d, "report.json") for d in dirs[1:]]
-    merged = act(dict(args(tmp_path / "merged", merge_from=merge_from), hosts=None, run_started=None))
+    merged = act(dict(args(tmp_path / "merged", merge_from=merge_from), records=None, run_started=None))
     assert not merged.get("failed"), merged
     for name in FILES.values():
         assert read(str(tmp_path / "merged" / name)) == read(str(tmp_path / "whole" / name)), name
@@ -83,8 +83,8 @@ def test_a_host_in_two_slices_fails_and_names_both(act, tmp_path):
     dirs = write_slices(act, tmp_path, 2)
     again = tmp_path / "again"
     one = json.loads(read(os.path.join(dirs[0], "report.json")))["hosts"][0]
-    assert not act(args(again, hosts=[one], formats=["json"])).get("failed")
-    res = act(dict(args(tmp_path / "merged", merge_from=dirs + [str(again)]), hosts=None))
+    assert not act(args(again, records=[one], formats=["json"])).get("failed")
+    res = act(dict(args(tmp_path / "merged", merge_from=dirs + [str(again)]), records=None))
     assert res["failed"]
     assert json.dumps(one["host"]) in res["msg"], res["msg"]
     assert os.path.join(dirs[0], "report.json") in res["msg"] and os.path.join(str(again), "report.json") in res["msg"], res["msg"]
@@ -96,30 +96,30 @@ def test_hosts_and_slices_together_and_a_host_in_both(act, tmp_path):
     dirs = write_slices(act, tmp_path, 3)
     only = json.loads(read(os.path.join(dirs[0], "report.json")))["hosts"]
     rest = [h for h in fleet if h["host"] not in set(h["host"] for h in only)]
-    res = act(args(tmp_path / "merged", hosts=rest, merge_from=dirs[:1]))
+    res = act(args(tmp_path / "merged", records=rest, merge_from=dirs[:1]))
     assert not res.get("failed"), res
     assert res["summary"]["hosts"] == len(fleet)
-    res = act(args(tmp_path / "twice", hosts=fleet[:1] + rest, merge_from=dirs[:1]))
+    res = act(args(tmp_path / "twice", records=fleet[:1] + rest, merge_from=dirs[:1]))
     assert res["failed"] and json.dumps(fleet[0]["host"]) in res["msg"] and "hosts[0]" in res["msg"], res
 
 
 def test_a_missing_slice_fails_or_warns(act, tmp_path):
     dirs = write_slices(act, tmp_path, 3)
     gone = str(tmp_path / "slice-4")
-    res = act(dict(args(tmp_path / "merged", merge_from=dirs + [gone]), hosts=None))
+    res = act(dict(args(tmp_path / "merged", merge_from=dirs + [gone]), records=None))
     assert res["failed"] and "1 of 4 slice reports missing" in res["msg"] and gone in res["msg"], res
     assert not os.path.exists(str(tmp_path / "merged"))
-    res = act(dict(args(tmp_path / "merged", merge_from=dirs + [gone], merge_missing="warn"), hosts=None))
+    res = act(dict(args(tmp_path / "merged", merge_from=dirs + [gone], merge_missing="warn"), records=None))
     assert not res.get("failed"), res
     assert any(gone in w and "not in the report" in w for w in res["warnings"]), res
     assert [s["found"] for s in res["slices"]] == [True, True, True, False]
     assert res["summary"]["hosts"] == len(realistic_fleet())
 
 
-def test_one_of_hosts_and_merge_from_is_required(act, tmp_path):
+def test_one_of_records_and_merge_from_is_required(act, tmp_path):
     a = args(tmp_path)
-    del a["hosts"]
-    with pytest.raises(AnsibleActionFail, match="one of the following is required: hosts, merge_from"):
+    del a["records"]
+    with pytest.raises(AnsibleActionFail, match="one of the following is required: records, merge_from"):
         act(a)
 
 
@@ -164,7 +164,7 @@ def test_a_record_of_a_slice_naming_no_host_is_an_unreadable_row_naming_the_file
     merged report holds it as an unreadable record that names the slice's file."""
     dirs = write_slices(act, tmp_path, 2)
     path = edit_slice(dirs[1], lambda hosts: hosts[0].update(host=host))
-    res = act(dict(args(tmp_path / "merged", merge_from=dirs), hosts=None))
+    res = act(dict(args(tmp_path / "merged", merge_from=dirs), records=None))
     assert not res.get("failed"), res
     with open(tmp_path / "merged" / FILES["json"]) as f:
         rows = [h for h in json.load(f)["hosts"] if h["error"] and h["error"].startswith("unreadable record")]
@@ -181,7 +181,7 @@ def test_a_forged_record_in_a_slice_is_an_unreadable_row_naming_the_file(act, tm
         check["gpus"][0]["ecc"]["volatile_uncorrected"] = '0\ngpufleet_hygiene_host_ready{host="train-101"} 1'
 
     path = edit_slice(dirs[0], forge)
-    res = act(dict(args(tmp_path / "merged", merge_from=dirs), hosts=None))
+    res = act(dict(args(tmp_path / "merged", merge_from=dirs), records=None))
     assert not res.get("failed"), res
     assert "train-101" not in read(str(tmp_path / "merged" / FILES["prometheus"])).decode()
     assert any(path in w and "ecc.volatile_uncorrected must be an integer" in w for w in res["warnings"]), res["warnings"]
@@ -197,7 +197,7 @@ def test_deeply_nested_json_is_a_report_error_naming_the_file(act, tmp_path, dep
         f.write(text[:-1] + ', "x": ' + "[" * depth + "]" * depth + "}")
     with pytest.raises(ReportError, match=r"slice report %s nests arrays and objects %d deep" % (path, depth + 1)):
         merge_slices(dirs)
-    res = act(dict(args(tmp_path / "merged", merge_from=dirs), hosts=None))
+    res = act(dict(args(tmp_path / "merged", merge_from=dirs), records=None))
     assert res["failed"] and path in res["msg"], res
     assert not os.path.exists(str(tmp_path / "merged"))
 

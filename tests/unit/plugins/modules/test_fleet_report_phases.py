@@ -69,7 +69,7 @@ def phase_rows(page):
 
 
 def test_the_page_shows_the_incident_phase_by_phase(incident):
-    res = run_fleet_report(args(incident / "now", hosts=after_repair(), phases=phases(incident)))
+    res = run_fleet_report(args(incident / "now", records=after_repair(), phases=phases(incident)))
     assert not res.get("failed"), res
     page = (incident / "now" / FILES["html"]).read_text()
     assert "This incident, phase by phase" in page
