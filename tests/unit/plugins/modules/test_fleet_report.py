@@ -619,7 +619,7 @@ PLAY = """
   tasks:
     - name: Write the fleet report
       gpufleet.hygiene.fleet_report:
-        hosts: "{{ fleet }}"
+        records: "{{ fleet }}"
         dest: "{{ dest }}"
         title: Nightly GPU hygiene
         run_started: "{{ run_started }}"
@@ -628,7 +628,7 @@ PLAY = """
 
     - name: The same run again, in check and diff mode
       gpufleet.hygiene.fleet_report:
-        hosts: "{{ fleet }}"
+        records: "{{ fleet }}"
         dest: "{{ dest }}"
         title: Nightly GPU hygiene
         run_started: "{{ run_started }}"
