@@ -110,9 +110,10 @@ node_hosts:
 accept:
   description:
     - Hosts of community.proxmox's inventory (C(proxmox_vmid), C(proxmox_node)) whose inventory did not compose what
-      the plays read, each with the variables C(playbooks/plan.yml) then gives it (P(gpufleet.hygiene.proxmox_hosts#filter)):
-      a container's C(pve_node), C(ansible_pct_vmid), C(ansible_pct_node_host) and C(ansible_connection), a node's
-      C(ansible_host). The plan is made as they will be. Empty for this collection's inventory.
+      the plays read, each with the variables C(playbooks/plan.yml) then gives it
+      (P(gpufleet.hygiene.proxmox_hosts#filter)) - a container's C(pve_node), C(ansible_pct_vmid),
+      C(ansible_pct_node_host) and C(ansible_connection), a node's C(ansible_host). The plan is made as they will be.
+      Empty for this collection's inventory.
   returned: success
   type: list
   elements: dict
