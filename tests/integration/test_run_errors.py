@@ -165,6 +165,19 @@ def test_a_container_s_own_value_is_named_with_its_host(fleet, tmp_path):
     assert list(recap(out)) == ["localhost"], out
 
 
+def test_a_limit_to_one_container_without_localhost_still_sums_it_up_and_reports_it(fleet, tmp_path):
+    """The plays on localhost (the summary, the report) run once on a host of the run, delegated to
+    localhost, when --limit leaves localhost out: the container limited to is summed up and reported."""
+    rc, out = run(fleet, "ansible-playbook", PREFLIGHT, "--limit", "train-100", "-e", "gpufleet_report_dir=%s" % tmp_path)
+    text = flat(out)
+    section = text.split("TASK [Fleet summary, one line per container]", 1)[1].split("PLAY [", 1)[0]
+    assert "[train-100 -> localhost]" in section and "'train-100 - " in section and " of 1 ready" in section, out
+    assert "train-101" not in section and "train-200" not in section, section
+    with open(tmp_path / "report.json") as f:
+        assert [h["host"] for h in json.load(f)["hosts"]] == ["train-100"]
+    assert list(recap(out)) == ["train-100"], out
+
+
 def test_a_wrong_option_under_a_limit_without_localhost_fails_once(fleet):
     rc, out = run(fleet, "ansible-playbook", REMEDIATE, "--limit", "train-100", "-e", "gpufleet_read_by=nodes", *QUICK)
     assert rc == 2, out
