@@ -178,6 +178,15 @@ def test_a_limit_to_one_container_without_localhost_still_sums_it_up_and_reports
     assert list(recap(out)) == ["train-100"], out
 
 
+def test_a_hygiene_run_limited_to_one_container_without_localhost_writes_its_report(fleet, tmp_path):
+    rc, out = run(fleet, "ansible-playbook", HYGIENE, "--limit", "train-100", "-e", "gpufleet_report_dir=%s" % tmp_path,
+                  "-e", "gpufleet_hygiene_remediate=false")
+    assert rc == 0, out
+    assert "[train-100 -> localhost]" in flat(out).split("TASK [Write JSON, JUnit XML", 1)[1], out
+    with open(tmp_path / "report.json") as f:
+        assert [h["host"] for h in json.load(f)["hosts"]] == ["train-100"]
+
+
 def test_a_wrong_option_under_a_limit_without_localhost_fails_once(fleet):
     rc, out = run(fleet, "ansible-playbook", REMEDIATE, "--limit", "train-100", "-e", "gpufleet_read_by=nodes", *QUICK)
     assert rc == 2, out
