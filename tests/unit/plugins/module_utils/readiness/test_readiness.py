@@ -150,7 +150,7 @@ def test_the_job_s_configuration_is_read_before_anything_acts_on_it(tmp_path):
             "job_command": [os.path.join(venv, "bin", "python"), "train.py"]}
     assert _readiness.read_config(good) == []
     assert _checks.check_config([]) == {"name": "job_config", "severity": "fail", "ok": True, "error": False,
-                                           "summary": "the job can be launched as described", "problems": []}
+                                        "summary": "the job can be launched as described", "problems": []}
     bad = {"venv": "/opt/venv-typo", "job_workdir": str(tmp_path / "a-file"), "job_log": "/no/such/dir/train.log",
            "job_command": ["bin/train", "--fast"]}
     problems = _readiness.read_config(bad)
