@@ -347,6 +347,8 @@ def parse_play(text):
     for v in json_values(text, "msg"):
         msgs.extend(v if isinstance(v, list) else [v])
     msgs = [m for m in msgs if isinstance(m, str)]
+    # the collection's stdout callback prints a failed task's message on its fatal line, not as JSON
+    msgs += re.findall(r"^fatal: \[%s\]: FAILED! (.*)$" % re.escape(HOST), text, re.M)
     prefix = HOST + " is not ready: "
     problems = next((m[len(prefix):] for m in msgs if m.startswith(prefix)), None)
     segments = {}
