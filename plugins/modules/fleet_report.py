@@ -69,7 +69,8 @@ options:
         (list of C(index), C(name), C(uuid), C(memory_used_mib), C(memory_total_mib),
         C(utilization_pct), C(processes) with C(pid), C(name), C(used_memory_mib)),
         C(contaminants) (C(name), C(version), C(cuda_major)), C(caches) (C(name), C(path),
-        C(size_bytes), C(entries), C(fresh)), C(error) (str or null).
+        C(size_bytes), C(entries), C(fresh)), C(error) (str or null), C(repair_error) (str or null -
+        what a repair that failed left, the repair role records it with C(repair_fail_on_error=false)).
       - The full schema is in the collection's C(docs/reports.md).
       - Required unless O(merge_from) is given; with it, these records are merged with the slices'.
       - Named O(hosts) before version 0.4.0; that name stays an alias for one release.
@@ -264,6 +265,10 @@ summary:
     error:
       description: Hosts unreachable or whose checks failed to run.
       type: int
+    repair_failed:
+      description: Hosts whose repair failed in this run (their C(repair_error)).
+      type: int
+      version_added: 0.4.0
     checks_failed:
       description: Failed checks (severity V(fail)) over all hosts.
       type: int
@@ -280,7 +285,7 @@ summary:
       description: Contaminant packages over all hosts.
       type: int
   sample: {"hosts": 12, "ready": 9, "not_ready": 3, "running_job": 1, "remediated": 0, "error": 0,
-           "checks_failed": 3, "checks_warned": 0, "nodes": 3, "gpus": 12, "contaminants": 4}
+           "repair_failed": 0, "checks_failed": 3, "checks_warned": 0, "nodes": 3, "gpus": 12, "contaminants": 4}
 not_ready:
   description: Names of the hosts that are not ready, in report order.
   returned: success

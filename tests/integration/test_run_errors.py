@@ -187,6 +187,50 @@ def test_a_hygiene_run_limited_to_one_container_without_localhost_writes_its_rep
         assert [h["host"] for h in json.load(f)["hosts"]] == ["train-100"]
 
 
+# This fleet's venvs hold no torch and its inventory names no expected_cuda: every idle container is
+# not ready, and every repair fails in its purge step (no reference CUDA), on every container.
+NO_REFERENCE = "no reference CUDA: torch is not installed in this environment"
+
+
+@pytest.mark.parametrize("read_by", ["node", "container"])
+def test_a_hygiene_run_whose_every_repair_fails_writes_its_report_then_fails_them(fleet, read_by, tmp_path):
+    """It used to end in the repair play (Ansible stops a playbook whose play lost all its hosts):
+    no report, on the run that most needed one."""
+    rc, out = run(fleet, "ansible-playbook", HYGIENE, "-e", "gpufleet_read_by=%s" % read_by,
+                  "-e", "gpufleet_report_dir=%s" % tmp_path, *QUICK)
+    assert rc == 2, out
+    with open(tmp_path / "report.json") as f:
+        report = json.load(f)
+    hosts = {h["host"]: h for h in report["hosts"]}
+    assert set(hosts) == set(fleet["cts"]), hosts.keys()
+    for h in hosts.values():
+        assert not h["ready"] and h["repair_error"] and h["repair_error"].startswith(NO_REFERENCE), h
+    assert report["summary"]["repair_failed"] == len(fleet["cts"]), report["summary"]
+    with open(tmp_path / "gpufleet_hygiene.prom") as f:
+        prom = f.read()
+    assert prom.count("gpufleet_hygiene_host_repair_failed{") == len(fleet["cts"]), prom
+    assert not re.search(r"^gpufleet_hygiene_host_repair_failed\{.*\} 0$", prom, re.MULTILINE), prom
+    # then each container fails, after the report, with what its repair left
+    part = flat(out).split("PLAY [Hygiene - fail the containers whose repair failed]", 1)[1]
+    for host in fleet["cts"]:
+        assert "fatal: [%s]: FAILED! %s" % (host, NO_REFERENCE) in part, part
+    rows = recap(out)
+    for host in fleet["cts"]:
+        assert rows[host]["failed"] == 1 and rows[host]["rescued"] == 1, rows
+
+
+def test_a_limited_hygiene_run_whose_repair_fails_still_writes_its_report(fleet, tmp_path):
+    """--limit without localhost: the report is written by the limited container itself, which the
+    repair used to have failed (no host left for the report's play)."""
+    rc, out = run(fleet, "ansible-playbook", HYGIENE, "--limit", "train-100", "-e", "gpufleet_report_dir=%s" % tmp_path,
+                  *QUICK)
+    assert rc == 2, out
+    with open(tmp_path / "report.json") as f:
+        (h,) = json.load(f)["hosts"]
+    assert h["host"] == "train-100" and h["repair_error"].startswith(NO_REFERENCE), h
+    assert recap(out)["train-100"]["failed"] == 1, out
+
+
 def test_a_wrong_option_under_a_limit_without_localhost_fails_once(fleet):
     rc, out = run(fleet, "ansible-playbook", REMEDIATE, "--limit", "train-100", "-e", "gpufleet_read_by=nodes", *QUICK)
     assert rc == 2, out

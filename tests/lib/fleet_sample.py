@@ -108,6 +108,7 @@ def _host(node, vmid, name, **kw):
             {"name": "triton", "path": "/home/trainer/.triton/cache", "size_bytes": 96 * 1024 * 1024, "entries": 211, "fresh": True},
         ],
         "error": None,
+        "repair_error": None,
     }
     h.update(kw)
     return h
@@ -165,4 +166,5 @@ def hostile_fleet():
         "contaminants": [{"name": "<i>cupy</i>", "version": "13&1", "cuda_major": 13}],
         "caches": [{"name": "inductor", "path": "/tmp/<x>", "size_bytes": 1, "entries": 1, "fresh": False}],
         "error": None,
+        "repair_error": None,
     }]

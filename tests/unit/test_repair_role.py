@@ -63,13 +63,16 @@ def test_remediate_and_hygiene_differ_only_in_policy():
     options = set(load(ROLE, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"])
     remediate, hygiene = first_play("remediate.yml"), first_play("hygiene.yml")
     policy = {"repair_allow_running_job", "repair_stalled", "repair_leftovers", "repair_relaunch", "repair_unreadable_gpus",
-              "repair_fail_unrepaired", "repair_run_name", "repair_keep_healthy_job"}
+              "repair_fail_unrepaired", "repair_fail_on_error", "repair_run_name", "repair_keep_healthy_job"}
     assert set(remediate["vars"]) == set(hygiene["vars"]) == policy and policy <= options
     # Hygiene never touches a running job, fails no host for a fault it only reports, relaunches nothing.
     assert hygiene["vars"]["repair_allow_running_job"] is True and hygiene["vars"]["repair_relaunch"] is False
     assert hygiene["vars"]["repair_unreadable_gpus"] == "report" and hygiene["vars"]["repair_fail_unrepaired"] is False
     # Remediate stops a job holding the GPUs unless asked not to, and relaunches the inventory's job.
     assert remediate["vars"]["repair_unreadable_gpus"] == "fail" and remediate["vars"]["repair_fail_unrepaired"] is True
+    # A failed repair: remediate fails the host at once (its batches' canary counts it), hygiene records it and
+    # fails it after the report.
+    assert remediate["vars"]["repair_fail_on_error"] is True and hygiene["vars"]["repair_fail_on_error"] is False
     assert "gpufleet_allow_running_job" in remediate["vars"]["repair_allow_running_job"]
     assert "gpufleet_job.command" in remediate["vars"]["repair_relaunch"]
     # A stalled job is stopped only when the inventory asks, the same way in both.

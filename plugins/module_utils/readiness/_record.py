@@ -22,7 +22,8 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._option
 RECORD_KEYS = ("ready", "running_job", "checks", "gpus", "contaminants", "caches")
 
 # Every key of a host's record, in the reports' order (the fleet report takes its list from here).
-HOST_KEYS = ("host", "node", "vmid", "ready", "running_job", "remediated", "checks", "gpus", "contaminants", "caches", "error")
+HOST_KEYS = ("host", "node", "vmid", "ready", "running_job", "remediated", "checks", "gpus", "contaminants", "caches", "error",
+             "repair_error")
 
 # What a host without any reading is recorded with when nothing says why.
 NO_RESULT = "no result: the host was unreachable or failed before its checks ran"
@@ -94,7 +95,8 @@ def is_brief(reading):
 def record(reading, host, node=None, vmid=None, error=None):
     """The record (HOST_KEYS) of a brief() reading of the host ``host``; an empty node or VMID is
     recorded as null."""
-    out = {"host": host, "node": None if node == "" else node, "vmid": None if vmid == "" else vmid, "remediated": False, "error": error}
+    out = {"host": host, "node": None if node == "" else node, "vmid": None if vmid == "" else vmid, "remediated": False, "error": error,
+           "repair_error": None}
     out.update((key, reading[key]) for key in RECORD_KEYS)
     return out
 

@@ -47,6 +47,8 @@ REMEDIES = {
 REMEDY_OTHER = "see docs/checks.md for this check; preflight.yml -v shows its whole record"
 REMEDY_UNREACHABLE = ("the run could not read it: check that its node answers (ansible NODE -m ping) and that the container "
                       "runs (pct status {vmid})")
+REMEDY_REPAIR = ("the repair failed part-way: fix what its message names, then see what a repair would do with "
+                 "ansible-playbook remediate.yml --limit {host},localhost --check --diff")
 REMEDY_UNREADABLE = "its record failed the report's checks: the error names the key; read the host again with preflight.yml"
 
 
@@ -69,7 +71,7 @@ def error_word(h):
 
 
 def host_ok(h):
-    return h["ready"] and not h["error"] and all(c["ok"] for c in h["checks"])
+    return h["ready"] and not h["error"] and not h["repair_error"] and all(c["ok"] for c in h["checks"])
 
 
 def _cells(h, checks):
@@ -182,12 +184,13 @@ def _finding(h):
         "error": h["error"],
         # an unreadable record's error says so itself
         "error_label": "unreachable" if error_word(h) == "unreachable" else "",
+        "repair_error": h["repair_error"],
         "checks": [(c["name"], check_state(c), c["summary"]) for c in h["checks"] if not c["ok"]],
         "contaminants": h["contaminants"],
         "stale_caches": [dict(c, size=human_bytes(c["size_bytes"])) for c in h["caches"] if c["fresh"] is False],
         "warn_only": not h["error"] and all(c["ok"] or c["severity"] == "warn" for c in h["checks"]),
     }
-    if not (f["error"] or f["checks"] or f["contaminants"] or f["stale_caches"]):
+    if not (f["error"] or f["repair_error"] or f["checks"] or f["contaminants"] or f["stale_caches"]):
         return None
     f["todo"] = _todo(h)
     return f
@@ -199,7 +202,7 @@ def _todo(h):
         if error_word(h) == "unreachable":
             return [REMEDY_UNREACHABLE.format(vmid=h["vmid"] if h["vmid"] is not None else "VMID")]
         return [REMEDY_UNREADABLE]
-    todo = []
+    todo = [REMEDY_REPAIR.format(host=h["host"])] if h["repair_error"] else []
     for c in h["checks"]:
         line = REMEDIES.get(c["name"], REMEDY_OTHER).format(host=h["host"])
         if not c["ok"] and line not in todo:

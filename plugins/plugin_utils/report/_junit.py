@@ -63,6 +63,11 @@ def render_junit(run):
             tests += 1
             errors += 1
             _text(_case(suite, h, "reachable"), "error", h["error"], {"message": _x(h["error"]), "type": "error"})
+        if h["repair_error"]:
+            tests += 1
+            failures += 1
+            _text(_case(suite, h, "repair"), "failure", "the repair of %s failed: %s" % (h["host"], h["repair_error"]),
+                  {"message": _x(h["repair_error"]), "type": "fail"})
         for c in h["checks"]:
             tests += 1
             tc = _case(suite, h, c["name"])

@@ -25,6 +25,7 @@ METRICS = (
     ("host_running_job", "1 when a healthy training job was running on the host (hygiene leaves it alone)."),
     ("host_remediated", "1 when the last run changed something on the host."),
     ("host_error", "1 when the host was unreachable or a check failed to run."),
+    ("host_repair_failed", "1 when the last run's repair of the host failed (its report says what failed)."),
     ("check_ok", "1 when the check passed on the host, 0 when it failed or warned."),
     ("job_tokens_per_second", "The training job's last throughput reading in its log (job_live), in tokens per second."),
     ("job_baseline_tokens_per_second", "The job's recorded good throughput (gpufleet_job.baseline_tokens_per_s), in tokens per second."),
@@ -77,6 +78,7 @@ def _host_samples(add, h):
     add("host_running_job", base, h["running_job"])
     add("host_remediated", base, h["remediated"])
     add("host_error", base, bool(h["error"]))
+    add("host_repair_failed", base, bool(h["repair_error"]))
     for c in h["checks"]:
         add("check_ok", base + [("check", c["name"]), ("severity", c["severity"])], c["ok"])
     add("contaminants", base, len(h["contaminants"]))

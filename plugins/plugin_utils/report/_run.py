@@ -64,6 +64,8 @@ def record_cell(h):
     failed = ["%s: %s" % (c["name"], c["summary"]) if c["summary"] else c["name"] for c in h["checks"] if not c["ok"]]
     if h["error"]:
         return {"state": "err", "lines": [h["error"]]}
+    if h["repair_error"]:
+        return {"state": "fail", "lines": ["the repair failed: %s" % h["repair_error"]] + failed}
     if h["remediated"]:
         return {"state": "fix" if h["ready"] else "fail", "lines": ["repaired in this run"] + failed}
     if not h["ready"]:
@@ -80,6 +82,7 @@ def summarize(hosts):
         "running_job": sum(1 for h in hosts if h["running_job"]),
         "remediated": sum(1 for h in hosts if h["remediated"]),
         "error": sum(1 for h in hosts if h["error"]),
+        "repair_failed": sum(1 for h in hosts if h["repair_error"]),
         "checks_failed": states.count("fail"),
         "checks_warned": states.count("warn"),
         "nodes": len(set(h["node"] for h in hosts if h["node"] is not None)),

@@ -374,6 +374,7 @@ def normalize_host(index, raw):
         "running_job": where.bool("running_job", raw.get("running_job")),
         "remediated": where.bool("remediated", raw.get("remediated")),
         "error": where.text("error", raw.get("error")) or None,  # a reason: free text, as long as it is
+        "repair_error": where.text("repair_error", raw.get("repair_error")) or None,  # what a failed repair left
         "checks": [],
         "gpus": [],
         "contaminants": [],
@@ -413,7 +414,7 @@ def unreadable(index, raw, problem, origin=None):
         "node": node if isinstance(node, str) and node and len(node) <= NAME_MAX else None,
         "vmid": vmid if isinstance(vmid, int) and not isinstance(vmid, bool) and vmid >= 0 else None,
         "ready": False, "running_job": False, "remediated": False,
-        "error": "%s%s: %s" % (UNREADABLE, " (%s)" % origin if origin else "", problem),
+        "error": "%s%s: %s" % (UNREADABLE, " (%s)" % origin if origin else "", problem), "repair_error": None,
         "checks": [], "gpus": [], "contaminants": [], "caches": [],
     }
 

@@ -32,7 +32,7 @@ def registered(host, node="pve1", vmid=100, **extra):
 
 
 def test_one_record_shape_everywhere():
-    assert set(_record.HOST_KEYS) == set(_record.RECORD_KEYS) | {"host", "node", "vmid", "remediated", "error"}
+    assert set(_record.HOST_KEYS) == set(_record.RECORD_KEYS) | {"host", "node", "vmid", "remediated", "error", "repair_error"}
     for rec in (_record.record(BRIEF, "a"), _record.unread("b", "pve1", 7, "gone"), _record.of_host("c", registered("c")),
                 _record.of_reading({"failed": True, "msg": "no python"}, "d", args={"venv": "/v"})):
         assert tuple(rec) == _record.HOST_KEYS or set(rec) == set(_record.HOST_KEYS), rec

@@ -32,7 +32,7 @@ READING = {  # readiness with brief=true, as registered (Ansible adds changed/fa
 
 def test_a_reading_becomes_the_record_of_the_reports():
     rec = verify_record(READING, "train-100", "pve1", 100)
-    assert rec == {"host": "train-100", "node": "pve1", "vmid": 100, "remediated": False, "error": None,
+    assert rec == {"host": "train-100", "node": "pve1", "vmid": 100, "remediated": False, "error": None, "repair_error": None,
                    "ready": False, "running_job": False, "checks": READING["checks"], "gpus": [GPU], "contaminants": [],
                    "caches": READING["caches"]}
     # What fleet_report accepts, without a warning about an unknown key.

@@ -162,7 +162,7 @@ def test_writes_every_format(run_action, tmp_path):
         assert os.path.getsize(f["path"]) == f["size"]
         assert stat.S_IMODE(os.stat(f["path"]).st_mode) == 0o644
     assert result["summary"] == {"hosts": 12, "ready": 8, "not_ready": 4, "running_job": 1, "remediated": 1, "error": 1,
-                                 "checks_failed": 4, "checks_warned": 2, "nodes": 3, "gpus": 12, "contaminants": 3}
+                                 "repair_failed": 0, "checks_failed": 4, "checks_warned": 2, "nodes": 3, "gpus": 12, "contaminants": 3}
     assert result["not_ready"] == ["train-a1", "train-b1", "train-c1", "train-c4"]
     assert result["run_started"] == "2025-06-01T03:00:00Z"
 
@@ -699,6 +699,29 @@ def test_a_long_reason_is_reported_as_it_is():
                                          "remediated": False, "checks": [], "gpus": [], "contaminants": [], "caches": [],
                                          "error": why}])
     assert host["error"] == why and warnings == []
+
+
+def test_a_failed_repair_is_said_in_every_format(run_action, tmp_path):
+    """What hygiene records of a repair that failed (the repair role's repair_error): the host's row,
+    JUnit's repair failure, the metric, the page's pill and what to do - escaped as any text."""
+    records = realistic_fleet()
+    why = "no reference CUDA: set expected_cuda <b>now</b>"
+    [rec] = [r for r in records if r["host"] == "train-c1"]
+    rec["repair_error"] = why
+    result = run_action(args(tmp_path, records=records))
+    assert result["summary"]["repair_failed"] == 1
+    rows, junit, fams, page = report_files(tmp_path)
+    assert rows["train-c1"]["repair_error"] == why and all(r["repair_error"] is None for h, r in rows.items() if h != "train-c1")
+    [case] = [tc for tc in junit.iter("testcase") if tc.get("name") == "repair"]
+    assert case.get("classname").endswith(".train-c1") and case.find("failure").get("message") == why
+    assert sample(fams, "host_repair_failed", host="train-c1") == [1.0]
+    assert sample(fams, "host_repair_failed", host="train-a2") == [0.0]
+    assert "<b>now</b>" not in page and "&lt;b&gt;now&lt;/b&gt;" in page
+    parser = TagCollector()
+    parser.feed(page)
+    text = "".join(parser.text)
+    assert "repair failed" in text and "repair failed: " + why in text.replace("repair failed:\n", "repair failed: ")
+    assert "remediate.yml --limit train-c1,localhost --check --diff" in text
 
 
 def test_hosts_is_records_under_its_old_name_for_one_release(tmp_path, run_action):
