@@ -17,7 +17,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination, _removal, _restore, _stash
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist, _removal, _restore, _stash
 
 # The tests that give files to another user, or need root's own stash, run as root; the rest as any user.
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="gives files to another user or uses root's stash: runs as root")
@@ -101,7 +101,7 @@ class FakeInstaller(object):
 
     def add(self, name, version, files, algo="sha256", dirname=None, site=None):
         info = _dist_info(site or self.site, name, version, files, algo, dirname)
-        key = _contamination.canonical_name(name)
+        key = _dist.canonical_name(name)
         self.infos[key] = (site or self.site, info)
         self.wheels[key] = (name, version, files, algo, dirname)
         return info
@@ -125,8 +125,8 @@ class FakeInstaller(object):
         self.calls.append(list(argv))
         if "uninstall" in argv:
             for name in argv[6 if argv[1] == "pip" else 7:]:
-                if _contamination.canonical_name(name) not in self.left:
-                    self.remove(_contamination.canonical_name(name))
+                if _dist.canonical_name(name) not in self.left:
+                    self.remove(_dist.canonical_name(name))
             for key in sorted(self.also_take):
                 self.remove(key)
             return self.uninstall_result
@@ -134,7 +134,7 @@ class FakeInstaller(object):
             return self.reinstall_result
         for pin in [a for a in argv if "==" in a]:
             name, version = pin.split("==")
-            spec = self.wheels.get(_contamination.canonical_name(name))
+            spec = self.wheels.get(_dist.canonical_name(name))
             if spec is None or spec[1] != version:
                 return 1, "", "ERROR: No matching distribution found for %s\n" % pin
             self.add(*spec)

@@ -13,11 +13,8 @@ Private to gpufleet.hygiene (leading underscore): not a public API. Standard lib
 
 from __future__ import annotations
 
-import os
-
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import reference, scan
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError, Venv, canonical_name, valid_project_name
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._evcache import EvidenceCache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._restore import RestoreRecord, pending_problem, unrestored
 
@@ -25,43 +22,14 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._restore imp
 class Contamination(object):
     """The scan of one venv (a path or a Venv); venv/_removal.py's Removal adds the removal."""
 
-    def __init__(self, venv, run, expected_cuda=None, protect=("torch",), also_remove=(),
-                 find_links=None, no_index=False, installer="auto", scan_binaries=True,
-                 lock_timeout=60, check_mode=False, path_env=None, evidence_cache=True):
+    def __init__(self, venv, run, expected_cuda=None, scan_binaries=True, check_mode=False, evidence_cache=True):
         self.env = Venv.of(venv, run)
         self.venv = self.env.path
         self.run_cmd = run
         self.expected_cuda = expected_cuda
-        for option, names in (("also_remove", also_remove), ("protect", protect)):
-            bad = [n for n in names if not valid_project_name(n)]
-            if bad:
-                raise DistError(
-                    "%s holds %s, which %s: a name is letters, digits, '.', '_' and '-', starting and ending with a "
-                    "letter or digit (as in sglang, flashinfer-python)"
-                    % (option, ", ".join(repr(n) for n in bad), "is not a package name" if len(bad) == 1 else "are not package names"))
-        self.protect = set(canonical_name(p) for p in protect)
-        self.also_remove = [canonical_name(n) for n in also_remove]
-        self.find_links = find_links
-        self.no_index = no_index
-        self.installer_pref = installer
         self.scan_binaries = scan_binaries
         self.evidence_cache = evidence_cache
-        self.lock_timeout = lock_timeout
         self.check_mode = check_mode
-        self.path_env = path_env
-        self._identity = None
-        self._ran = False  # whether an installer was started: until then nothing of the venv changed
-        clash = sorted(set(self.also_remove) & self.protect)
-        if clash:
-            raise DistError(
-                "%s is both protected and in also_remove; a protected package is never removed: "
-                "drop it from also_remove or from protect" % ", ".join(clash))
-        if find_links and not _root.isdir(find_links):
-            raise DistError("find_links %s is not a directory of wheels" % find_links)
-        self.python = self.env.python
-        self.sites = self.env.site_dirs
-        root = _root.realpath(self.venv) + os.sep
-        self.own_sites = set(_root.realpath(s) for s in self.sites if _root.realpath(s).startswith(root))
         self.restore_record = RestoreRecord(self.venv)
 
     def scan(self):

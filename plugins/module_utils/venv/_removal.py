@@ -19,6 +19,7 @@ import time
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _stash
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import (
     DistError,
@@ -36,7 +37,6 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._pkgtool imp
     shell_join,
 )
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._restore import pending_problem, unrestored
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _stash
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._stash import Stash, StashFull, stash_dir, stash_full
 
 
@@ -95,6 +95,39 @@ def _pkg_lines(dists):
 
 class Removal(Contamination):
     """The scan, and with ``remove`` the removal, of one venv (cuda_contamination, the purge's)."""
+
+    def __init__(self, venv, run, expected_cuda=None, protect=("torch",), also_remove=(),
+                 find_links=None, no_index=False, installer="auto", scan_binaries=True,
+                 lock_timeout=60, check_mode=False, path_env=None, evidence_cache=True):
+        super().__init__(venv, run, expected_cuda=expected_cuda, scan_binaries=scan_binaries, check_mode=check_mode,
+                         evidence_cache=evidence_cache)
+        for option, names in (("also_remove", also_remove), ("protect", protect)):
+            bad = [n for n in names if not valid_project_name(n)]
+            if bad:
+                raise DistError(
+                    "%s holds %s, which %s: a name is letters, digits, '.', '_' and '-', starting and ending with a "
+                    "letter or digit (as in sglang, flashinfer-python)"
+                    % (option, ", ".join(repr(n) for n in bad), "is not a package name" if len(bad) == 1 else "are not package names"))
+        self.protect = set(canonical_name(p) for p in protect)
+        self.also_remove = [canonical_name(n) for n in also_remove]
+        clash = sorted(set(self.also_remove) & self.protect)
+        if clash:
+            raise DistError(
+                "%s is both protected and in also_remove; a protected package is never removed: "
+                "drop it from also_remove or from protect" % ", ".join(clash))
+        if find_links and not _root.isdir(find_links):
+            raise DistError("find_links %s is not a directory of wheels" % find_links)
+        self.find_links = find_links
+        self.no_index = no_index
+        self.installer_pref = installer
+        self.lock_timeout = lock_timeout
+        self.path_env = path_env
+        self._identity = None
+        self._ran = False  # whether an installer was started: until then nothing of the venv changed
+        self.python = self.env.python
+        self.sites = self.env.site_dirs
+        root = _root.realpath(self.venv) + os.sep
+        self.own_sites = set(_root.realpath(s) for s in self.sites if _root.realpath(s).startswith(root))
 
     def _installer_run(self, argv):
         """An installer's argv run as whoever controls the venv (run_as()): root never runs a

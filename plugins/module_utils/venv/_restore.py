@@ -25,7 +25,6 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _root
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import canonical_name, valid_project_name, valid_version
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.view._accounts import seen_uid
 
-
 # A failed restore is remembered here until the files are back: root's own directory, outside
 # every venv and home, so that the venv's owner can neither forge nor erase the record (a
 # record in the venv, or in its parent, would be theirs to delete). One file per venv.

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""venv/_contamination: the scan's options, and the scan itself (run() without a removal, and the scan
+"""venv/_contamination: the scan itself (run() without a removal, and the scan
 reported by a removal), on plain-file venvs (tests/lib/plainvenv.py)."""
 
 from __future__ import annotations
@@ -19,73 +19,16 @@ from plainvenv import (
     COMMON,
     DROP_DATA,
     KEEP_DATA,
-    NAME_RULE,
     PIP_INSTALL,
     PIP_UNINSTALL,
     World,
-    _linked,
     _world,
     _write,
 )
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination, _removal, _restore
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _removal, _restore
 
 pytestmark = pytest.mark.usefixtures("state_dir", "_no_collection_within_a_test")
-
-
-# ------------------------------------------------------------------------- Contamination's options
-
-
-@pytest.mark.parametrize("kw, message", [
-    (dict(also_remove=["ok", "a b"]), "also_remove holds 'a b', which is not a package name: " + NAME_RULE),
-    (dict(also_remove=["a b", "-e"], protect=["--x"]), "also_remove holds 'a b', '-e', which are not package names: " + NAME_RULE),
-    (dict(protect=["torch", "-e"]), "protect holds '-e', which is not a package name: " + NAME_RULE),
-    (dict(protect=["x;y", "z/"]), "protect holds 'x;y', 'z/', which are not package names: " + NAME_RULE),
-    (dict(also_remove=["Torch"]), ("torch is both protected and in also_remove; a protected package is never removed: "
-                                   "drop it from also_remove or from protect")),
-    (dict(protect=["b", "A"], also_remove=["a_x", "B", "a"]), ("a, b is both protected and in also_remove; a protected package "
-                                                               "is never removed: drop it from also_remove or from protect")),
-    (dict(find_links="/nonexistent/wheels"), "find_links /nonexistent/wheels is not a directory of wheels"),
-])
-def test_bad_options_are_refused_before_anything_is_read(tmp_path, kw, message):
-    w = World(str(tmp_path))
-    with pytest.raises(_contamination.DistError) as exc:
-        w.contamination(**kw)
-    assert exc.value.msg == message
-
-
-def test_options_are_kept_canonical_and_find_links_may_be_a_directory(tmp_path):
-    w = World(str(tmp_path))
-    (tmp_path / "wheels").mkdir()
-    _write(str(tmp_path / "file"))
-    with pytest.raises(_contamination.DistError):
-        w.contamination(find_links=str(tmp_path / "file"))
-    c = w.contamination(protect=["Torch", "NVIDIA_NCCL.cu13"], also_remove=["Sg_Lang", "flash.attn"], find_links=str(tmp_path / "wheels"))
-    assert (c.protect, c.also_remove, c.find_links) == ({"torch", "nvidia-nccl-cu13"}, ["sg-lang", "flash-attn"], str(tmp_path / "wheels"))
-    assert (c.python, c.sites, c.own_sites) == (w.python, [w.site], {os.path.realpath(w.site)})
-    assert w.contamination(find_links="").find_links == ""
-
-
-def test_the_defaults_protect_torch_and_let_the_installer_be_chosen(tmp_path):
-    w = World(str(tmp_path))
-    c = _removal.Removal(w.venv, w.fake)
-    assert (c.venv, c.run_cmd, c.expected_cuda, c.protect, c.also_remove, c.find_links, c.no_index, c.installer_pref) == (
-        w.venv, w.fake, None, {"torch"}, [], None, False, "auto")
-    assert (c.scan_binaries, c.evidence_cache, c.lock_timeout, c.check_mode, c.path_env, c._identity) == (True, True, 60, False, None, None)
-    assert (c.restore_record.venv, c.restore_record.where) == (os.path.realpath(w.venv), _restore.RestoreRecord(w.venv).where)
-
-
-def test_only_the_venv_s_own_site_directories_are_its_own(tmp_path):
-    w = World(str(tmp_path))
-    linked, _image = _linked(w, tmp_path)
-    sibling = str(tmp_path / "venv2" / "site")
-    os.makedirs(sibling)
-    _write(os.path.join(w.site, "_sibling.pth"), sibling.encode("utf-8") + b"\n")
-    os.symlink(w.venv, str(tmp_path / "alias"))
-    for venv in (w.venv, str(tmp_path / "alias")):
-        c = w.contamination(venv=venv)
-        assert c.own_sites == {os.path.realpath(w.site)}
-        assert [os.path.realpath(s) for s in c.sites] == [os.path.realpath(p) for p in (w.site, linked, sibling)]
 
 
 # ------------------------------------------------------------------------------------ the scan, run()

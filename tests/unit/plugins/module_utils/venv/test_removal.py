@@ -28,6 +28,7 @@ from plainvenv import (
     DROP_DATA,
     HINT,
     KEEP_DATA,
+    NAME_RULE,
     NOBODY,
     PIP_INSTALL,
     PIP_UNINSTALL,
@@ -46,9 +47,64 @@ from plainvenv import (
     root_only,
 )
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination, _removal, _restore, _stash
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _removal, _restore, _stash
 
 pytestmark = pytest.mark.usefixtures("state_dir", "_no_collection_within_a_test")
+
+
+# ------------------------------------------------------------------------------ Removal's options
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(also_remove=["ok", "a b"]), "also_remove holds 'a b', which is not a package name: " + NAME_RULE),
+    (dict(also_remove=["a b", "-e"], protect=["--x"]), "also_remove holds 'a b', '-e', which are not package names: " + NAME_RULE),
+    (dict(protect=["torch", "-e"]), "protect holds '-e', which is not a package name: " + NAME_RULE),
+    (dict(protect=["x;y", "z/"]), "protect holds 'x;y', 'z/', which are not package names: " + NAME_RULE),
+    (dict(also_remove=["Torch"]), ("torch is both protected and in also_remove; a protected package is never removed: "
+                                   "drop it from also_remove or from protect")),
+    (dict(protect=["b", "A"], also_remove=["a_x", "B", "a"]), ("a, b is both protected and in also_remove; a protected package "
+                                                               "is never removed: drop it from also_remove or from protect")),
+    (dict(find_links="/nonexistent/wheels"), "find_links /nonexistent/wheels is not a directory of wheels"),
+])
+def test_bad_options_are_refused_before_anything_is_read(tmp_path, kw, message):
+    w = World(str(tmp_path))
+    with pytest.raises(_removal.DistError) as exc:
+        w.contamination(**kw)
+    assert exc.value.msg == message
+
+
+def test_options_are_kept_canonical_and_find_links_may_be_a_directory(tmp_path):
+    w = World(str(tmp_path))
+    (tmp_path / "wheels").mkdir()
+    _write(str(tmp_path / "file"))
+    with pytest.raises(_removal.DistError):
+        w.contamination(find_links=str(tmp_path / "file"))
+    c = w.contamination(protect=["Torch", "NVIDIA_NCCL.cu13"], also_remove=["Sg_Lang", "flash.attn"], find_links=str(tmp_path / "wheels"))
+    assert (c.protect, c.also_remove, c.find_links) == ({"torch", "nvidia-nccl-cu13"}, ["sg-lang", "flash-attn"], str(tmp_path / "wheels"))
+    assert (c.python, c.sites, c.own_sites) == (w.python, [w.site], {os.path.realpath(w.site)})
+    assert w.contamination(find_links="").find_links == ""
+
+
+def test_the_defaults_protect_torch_and_let_the_installer_be_chosen(tmp_path):
+    w = World(str(tmp_path))
+    c = _removal.Removal(w.venv, w.fake)
+    assert (c.venv, c.run_cmd, c.expected_cuda, c.protect, c.also_remove, c.find_links, c.no_index, c.installer_pref) == (
+        w.venv, w.fake, None, {"torch"}, [], None, False, "auto")
+    assert (c.scan_binaries, c.evidence_cache, c.lock_timeout, c.check_mode, c.path_env, c._identity) == (True, True, 60, False, None, None)
+    assert (c.restore_record.venv, c.restore_record.where) == (os.path.realpath(w.venv), _restore.RestoreRecord(w.venv).where)
+
+
+def test_only_the_venv_s_own_site_directories_are_its_own(tmp_path):
+    w = World(str(tmp_path))
+    linked, _image = _linked(w, tmp_path)
+    sibling = str(tmp_path / "venv2" / "site")
+    os.makedirs(sibling)
+    _write(os.path.join(w.site, "_sibling.pth"), sibling.encode("utf-8") + b"\n")
+    os.symlink(w.venv, str(tmp_path / "alias"))
+    for venv in (w.venv, str(tmp_path / "alias")):
+        c = w.contamination(venv=venv)
+        assert c.own_sites == {os.path.realpath(w.site)}
+        assert [os.path.realpath(s) for s in c.sites] == [os.path.realpath(p) for p in (w.site, linked, sibling)]
 
 
 # ------------------------------------------------------------------------------------ VenvLock
@@ -74,7 +130,7 @@ def test_a_second_holder_waits_its_timeout_then_fails_naming_the_venv(tmp_path):
     fcntl.flock(holder, fcntl.LOCK_EX)
     try:
         start = time.monotonic()
-        with pytest.raises(_contamination.DistError) as exc:
+        with pytest.raises(_removal.DistError) as exc:
             _removal.VenvLock(str(tmp_path), 0.2).__enter__()
         waited = time.monotonic() - start
     finally:
@@ -111,7 +167,7 @@ def test_a_deadline_reached_exactly_is_over_and_a_timeout_of_0_tries_once_withou
     holder = os.open(str(tmp_path), os.O_RDONLY)
     fcntl.flock(holder, fcntl.LOCK_EX)
     try:
-        with pytest.raises(_contamination.DistError) as exc:
+        with pytest.raises(_removal.DistError) as exc:
             _removal.VenvLock(str(tmp_path), 0).__enter__()
     finally:
         os.close(holder)
@@ -178,7 +234,7 @@ def test_an_entry_without_a_version_whose_name_is_no_package_name_blocks_uv(tmp_
 
 
 def test_the_diff_lines_are_name_equals_version_sorted_by_canonical_name():
-    dists = [types.SimpleNamespace(name=n, version=v, key=_contamination.canonical_name(n))
+    dists = [types.SimpleNamespace(name=n, version=v, key=_removal.canonical_name(n))
              for n, v in (("Zeta", "1"), ("alpha", "2.0+cu128"), ("Beta_Pkg", "3"))]
     assert _removal._pkg_lines(dists) == "alpha==2.0+cu128\nBeta_Pkg==3\nZeta==1\n"
     assert _removal._pkg_lines([]) == ""

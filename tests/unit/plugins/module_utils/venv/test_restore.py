@@ -26,7 +26,7 @@ from plainvenv import (
     root_only,
 )
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination, _restore
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist, _restore
 
 pytestmark = pytest.mark.usefixtures("state_dir", "_no_collection_within_a_test")
 
@@ -48,13 +48,13 @@ def test_a_directory_is_trusted_when_no_one_else_may_write_to_it_or_it_is_sticky
 
 def test_a_directory_of_another_user_is_not_trusted_but_one_of_our_own_is(monkeypatch):
     assert bool(_restore._trusted(_st(0o755, NOBODY))) is (os.geteuid() == NOBODY)
-    monkeypatch.setattr(_contamination.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(_restore.os, "geteuid", lambda: 1000)
     assert [bool(_restore._trusted(_st(0o755, uid))) for uid in (0, 1000, 1001)] == [True, True, False]
 
 
 def test_a_directory_of_root_or_of_ours_is_distrusted_for_who_else_may_write_and_another_s_for_its_owner(monkeypatch):
     assert [_restore._distrust(_st(0o755)), _restore._distrust(_st(0o777))] == [None, "is writable by another user than root"]
-    monkeypatch.setattr(_contamination.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(_restore.os, "geteuid", lambda: 1000)
     assert [_restore._distrust(_st(0o777, uid)) for uid in (0, 1000, 1001)] == [
         "is writable by another user than root", "is writable by another user than root", "belongs to uid 1001, not root"]
 
@@ -363,7 +363,7 @@ def test_unrestored_names_what_is_not_installed_and_the_files_not_back(tmp_path)
     os.remove(os.path.join(w.site, "broken", "a.py"))
     _write(os.path.join(w.site, "broken", "b.py"), b"BBB\n")  # same size, other bytes
     _write(os.path.join(w.site, "broken", "d.py"), b"longer\n")
-    dists = _contamination.Venv(w.venv, None).distributions
+    dists = _dist.Venv(w.venv, None).distributions
     assert _restore.unrestored(dists, [("gone", "3.0"), ("intact", "0.9"), ("broken-pkg", "9")]) == [
         {"name": "gone", "version": "3.0", "installed": False, "missing": [], "modified": []},
         {"name": "Broken_Pkg", "version": "2.0", "installed": True, "missing": ["broken/a.py"], "modified": ["broken/b.py", "broken/d.py"]},

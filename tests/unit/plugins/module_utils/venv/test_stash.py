@@ -37,7 +37,7 @@ from plainvenv import (
     taken,
 )
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _contamination, _restore, _stash
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _restore, _stash
 
 pytestmark = pytest.mark.usefixtures("state_dir", "_no_collection_within_a_test")
 
@@ -201,7 +201,7 @@ def test_a_copy_reads_in_chunks(tmp_path, monkeypatch):
         reads.append(n)
         return real(fd, n)
 
-    monkeypatch.setattr(_contamination.os, "read", read)
+    monkeypatch.setattr(_stash.os, "read", read)
     data = b"abcdefghij"
     assert _copy(tmp_path, data).hexdigest() == hashlib.sha256(data).hexdigest()
     assert reads == [4, 4, 2]  # up to the end of the data SEEK_HOLE gave, never a read past it
@@ -218,7 +218,7 @@ def test_a_short_write_is_written_on_from_where_it_stopped(tmp_path, monkeypatch
             return real(fd, data[:3])
         return real(fd, data)
 
-    monkeypatch.setattr(_contamination.os, "write", write)
+    monkeypatch.setattr(_stash.os, "write", write)
     data = b"abcdefghij"
     assert _copy(tmp_path, data).hexdigest() == hashlib.sha256(data).hexdigest()
     assert writes == [b"abc", b"def", b"ghi", b"j"]
@@ -506,7 +506,7 @@ def test_a_stash_directory_anyone_else_may_read_or_enter_is_refused(state_dir, m
 
 
 def test_a_run_that_is_not_root_keeps_its_copies_in_a_private_temporary_directory_and_makes_nothing_of_root_s(state_dir, monkeypatch):
-    monkeypatch.setattr(_contamination.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(_stash.os, "geteuid", lambda: 1000)
     stash = _stash.Stash()
     try:
         where = stash.where
@@ -595,7 +595,7 @@ def test_a_temporary_file_exchanged_for_a_link_before_it_is_put_in_place_is_neve
         os.symlink(victim, src, dir_fd=src_dir_fd)
         real(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
 
-    monkeypatch.setattr(_contamination.os, "link", link)
+    monkeypatch.setattr(_stash.os, "link", link)
     try:
         stash.put_back(stash.items[0])
     finally:
@@ -696,24 +696,32 @@ def test_a_directory_root_makes_again_while_of_another_group_gets_its_own_group_
         assert f.read() == BODY
 
 
+def _fchmod_spy(monkeypatch):
+    """Every fchmod the stash makes, as (dir or file, the group and other bits the object had just
+    before, the mode given), the call itself made."""
+    real, seen = os.fchmod, []
+
+    def fchmod(fd, mode):
+        st = os.fstat(fd)
+        seen.append(("dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other",
+                     stat.S_IMODE(st.st_mode) & 0o077, mode))
+        real(fd, mode)
+
+    monkeypatch.setattr(_stash.os, "fchmod", fchmod)
+    return seen
+
+
 def test_a_directory_being_made_again_is_the_runner_s_alone_until_it_has_its_own_mode(plain_site, monkeypatch):
     stash = _taken(plain_site)
     pkg = os.path.join(plain_site, "pkg")
     mode = stat.S_IMODE(os.stat(pkg).st_mode)
     shutil.rmtree(pkg)
-    real, seen = os.fchmod, []
-
-    def fchmod(fd, new):
-        st = os.fstat(fd)
-        seen.append((stat.S_ISDIR(st.st_mode), stat.S_IMODE(st.st_mode) & 0o077, new))
-        real(fd, new)
-
-    monkeypatch.setattr(_contamination.os, "fchmod", fchmod)
+    seen = _fchmod_spy(monkeypatch)
     try:
         assert stash.put_back(stash.items[0]) is None
     finally:
         stash.close()
-    assert seen == [(True, 0, mode), (False, 0, 0o644)]
+    assert seen == [("dir", 0, mode), ("file", 0, 0o644)]
     assert stat.S_IMODE(os.stat(pkg).st_mode) == mode
 
 
@@ -733,7 +741,7 @@ def test_a_directory_swapped_in_between_its_making_and_its_opening_is_refused_an
         os.chown(name, NOBODY, NOBODY, dir_fd=dir_fd)
         os.chmod(name, 0o777, dir_fd=dir_fd)
 
-    monkeypatch.setattr(_contamination.os, "mkdir", mkdir)
+    monkeypatch.setattr(_stash.os, "mkdir", mkdir)
     try:
         problem = stash.put_back(stash.items[0])
     finally:
@@ -757,9 +765,9 @@ def test_a_run_of_another_user_than_root_gives_a_directory_it_makes_again_the_gr
         real(name, mode, dir_fd=dir_fd)
         os.chown(name, 1000, 1000, dir_fd=dir_fd)
 
-    monkeypatch.setattr(_contamination.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(_contamination.os, "getegid", lambda: 1000)
-    monkeypatch.setattr(_contamination.os, "mkdir", mkdir)
+    monkeypatch.setattr(_stash.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(_stash.os, "getegid", lambda: 1000)
+    monkeypatch.setattr(_stash.os, "mkdir", mkdir)
     try:
         problem = stash.put_back(stash.items[0])
     finally:
@@ -774,8 +782,8 @@ def test_a_run_of_another_user_than_root_never_gives_away_a_directory_that_is_no
     os.chown(pkg, NOBODY, NOBODY)
     stash = _taken(plain_site)
     shutil.rmtree(pkg)
-    monkeypatch.setattr(_contamination.os, "geteuid", lambda: 1000)  # the directory made again (by root here) is not the run's
-    monkeypatch.setattr(_contamination.os, "getegid", lambda: 1000)
+    monkeypatch.setattr(_stash.os, "geteuid", lambda: 1000)  # the directory made again (by root here) is not the run's
+    monkeypatch.setattr(_stash.os, "getegid", lambda: 1000)
     try:
         problem = stash.put_back(stash.items[0])
     finally:
@@ -788,19 +796,12 @@ def test_a_run_of_another_user_than_root_never_gives_away_a_directory_that_is_no
 
 def test_a_file_being_put_back_is_the_runner_s_alone_until_it_has_its_own_mode(plain_site, monkeypatch):
     stash = _taken(plain_site)
-    real, seen = os.fchmod, []
-
-    def fchmod(fd, mode):
-        st = os.fstat(fd)
-        seen.append((stat.S_ISREG(st.st_mode), stat.S_IMODE(st.st_mode) & 0o077, mode))
-        real(fd, mode)
-
-    monkeypatch.setattr(_contamination.os, "fchmod", fchmod)
+    seen = _fchmod_spy(monkeypatch)
     try:
         assert stash.put_back(stash.items[0]) is None
     finally:
         stash.close()
-    assert seen == [(True, 0, 0o644)]
+    assert seen == [("file", 0, 0o644)]
     assert stat.S_IMODE(os.stat(os.path.join(plain_site, "pkg", "data.bin")).st_mode) == 0o644
 
 
@@ -813,9 +814,9 @@ def test_a_run_that_is_not_root_puts_a_file_back_as_its_own_and_gives_it_to_no_o
         given.append((uid, gid))
         raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
 
-    monkeypatch.setattr(_contamination.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(_contamination.os, "getegid", lambda: 1000)
-    monkeypatch.setattr(_contamination.os, "fchown", fchown)
+    monkeypatch.setattr(_stash.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(_stash.os, "getegid", lambda: 1000)
+    monkeypatch.setattr(_stash.os, "fchown", fchown)
     try:
         problem = stash.put_back(stash.items[0])
     finally:
