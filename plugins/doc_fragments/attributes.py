@@ -38,3 +38,18 @@ attributes:
     details:
       - This action does not modify state.
 """
+
+    # An action that is decided on the controller and connects nowhere (fleet_plan, node_reached); use
+    # with ansible.builtin.action_common_attributes.flow, which declares these attributes.
+    CONTROLLER_ACTION = r"""
+options: {}
+attributes:
+  action:
+    support: full
+    details:
+      - Decided on the controller; nothing runs on the task's host.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+"""

@@ -30,15 +30,7 @@ extends_documentation_fragment:
   - gpufleet.hygiene.attributes
   - gpufleet.hygiene.attributes.INFO_MODULE
   - ansible.builtin.action_common_attributes.flow
-attributes:
-  action:
-    support: full
-    details:
-      - Decided on the controller from the inventory and the run's variables; nothing runs on the task's host.
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
+  - gpufleet.hygiene.attributes.CONTROLLER_ACTION
 options:
   hosts:
     description: The containers' host pattern (C(gpufleet_hosts)).
