@@ -1,8 +1,8 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The record's one builder (module_utils.readiness._record) and the filters built on it: the
-playbooks' fleet_records and fleet_summary, the node entry point's verify_node_job and
+"""The filters built on the record (module_utils.readiness._record, tests/unit/plugins/module_utils/
+readiness/test_record.py): the playbooks' fleet_records and fleet_summary, the node entry point's verify_node_job and
 verify_node_readings, and the repair role's repair_plan."""
 
 from __future__ import annotations
@@ -29,20 +29,6 @@ BRIEF = {"ready": False, "running_job": False, "checks": [GPU_HELD, CHECK_OK], "
 def registered(host, node="pve1", vmid=100, **extra):
     """verify_result as the readiness action registers it: the record plus Ansible's keys."""
     return dict(_record.record(dict(BRIEF, **extra), host, node, vmid), changed=False, failed=False, invocation={})
-
-
-def test_one_record_shape_everywhere():
-    assert set(_record.HOST_KEYS) == set(_record.RECORD_KEYS) | {"host", "node", "vmid", "remediated", "error", "repair_error"}
-    for rec in (_record.record(BRIEF, "a"), _record.unread("b", "pve1", 7, "gone"), _record.of_host("c", registered("c")),
-                _record.of_reading({"failed": True, "msg": "no python"}, "d", args={"venv": "/v"})):
-        assert tuple(rec) == _record.HOST_KEYS or set(rec) == set(_record.HOST_KEYS), rec
-
-
-def test_a_failed_reading_fails_the_checks_its_options_would_have_made_with_the_defaults_of_the_rest():
-    short = _record.brief_of_failure({"msg": "container 100 is not running"}, {"venv": "/v", "verify_files": True})
-    assert [c["name"] for c in short["checks"]] == ["gpu_idle", "venv_clean", "packages", "caches_fresh"]
-    assert short["failed"] and short["msg"] == "container 100 is not running"
-    assert [c["name"] for c in _record.brief_of_failure({"msg": "x"}, None)["checks"]] == ["gpu_idle"]
 
 
 class HostVars(dict):

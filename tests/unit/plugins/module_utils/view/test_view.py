@@ -121,52 +121,6 @@ def test_a_process_described_in_the_view_is_text_with_the_container_s_names(tmp_
     assert (other["comm"], other["uid"], other["user"]) == ("sleep", 4242, "4242")
 
 
-def test_its_accounts_are_its_own_passwd(tmp_path):
-    os.makedirs(tmp_path / "etc")
-    (tmp_path / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n# a comment\nbroken line\n"
-                                             "trainer:x:1000:1000:Trainer:/home/trainer:/bin/bash\n"
-                                             "huge:x:99999999999:1:x:/:/bin/sh\n")
-    root_fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
-    view = _view.ContainerView(5, 1, root_fd, {}, {}, [], [], None)
-    seen = {}
-
-    def work():
-        seen["trainer"] = _accounts.getpwnam("trainer")
-        seen["root"] = _accounts.getpwuid(0)
-        seen["all"] = [a.pw_name for a in _accounts.getpwall()]
-        seen["name"] = _proc.user_name(1000)
-        with pytest.raises(KeyError):
-            _accounts.getpwnam("nobody-here")
-
-    try:
-        _view.run(view, work, DEADLINE)
-    finally:
-        view.close()
-    assert (seen["trainer"].pw_uid, seen["trainer"].pw_dir) == (1000, "/home/trainer")
-    assert seen["root"].pw_dir == "/root" and seen["all"] == ["root", "trainer"] and seen["name"] == "trainer"
-
-
-def test_a_container_s_accounts_never_reach_the_c_library(tmp_path, monkeypatch):
-    """The account lookups of a view's thread parse its /etc/passwd: pwd (the C library's NSS,
-    which would read the container's nsswitch.conf and load the modules it names) is never asked."""
-    import pwd
-
-    os.makedirs(tmp_path / "etc")
-    (tmp_path / "etc" / "passwd").write_text("trainer:x:1000:1000::/home/trainer:/bin/sh\n")
-    (tmp_path / "etc" / "nsswitch.conf").write_text("passwd: /../tmp/evil files\n")
-    asked = []
-    for name in ("getpwnam", "getpwuid", "getpwall"):
-        monkeypatch.setattr(pwd, name, lambda *a, _n=name: asked.append(_n))
-    root_fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
-    view = _view.ContainerView(5, 1, root_fd, {}, {}, [], [], None)
-    try:
-        got = _view.run(view, lambda: (_accounts.getpwnam("trainer").pw_uid, _accounts.getpwuid(1000).pw_name,
-                                       len(_accounts.getpwall()), _proc.user_name(1000)), DEADLINE)
-    finally:
-        view.close()
-    assert got == (1000, "trainer", 1, "trainer") and asked == []
-
-
 def _tree_with_links(tmp_path):
     node_secret = tmp_path / "node-secret"
     node_secret.write_text("the node's own file\n")

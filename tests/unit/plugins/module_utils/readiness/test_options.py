@@ -1,7 +1,7 @@
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The readiness options' one table and what is made from it (scripts/readiness_options.py)."""
+"""readiness/_options: the readiness options' one table and what is made from it (scripts/readiness_options.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import yaml
 from ansible_collections.gpufleet.hygiene.plugins.filter import verify as _verify
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 SCRIPT = os.path.join(REPO, "scripts", "readiness_options.py")
 
 
