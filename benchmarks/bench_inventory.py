@@ -33,7 +33,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 
 SCAN_CODE = r"""
 import sys, json
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import venv_site_dirs, iter_distributions
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import iter_distributions
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._venv import venv_site_dirs
 venv, mode, expected = sys.argv[1], sys.argv[2], sys.argv[3] or None
 dists, _ = iter_distributions(venv_site_dirs(venv))
 if mode == "inventory":
@@ -55,7 +56,8 @@ json.dump(out, sys.stdout)
 # (one untimed pass first): what the work itself costs, apart from starting a Python.
 WORK_CODE = r"""
 import sys, json, time
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import venv_site_dirs, iter_distributions
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import iter_distributions
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._venv import venv_site_dirs
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import reference, scan
 venv, mode, expected = sys.argv[1], sys.argv[2], sys.argv[3] or None
 def work():

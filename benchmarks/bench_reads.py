@@ -15,10 +15,10 @@ alternating from round to round), one untimed pass and then, timed, three reads 
 public entry points both versions share (the fastest of five passes, the least disturbed by
 anything else on the machine):
 
-  inventory      _dist.inventory() (every dist-info's METADATA and INSTALLER);
+  inventory      _inventory.inventory() (every dist-info's METADATA and INSTALLER);
   scan           Contamination(venv).scan() (every RECORD, shared files hashed, evidence
                  layers, DT_NEEDED of shared objects, torch/version.py);
-  verify_files   _dist.inventory(verify_files=True) (every RECORD-listed file hashed).
+  verify_files   _inventory.inventory(verify_files=True) (every RECORD-listed file hashed).
 
 Prints the median of each and the ratio of this checkout to --before.
 """
@@ -40,7 +40,7 @@ sys.path.insert(0, HERE)
 
 WORK_CODE = r"""
 import json, subprocess, sys, time
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import inventory
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._inventory import inventory
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 
 venv = sys.argv[1]

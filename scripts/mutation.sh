@@ -47,6 +47,8 @@ stash|venv/_stash.py|tests/unit/plugins/module_utils/venv/test_stash.py tests/un
 restore|venv/_restore.py|tests/unit/plugins/module_utils/venv/test_restore.py tests/unit/plugins/module_utils/venv/test_removal.py
 verdict|venv/_cuda.py|tests/unit/plugins/module_utils/venv/test_cuda.py tests/unit/plugins/modules/test_cuda_mixed_major.py tests/unit/plugins/modules/test_cuda_contamination.py
 record|venv/_dist.py|tests/unit/plugins/module_utils/venv/test_dist_functions.py tests/unit/plugins/module_utils/venv/test_dist.py tests/unit/plugins/module_utils/venv/test_dist_hostile.py tests/unit/plugins/modules/test_pip_inventory.py
+sites|venv/_venv.py|tests/unit/plugins/module_utils/venv/test_venv.py tests/unit/plugins/module_utils/venv/test_dist_hostile.py
+inventory|venv/_inventory.py|tests/unit/plugins/module_utils/venv/test_inventory.py tests/unit/plugins/modules/test_pip_inventory.py
 scope|proc/_proc.py|tests/unit/plugins/module_utils/proc/test_proc.py tests/unit/plugins/module_utils/proxmox/test_view.py tests/unit/plugins/module_utils/proc/test_proc_scope.py tests/unit/plugins/modules/test_processes.py
 ordinary|proc/_ordinary.py|tests/unit/plugins/module_utils/proc/test_proc_scope.py
 throughput|job/_throughput.py|tests/unit/plugins/module_utils/job/test_throughput_since.py tests/unit/plugins/module_utils/job/test_throughput.py tests/unit/plugins/filter/test_log_search.py tests/unit/plugins/modules/test_host_lock_throughput.py

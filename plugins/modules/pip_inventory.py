@@ -157,7 +157,7 @@ integrity:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import inventory
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._inventory import inventory
 
 
 def main():

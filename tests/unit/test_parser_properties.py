@@ -39,7 +39,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _throughput as throughput
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist, _elf
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist, _elf, _inventory, _venv
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.view import _cgroup
 
 # A hang bound, not a speed check: an example takes milliseconds.
@@ -134,7 +134,7 @@ def test_canonical_name_matches_the_reference_rule(name):
 @given(st.one_of(ANY_TEXT, PATHOLOGICAL))
 def test_requirements_any_text(text):
     try:
-        wanted = _dist.parse_requirements(text.encode("utf-8"), "req.txt")
+        wanted = _inventory.parse_requirements(text.encode("utf-8"), "req.txt")
     except _dist.DistError as exc:
         assert "req.txt" in str(exc) or "UTF-8" in str(exc)
         return
@@ -325,8 +325,8 @@ def test_project_name_check_refuses_every_option_and_shell_word(name):
 @SETTINGS
 @given(ANY_TEXT, ANY_TEXT)
 def test_versions_match_any_text(pinned, installed):
-    assert _dist.versions_match(pinned, installed) in (True, False)
-    assert _dist.versions_match(pinned, None) is False
+    assert _inventory.versions_match(pinned, installed) in (True, False)
+    assert _inventory.versions_match(pinned, None) is False
 
 
 @SETTINGS
@@ -334,12 +334,12 @@ def test_versions_match_any_text(pinned, installed):
 def test_pyvenv_cfg_and_pth_files_any_bytes(tmp_path_factory, data):
     venv = tmp_path_factory.mktemp("venv")
     (venv / "pyvenv.cfg").write_bytes(data)
-    cfg = _dist.read_pyvenv_cfg(str(venv))
+    cfg = _venv.read_pyvenv_cfg(str(venv))
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in cfg.items())
     site = venv / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
     (site / "x.pth").write_bytes(data)
-    for path in _dist.pth_dirs(str(site)):
+    for path in _venv.pth_dirs(str(site)):
         assert os.path.isdir(path)
 
 

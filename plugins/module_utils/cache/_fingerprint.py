@@ -19,7 +19,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import
     read_torch_version_py,
     torch_reference,
 )
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._venv import Venv
 
 FINGERPRINT_KEYS = ("torch", "triton", "cuda", "flashinfer")
 TRITON_NAMES = ("triton", "pytorch-triton", "pytorch-triton-rocm")

@@ -29,7 +29,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._locate imp
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._marker import MARKER, read_marker, write_marker
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._roots import KEPT, make_root, open_root, protected_homes
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs._tree import UnsafePath
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._venv import Venv
 
 
 def _state_text(entry):

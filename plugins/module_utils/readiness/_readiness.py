@@ -29,7 +29,8 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._checks import judge
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import BY_NAME, value
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv, inventory
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._inventory import inventory
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._venv import Venv
 
 READS = ("processes", "gpu_state", "cuda_contamination", "pip_inventory", "torch_cache", "gpu_health")
 

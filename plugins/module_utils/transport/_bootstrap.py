@@ -128,10 +128,12 @@ TRAVELS = (
     "venv._dist",
     "venv._elf",
     "venv._evcache",
+    "venv._inventory",
     "venv._lockfile",
     "venv._names",
     "venv._pkgtool",
     "venv._restore",
+    "venv._venv",
     "view._accounts",
     "view._cgroup",
 )

@@ -14,7 +14,7 @@ Private to gpufleet.hygiene (leading underscore): not a public API. Standard lib
 from __future__ import annotations
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import reference, scan
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._venv import Venv
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._evcache import EvidenceCache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._restore import RestoreRecord, pending_problem, unrestored
 

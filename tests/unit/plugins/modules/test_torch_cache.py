@@ -32,7 +32,7 @@ from cachetree import (
 )
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import MARKER
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._venv import Venv
 from ansible_collections.gpufleet.hygiene.plugins.modules import torch_cache
 
 

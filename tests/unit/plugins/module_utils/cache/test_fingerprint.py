@@ -12,7 +12,7 @@ import subprocess
 from cachetree import install, install_wheel, make_venv, uninstall
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._fingerprint import python_tag, same_fingerprint, venv_fingerprint
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._venv import Venv
 
 
 def run(argv):

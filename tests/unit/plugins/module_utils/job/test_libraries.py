@@ -19,7 +19,7 @@ from wheelmaker import build_shared_object, build_wheel
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _libraries
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._checks import check_libraries
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._venv import Venv
 
 # Loads each path given (RTLD_GLOBAL: a later library's DT_NEEDED is met by an earlier one's
 # soname, as the loader does), says so, and waits until its stdin closes.

@@ -16,7 +16,7 @@ from cachetree import install, make_venv, torch_wheels
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.cache._torch_cache import venv_fingerprint
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _checks, _options, _readiness
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _inventory, _venv
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 
 OPTIONS = {"job_patterns": [], "job_users": [], "require_gpu": False, "threshold_mib": 64, "nvidia_smi": "/nonexistent/nvidia-smi",
@@ -62,13 +62,13 @@ def system_venv(tmp_path_factory):
 def resolutions(monkeypatch):
     """The venvs resolved (each resolution starts by finding the venv's interpreter)."""
     count = []
-    real = _dist.venv_python
+    real = _venv.venv_python
 
     def counted(*args, **kw):
         count.append(args[0])
         return real(*args, **kw)
 
-    monkeypatch.setattr(_dist, "venv_python", counted)
+    monkeypatch.setattr(_venv, "venv_python", counted)
     return count
 
 
@@ -79,7 +79,7 @@ def options(rig):
 
 def base_site_packages(venv):
     """The base interpreter's site directories as it says itself (asked here, by the test)."""
-    home = _dist.read_pyvenv_cfg(venv)["home"]
+    home = _venv.read_pyvenv_cfg(venv)["home"]
     python = os.path.join(home, "python3")
     out = subprocess.run([python, "-E", "-c", "import json, sys; print(json.dumps(sys.path))"], capture_output=True,
                          text=True, check=True).stdout
@@ -102,7 +102,7 @@ def test_one_read_resolves_the_venv_once_and_never_starts_its_interpreter(system
     assert result["torch_cache"]["fingerprint"] == {"torch": "2.8.0+cu128", "triton": "3.4.0", "cuda": "12.8", "flashinfer": None}
     # What the readers see is what each sees alone, where each resolves the venv itself.
     alone = Counted(system_venv["venv"])
-    assert _dist.inventory(system_venv["venv"], None, system_venv["baseline"], False, alone) == inv
+    assert _inventory.inventory(system_venv["venv"], None, system_venv["baseline"], False, alone) == inv
     assert Contamination(system_venv["venv"], alone).scan()[0]["reference"] == result["cuda_contamination"]["reference"]
     assert venv_fingerprint(system_venv["venv"], alone) == result["torch_cache"]["fingerprint"]
     assert alone.starts == 0 and len(resolutions) == 4

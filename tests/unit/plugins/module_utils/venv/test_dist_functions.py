@@ -4,63 +4,19 @@
 """venv/_dist, one function at a time, on files made in a temporary directory (no venv is built
 and nothing is installed, so the whole file runs in a second or two): names and versions an
 installer may be given, METADATA's and RECORD's rows, the environment's prefix and the rows
-refused outside it, digests, a distribution's files, the venv's layout (interpreter, site
-directories, pyvenv.cfg, .pth, the base installation), the baseline's drift and the inventory.
+refused outside it, digests, a distribution's files, the distributions of site directories
+(the venv's layout is test_venv.py's, the drift and the inventory test_inventory.py's).
 Hostile venvs are in test_dist_hostile.py, the cheap RECORD pass against the full parser in
 test_dist.py."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 import os
 
 import pytest
+from distfiles import _digest, _dist_info, _make_venv, _write
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist
-
-SITE_REL = os.path.join("lib", "python3.11", "site-packages")
-
-
-def _write(path, data=b""):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
-    return path
-
-
-def _digest(data, algo="sha256"):
-    return base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b"=").decode("ascii")
-
-
-def _venv(root, python="python"):
-    """A venv's layout on disk: bin/<python> (executable), pyvenv.cfg, lib/python3.11/site-packages."""
-    _write(os.path.join(root, "bin", python), "#!/bin/sh\n")
-    os.chmod(os.path.join(root, "bin", python), 0o755)
-    _write(os.path.join(root, "pyvenv.cfg"), "home = /usr/bin\nversion_info = 3.11.2\n")
-    site = os.path.join(root, SITE_REL)
-    os.makedirs(site, exist_ok=True)
-    return site
-
-
-def _dist_info(site, name, version, files=None, installer=None, metadata=None, record=True):
-    """A dist-info directory with METADATA, INSTALLER and a RECORD of ``files`` (rel -> bytes),
-    each row with its hash and size, as pip writes it."""
-    info = os.path.join(site, "%s-%s.dist-info" % (name, version))
-    _write(os.path.join(info, "METADATA"),
-           metadata if metadata is not None else "Metadata-Version: 2.1\nName: %s\nVersion: %s\n\n" % (name, version))
-    if installer is not None:
-        _write(os.path.join(info, "INSTALLER"), installer)
-    rows = []
-    for rel, data in (files or {}).items():
-        _write(os.path.join(site, rel), data)
-        rows.append("%s,sha256=%s,%d" % (rel, _digest(data), len(data)))
-    rows.append("%s-%s.dist-info/RECORD,," % (name, version))
-    if record:
-        _write(os.path.join(info, "RECORD"), "\n".join(rows) + "\n")
-    return info
-
 
 # ----------------------------------------------------------------- names and versions for installers
 
@@ -343,7 +299,7 @@ def test_identity_of_a_file_and_of_a_link_itself(tmp_path):
 
 
 def test_a_distribution_read_through_its_anchor(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "Flash_Attn", "2.8.3", {"flash_attn/__init__.py": b"x = 1\n"}, installer="uv\n")
     anchor = _dist.Anchor(site)
     assert anchor.chain is not None and anchor.real == os.path.realpath(site)
@@ -375,7 +331,7 @@ def test_an_anchor_that_cannot_be_walked_reads_by_path(tmp_path):
 
 
 def test_identities_of_an_unread_record_are_taken_by_fstat(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "a", "1")
     dist = _dist.Distribution(site, info, _dist.Anchor(site))
     assert "RECORD" not in dist.read_identities
@@ -385,7 +341,7 @@ def test_identities_of_an_unread_record_are_taken_by_fstat(tmp_path):
 
 
 def test_a_distribution_without_an_anchor_is_read_by_path_and_has_no_identities(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "a", "1", {"a.py": b"1"})
     for anchor in (None, _dist.Anchor(str(tmp_path / "missing"))):
         dist = _dist.Distribution(site, info, anchor)
@@ -396,7 +352,7 @@ def test_a_distribution_without_an_anchor_is_read_by_path_and_has_no_identities(
 
 
 def test_metadata_missing_names_the_package_from_its_directory(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     os.makedirs(os.path.join(site, "Some_Pkg-3.1.dist-info"))
     for anchor in (None, _dist.Anchor(site)):
         dist = _dist.Distribution(site, os.path.join(site, "Some_Pkg-3.1.dist-info"), anchor)
@@ -409,7 +365,7 @@ def test_metadata_missing_names_the_package_from_its_directory(tmp_path):
 
 
 def test_metadata_lacking_a_version_takes_the_directory_s_or_none(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "b", "2.0", metadata="Name: b\n\n")
     dist = _dist.Distribution(site, info, _dist.Anchor(site))
     assert dist.version == "2.0" and dist.problems == ["b-2.0.dist-info lacks Name or Version; taken from the directory name"]
@@ -423,7 +379,7 @@ def test_metadata_lacking_a_version_takes_the_directory_s_or_none(tmp_path):
 
 
 def test_an_egg_info_reads_pkg_info_and_needs_no_record(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     egg = os.path.join(site, "legacy-0.1.egg-info")
     _write(os.path.join(egg, "PKG-INFO"), "Metadata-Version: 1.0\nName: legacy\nVersion: 0.1\n\n")
     _write(os.path.join(egg, "METADATA"), "Name: wrong\nVersion: 9\n\n")
@@ -434,7 +390,7 @@ def test_an_egg_info_reads_pkg_info_and_needs_no_record(tmp_path):
 
 
 def test_installer_is_its_first_word_stripped_or_none(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     for text, want in ((b"pip\n", "pip"), (b"  \n", None), (b"", None), (b"\xff\xfepip", "\ufffd\ufffdpip")):
         info = _dist_info(site, "p", "1", installer=text)
         assert _dist.Distribution(site, info, _dist.Anchor(site)).installer == want
@@ -442,7 +398,7 @@ def test_installer_is_its_first_word_stripped_or_none(tmp_path):
 
 
 def test_verify_tells_missing_from_modified_by_size_and_by_hash(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     files = {"p/ok.py": b"same", "p/gone.py": b"x", "p/longer.py": b"abc", "p/samesize.py": b"abc",
              "p/dir.py": b"abc", "p/link.py": b"abc", "p/big.so": b"\x7fELF" * 1000}
     info = _dist_info(site, "p", "1", files)
@@ -466,7 +422,7 @@ def test_verify_tells_missing_from_modified_by_size_and_by_hash(tmp_path):
 
 def test_verify_hashes_no_file_whose_size_already_differs(tmp_path, monkeypatch):
     """Size first: a file shorter or longer than RECORD says is modified without being read."""
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "p", "1", {"p/short.py": b"abcdef", "p/long.py": b"abc", "p/same.py": b"abc"})
     _write(os.path.join(site, "p/short.py"), b"abc")
     _write(os.path.join(site, "p/long.py"), b"abcdef")
@@ -486,7 +442,7 @@ def test_verify_hashes_no_file_whose_size_already_differs(tmp_path, monkeypatch)
 def test_a_dist_info_directory_exchanged_between_reads_is_named_and_unsteady(tmp_path, made):
     """Exchanged for a directory made before the first one or after it (an inode number below
     or above it, as file systems hand them out): another directory either way."""
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     other = _dist_info(str(tmp_path / "other"), "p", "1", {"p.py": b"1"}) if made == "before" else None
     info = _dist_info(site, "p", "1", {"p.py": b"1"})
     dist = _dist.Distribution(site, info, _dist.Anchor(site))
@@ -505,7 +461,7 @@ def test_a_dist_info_directory_exchanged_between_reads_is_named_and_unsteady(tmp
 
 
 def test_a_dist_info_directory_gone_or_a_link_when_read_again(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "p", "1")
     dist = _dist.Distribution(site, info, _dist.Anchor(site))
     os.rename(info, str(tmp_path / "away"))
@@ -518,7 +474,7 @@ def test_a_dist_info_directory_gone_or_a_link_when_read_again(tmp_path):
 
 
 def test_identities_of_a_dist_info_directory_gone_since_its_read_name_its_record(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "p", "1")
     dist = _dist.Distribution(site, info, _dist.Anchor(site))
     os.rename(info, str(tmp_path / "away"))
@@ -527,7 +483,7 @@ def test_identities_of_a_dist_info_directory_gone_since_its_read_name_its_record
 
 
 def test_a_dist_info_directory_made_a_file_when_read_again_is_named_with_the_error(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "p", "1")
     dist = _dist.Distribution(site, info, _dist.Anchor(site))
     os.rename(info, str(tmp_path / "away"))
@@ -537,7 +493,7 @@ def test_a_dist_info_directory_made_a_file_when_read_again_is_named_with_the_err
 
 
 def test_a_file_that_fails_to_read_is_a_problem_of_its_package_not_an_error(tmp_path, monkeypatch):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "p", "1")
     real_read = os.read
 
@@ -553,7 +509,7 @@ def test_a_file_that_fails_to_read_is_a_problem_of_its_package_not_an_error(tmp_
 
 
 def test_replayed_problems_are_not_told_twice(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "p", "1")
     _write(os.path.join(info, "RECORD"), "a.py,sha,1\nb.py,,x\n")
     dist = _dist.Distribution(site, info, _dist.Anchor(site))
@@ -572,7 +528,7 @@ def test_replayed_problems_are_not_told_twice(tmp_path):
 
 
 def test_the_cheap_paths_of_a_record_already_parsed_are_its_rows(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "p", "1", {"p.py": b"1"})
     dist = _dist.Distribution(site, info)
     rows = dist.record
@@ -587,7 +543,7 @@ def test_the_cheap_paths_of_a_record_already_parsed_are_its_rows(tmp_path):
     (b"ok.py,,\n../../../../../x,,\n", "which resolves outside the environment"),
 ])
 def test_cheap_paths_fall_back_to_the_full_parser_which_names_the_problem(tmp_path, record, problem):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "p", "1")
     _write(os.path.join(info, "RECORD"), record)
     cheap = _dist.Distribution(site, info)
@@ -599,7 +555,7 @@ def test_cheap_paths_fall_back_to_the_full_parser_which_names_the_problem(tmp_pa
 
 
 def test_cheap_paths_normalise_inside_rows_and_skip_empty_ones(tmp_path):
-    site = _venv(str(tmp_path / "env"))
+    site = _make_venv(str(tmp_path / "env"))
     info = _dist_info(site, "p", "1")
     _write(os.path.join(info, "RECORD"), b"a/./b.py,,\n\n../../../bin/x,,\nc//d.py,,\n,,\n-dir/,,\n.e/,,\nf/,,\n")
     dist = _dist.Distribution(site, info)
@@ -613,208 +569,9 @@ def test_cheap_paths_normalise_inside_rows_and_skip_empty_ones(tmp_path):
     assert _dist.Distribution(site, info).paths == [(os.path.join(site, "a.py"), "a.py"), (os.path.join(site, "b.py"), "b.py")]
 
 
-# ---------------------------------------------------------------------------------- venv layout
-
-
-def test_venv_python_says_what_is_wrong(tmp_path):
-    with pytest.raises(_dist.DistError, match="^venv is empty: give the path of a virtual environment$"):
-        _dist.venv_python("")
-    with pytest.raises(_dist.DistError, match="^venv %s does not exist$" % (tmp_path / "none")):
-        _dist.venv_python(str(tmp_path / "none"))
-    _write(str(tmp_path / "file"))
-    with pytest.raises(_dist.DistError, match="^venv %s is not a directory$" % (tmp_path / "file")):
-        _dist.venv_python(str(tmp_path / "file"))
-    env = str(tmp_path / "env")
-    _write(os.path.join(env, "bin", "python"), "not executable")
-    with pytest.raises(_dist.DistError) as err:
-        _dist.venv_python(env)
-    assert str(err.value) == ("venv %s has no bin/python: it is not a virtual environment, or it is broken "
-                              "(recreate it with 'python3 -m venv %s' or 'uv venv %s')" % (env, env, env))
-    _venv(env, "python3")
-    assert _dist.venv_python(env) == os.path.join(env, "bin", "python3")
-    os.chmod(os.path.join(env, "bin", "python"), 0o755)
-    assert _dist.venv_python(env) == os.path.join(env, "bin", "python")
-
-
-def test_pyvenv_cfg_keys_lower_values_stripped(tmp_path):
-    _write(str(tmp_path / "pyvenv.cfg"), "Home = /usr/bin \nno equals sign\ninclude-system-site-packages=True\nx = a = b\n")
-    assert _dist.read_pyvenv_cfg(str(tmp_path)) == {"home": "/usr/bin", "include-system-site-packages": "True", "x": "a = b"}
-    problems = []
-    assert _dist.read_pyvenv_cfg(str(tmp_path / "none"), problems) == {} and problems == []
-    os.mkfifo(str(tmp_path / "fifo"))
-    os.makedirs(str(tmp_path / "f"))
-    os.symlink(str(tmp_path / "fifo"), str(tmp_path / "f" / "pyvenv.cfg"))
-    assert _dist.read_pyvenv_cfg(str(tmp_path / "f"), problems) == {}
-    assert problems == ["pyvenv.cfg is a symbolic link: not followed, not read"]
-
-
-def test_venv_site_dirs_in_order_once_each(tmp_path):
-    env = str(tmp_path / "env")
-    for rel in ("lib/python3.12/site-packages", "lib/python3.11/site-packages", "lib/pythonX/other",
-                "lib/other/site-packages", "Lib/site-packages"):
-        os.makedirs(os.path.join(env, rel))
-    os.symlink("lib", os.path.join(env, "lib64"))  # as venv makes it: the same directories again
-    assert _dist.venv_site_dirs(env) == [os.path.join(env, "lib/python3.11/site-packages"),
-                                         os.path.join(env, "lib/python3.12/site-packages"),
-                                         os.path.join(env, "Lib/site-packages")]
-    assert _dist.venv_site_dirs(str(tmp_path / "none")) == []
-    env2 = str(tmp_path / "env2")
-    os.makedirs(os.path.join(env2, "lib64/python3.11/site-packages"))
-    assert _dist.venv_site_dirs(env2) == [os.path.join(env2, "lib64/python3.11/site-packages")]
-
-
-def _run_printing(out, rc=0, err=""):
-    calls = []
-
-    def run(argv):
-        calls.append(argv)
-        return rc, out, err
-    return run, calls
-
-
-def test_an_interpreter_is_asked_its_sys_path_once_without_pythonpath(tmp_path):
-    python = _write(str(tmp_path / "python"), "#!/bin/sh\n")
-    os.chmod(python, 0o755)
-    there = str(tmp_path / "there")
-    os.makedirs(there)
-    run, calls = _run_printing("warning: noise\n" + json.dumps(["", there, str(tmp_path / "gone"), there]) + "\n")
-    assert _dist.interpreter_site_dirs(python, run) == [there, there]
-    assert calls == [[python, "-E", "-c", _dist._SYS_PATH_CODE]]
-
-
-@pytest.mark.parametrize("out, rc, err, message", [
-    ("", 1, "Traceback: boom\n", "could not be run (rc=1): Traceback: boom"),
-    ("partial\n", 2, "", "could not be run (rc=2): partial"),
-    ("", 3, "", "could not be run (rc=3): "),
-    ("", -9, "", "could not be run (rc=-9): "),
-    ("x" * 500, 1, "", "could not be run (rc=1): " + "x" * 400),
-    ("not json\n", 0, "", "printed no sys.path: 'not json\\n'"),
-    ("", 0, "", "printed no sys.path: ''"),
-    ("y" * 300, 0, "", "printed no sys.path: '%s'" % ("y" * 200)),
-])
-def test_an_interpreter_that_fails_is_a_clear_error(tmp_path, out, rc, err, message):
-    python = _write(str(tmp_path / "python"), "#!/bin/sh\n")
-    os.chmod(python, 0o755)
-    with pytest.raises(_dist.DistError) as error:
-        _dist.interpreter_site_dirs(python, _run_printing(out, rc, err)[0])
-    assert str(error.value) == "%s %s" % (python, message)
-
-
-def test_an_interpreter_that_is_not_there_or_not_executable_is_never_run(tmp_path):
-    run, calls = _run_printing("[]")
-    _write(str(tmp_path / "plain"))
-    for python in (str(tmp_path / "none"), str(tmp_path / "plain"), str(tmp_path)):
-        with pytest.raises(_dist.DistError, match="^python %s does not exist or is not executable$" % python):
-            _dist.interpreter_site_dirs(python, run)
-    assert calls == []
-
-
-def test_interpreter_dirs_are_its_installation_s_layout(tmp_path):
-    prefix = tmp_path / "opt[1]"
-    for rel in ("lib/python3.11/site-packages", "lib/python3.11/dist-packages", "lib64/python3.11",
-                "local/lib/python3.11/site-packages", "local/lib/python3.11/dist-packages", "lib/other"):
-        os.makedirs(str(prefix / rel))
-    _write(str(prefix / "lib" / "python3.12"))  # a file, not a directory
-    _write(str(prefix / "bin" / "python3.11"), "")
-    os.symlink("python3.11", str(prefix / "bin" / "python"))
-    p = str(prefix)
-    assert _dist.interpreter_dirs(str(prefix / "bin" / "python")) == [
-        p + "/lib/python3.11", p + "/lib64/python3.11", p + "/lib/python3.11/site-packages",
-        p + "/lib/python3.11/dist-packages", p + "/local/lib/python3.11/site-packages",
-        p + "/local/lib/python3.11/dist-packages"]
-
-
-@pytest.mark.parametrize("cfg, xy", [
-    ({"version_info": "3.12.1.final.0", "version": "3.11.2"}, "3.12"),
-    ({"version": "3.11.2"}, "3.11"),
-    ({"version_info": "x", "version": "3.10"}, "3.10"),
-    ({"version": "3"}, None),
-    ({"version": " 3.11"}, None),
-    ({}, None),
-])
-def test_python_x_y_from_pyvenv_cfg(cfg, xy):
-    assert _dist._python_xy(cfg) == xy
-
-
-def test_base_site_dirs_in_the_order_the_interpreter_reads_them(tmp_path):
-    prefix = str(tmp_path / "usr")
-    order = ["local/lib/python3.11/dist-packages", "lib/python3/dist-packages", "lib/python3.11/dist-packages",
-             "lib/python3.11/site-packages", "lib64/python3.11/dist-packages", "lib64/python3.11/site-packages",
-             "lib/python3.11t/dist-packages", "lib/python3.11t/site-packages", "lib64/python3.11t/dist-packages",
-             "lib64/python3.11t/site-packages"]
-    for rel in order + ["local/lib/python3.11t/dist-packages", "lib/python3.12/site-packages"]:
-        os.makedirs(os.path.join(prefix, rel))
-    found, problem = _dist.base_site_dirs({"home": prefix + "/bin/", "version_info": "3.11.2"})
-    assert problem is None
-    assert found == [os.path.join(prefix, rel) for rel in order]
-
-
-@pytest.mark.parametrize("cfg, words", [
-    ({"version": "3.11.2"}, "gives no absolute home ('')"),
-    ({"home": "usr/bin", "version": "3.11.2"}, "gives no absolute home ('usr/bin')"),
-    ({"home": "/usr/bin"}, "or no version (None)"),
-    ({"home": "/usr/bin", "version": "three"}, "or no version ('three')"),
-])
-def test_base_site_dirs_without_home_or_version_read_nothing_and_say_so(cfg, words):
-    found, problem = _dist.base_site_dirs(cfg)
-    assert found == [] and problem.startswith("pyvenv.cfg says include-system-site-packages = true but ")
-    assert words in problem and problem.endswith("the base installation's packages are not read")
-
-
-def test_base_site_dirs_none_there_is_said(tmp_path):
-    found, problem = _dist.base_site_dirs({"home": str(tmp_path / "bin"), "version": "3.11.2"})
-    assert found == [] and problem == ("pyvenv.cfg's home %s has no site-packages or dist-packages beside it: "
-                                       "the base installation's packages are not read" % (tmp_path / "bin"))
-
-
-def test_pth_dirs_as_site_py_reads_them(tmp_path):
-    site = str(tmp_path / "site")
-    for d in ("a", "b", "c", "d e", "../outside"):
-        os.makedirs(os.path.normpath(os.path.join(site, d)))
-    _write(os.path.join(site, "2.pth"), "# a comment\nb\n\nimport os; os.system('x')\nimport\tsys\nmissing\n  \n")
-    _write(os.path.join(site, "1.pth"), "a\r\nd e  \n../outside\n%s\n" % os.path.join(site, "c"))
-    _write(os.path.join(site, "3.pth.txt"), "c\n")
-    assert _dist.pth_dirs(site) == [os.path.join(site, "a"), os.path.join(site, "d e"), str(tmp_path / "outside"),
-                                    os.path.join(site, "c"), os.path.join(site, "b")]
-    assert _dist.pth_dirs(str(tmp_path / "none")) == []
-    problems = []
-    os.symlink(os.path.join(site, "1.pth"), os.path.join(site, "0.pth"))
-    assert _dist.pth_dirs(site, problems)[0] == os.path.join(site, "a")
-    assert problems == ["0.pth is a symbolic link: not followed, not read"]
-
-
-def test_environment_site_dirs_own_then_pth_then_the_base(tmp_path):
-    env = str(tmp_path / "env")
-    site = _venv(env)
-    extra = str(tmp_path / "extra")
-    base = str(tmp_path / "usr")
-    os.makedirs(extra)
-    os.makedirs(os.path.join(base, "lib/python3.11/site-packages"))
-    os.makedirs(os.path.join(base, "lib/python3/dist-packages"))
-    _write(os.path.join(site, "x.pth"), "%s\n%s\n%s\n" % (extra, extra, site))
-    _write(os.path.join(env, "pyvenv.cfg"), "home = %s/bin\nversion = 3.11.2\ninclude-system-site-packages = TRUE\n" % base)
-    os.symlink(os.path.join(base, "lib/python3.11/site-packages"), os.path.join(extra, "base-link"))
-    _write(os.path.join(site, "y.pth"), os.path.join(extra, "base-link") + "\n")
-    problems = []
-    assert _dist.environment_site_dirs(env, problems=problems) == [
-        site, extra, os.path.join(extra, "base-link"), os.path.join(base, "lib/python3/dist-packages")]
-    assert problems == []
-    for value in ("false", "yes", "1", "truer", "z"):  # as venv's site.py: "true" in any case, nothing else
-        _write(os.path.join(env, "pyvenv.cfg"), "home = %s/bin\nversion = 3.11.2\ninclude-system-site-packages = %s\n" % (base, value))
-        assert _dist.environment_site_dirs(env, [site]) == [site, extra, os.path.join(extra, "base-link")], value
-    _write(os.path.join(env, "pyvenv.cfg"), "version = 3.11.2\ninclude-system-site-packages = true\n")
-    assert _dist.environment_site_dirs(env, [site], problems) == [site, extra, os.path.join(extra, "base-link")]
-    assert len(problems) == 1 and "gives no absolute home" in problems[0]
-
-
-def test_environment_site_dirs_of_no_venv_is_a_clear_error(tmp_path):
-    with pytest.raises(_dist.DistError, match="^venv %s has no lib/python\\*/site-packages: it is not a virtual environment$" % tmp_path):
-        _dist.environment_site_dirs(str(tmp_path))
-
-
 def test_distributions_first_on_the_path_wins_later_copies_shadowed(tmp_path):
-    first = _venv(str(tmp_path / "a"))
-    second = _venv(str(tmp_path / "b"))
+    first = _make_venv(str(tmp_path / "a"))
+    second = _make_venv(str(tmp_path / "b"))
     _dist_info(first, "Torch", "2.9.1")
     _dist_info(first, "numpy", "2.0")
     _dist_info(second, "torch", "2.8.0")
@@ -832,102 +589,3 @@ def test_distributions_first_on_the_path_wins_later_copies_shadowed(tmp_path):
     assert dists[0].anchor is dists[1].anchor and dists[0].anchor is not dists[2].anchor
     assert list(_dist.info_entries([second])) == [(second, "fake.dist-info"), (second, "old-1.egg-info"),
                                                   (second, "torch-2.8.0.dist-info"), (second, "zlib_x-1.dist-info")]
-
-
-def test_a_venv_resolved_once_and_its_error_told_to_every_reader(tmp_path):
-    env = str(tmp_path / "env")
-    site = _venv(env)
-    _dist_info(site, "a", "1")
-    extra = str(tmp_path / "extra")
-    os.makedirs(extra)
-    _write(os.path.join(site, "extra.pth"), extra + "\n")
-    venv = _dist.Venv(env, None)
-    assert _dist.Venv.of(venv, None) is venv and _dist.Venv.of(env, None).path == env
-    assert venv.python == os.path.join(env, "bin", "python")
-    assert venv.own_site_dirs == [site] and venv.site_dirs == [site, extra]
-    assert [d.name for d in venv.distributions] == ["a"] and venv.shadowed == []
-    _dist_info(site, "b", "1")
-    assert [d.name for d in venv.distributions] == ["a"]  # kept
-    assert [d.name for d in venv.rescan()] == ["a", "b"]
-    broken = _dist.Venv(str(tmp_path / "none"), None)
-    for reader in ("python", "own_site_dirs", "site_dirs", "distributions"):
-        with pytest.raises(_dist.DistError, match="does not exist"):
-            getattr(broken, reader)
-    assert isinstance(broken._resolved, _dist.DistError)
-
-
-@pytest.mark.parametrize("pinned, installed, same", [
-    ("2.9.1", "2.9.1", True), ("2.9.1", "2.9.1+cu128", True), (" 2.9.1 ", "2.9.1", True), ("1.0RC1", "1.0rc1", True),
-    ("2.9.1+cu128", "2.9.1+cu128", True), ("2.9.1+cu128", "2.9.1", False), ("2.9.1+cu128", "2.9.1+cu130", False),
-    ("2.9.1", "2.9.10", False), ("2.9", "2.9.1", False), ("2.9.1", None, False), ("2.9.1", "2.9.1+a+b", True),
-])
-def test_versions_match_with_pep_440_local_labels(pinned, installed, same):
-    assert _dist.versions_match(pinned, installed) is same
-
-
-class _D:
-    def __init__(self, name, version):
-        self.name, self.version, self.key = name, version, _dist.canonical_name(name)
-
-
-def test_drift_names_extra_missing_and_changed_sorted():
-    dists = [_D("Zeta", "1"), _D("torch", "2.9.1+cu128"), _D("nvidia_nccl_cu13", "2.27"), _D("numpy", "2.0"), _D("free", "5")]
-    wanted = {"torch": {"name": "torch", "version": "2.9.1", "spec": "==2.9.1"},
-              "numpy": {"name": "numpy", "version": "1.26", "spec": "==1.26"},
-              "free": {"name": "free", "version": None, "spec": ">=1"},
-              "apex": {"name": "apex", "version": "0.1", "spec": "==0.1"},
-              "absent": {"name": "Absent", "version": None, "spec": ""}}
-    assert _dist.drift(dists, wanted) == {
-        "extra": [{"name": "nvidia_nccl_cu13", "version": "2.27"}, {"name": "Zeta", "version": "1"}],
-        "missing": [{"name": "Absent", "version": None, "spec": ""}, {"name": "apex", "version": "0.1", "spec": "==0.1"}],
-        "changed": [{"name": "numpy", "baseline": "1.26", "installed": "2.0"}],
-    }
-
-
-def test_inventory_of_a_venv_read_from_files_with_baseline_and_integrity(tmp_path):
-    env = str(tmp_path / "env")
-    site = _venv(env)
-    _dist_info(site, "torch", "2.9.1+cu128", {"torch/__init__.py": b"t"}, installer="uv")
-    _dist_info(site, "nvidia_nccl_cu13", "2.27.7", {"nvidia/nccl/lib/libnccl.so.2": b"nccl"})
-    _write(os.path.join(site, "nvidia/nccl/lib/libnccl.so.2"), b"edited")
-    bad = _dist_info(site, "bad", "1")
-    _write(os.path.join(bad, "RECORD"), "x.py,sha256,1\n")
-    _write(os.path.join(site, "broken.pth"), b"\xff\n")
-    baseline = _write(str(tmp_path / "req.txt"), "torch==2.9.1\nnumpy==2.0\n")
-
-    def run(argv):
-        raise AssertionError("nothing is run to read a venv: %r" % (argv,))
-    for venv, python in ((env, None), (None, os.path.join(env, "bin", "python"))):
-        result = _dist.inventory(venv, python, baseline, True, run)
-        assert result["changed"] is False and result["count"] == 3 and result["site_dirs"] == [site]
-        assert [p["name"] for p in result["packages"]] == ["bad", "nvidia_nccl_cu13", "torch"]
-        assert result["packages"][2] == {"name": "torch", "version": "2.9.1+cu128", "location": site, "installer": "uv"}
-        assert result["shadowed"] == []
-        assert result["drift"] == {"extra": [{"name": "bad", "version": "1"}, {"name": "nvidia_nccl_cu13", "version": "2.27.7"}],
-                                   "missing": [{"name": "numpy", "version": "2.0", "spec": "==2.0"}], "changed": []}
-        assert result["integrity"] == {"ok": False, "files_checked": 2, "packages": [
-            {"name": "nvidia_nccl_cu13", "version": "2.27.7", "missing": [], "modified": ["nvidia/nccl/lib/libnccl.so.2"]}]}
-        assert result["problems"] == ["broken.pth is not valid UTF-8 (invalid start byte); read it as Latin-1",
-                                      "bad-1.dist-info/RECORD line 1 has a malformed hash 'sha256'"]
-    plain = _dist.inventory(env, None, None, False, run)
-    assert "drift" not in plain and "integrity" not in plain
-
-
-def test_inventory_with_clean_files_is_ok(tmp_path):
-    env = str(tmp_path / "env")
-    _dist_info(_venv(env), "a", "1", {"a.py": b"1", "b.py": b"22"})
-    assert _dist.inventory(env, None, None, True, None)["integrity"] == {"ok": True, "files_checked": 2, "packages": []}
-
-
-def test_inventory_of_a_baseline_that_cannot_be_read_names_it(tmp_path):
-    env = str(tmp_path / "env")
-    _venv(env)
-    for baseline, words in ((str(tmp_path / "none.txt"), "does not exist"), (str(tmp_path), "directory")):
-        with pytest.raises(_dist.DistError, match="^baseline %s cannot be read: .*%s" % (baseline, words)):
-            _dist.inventory(env, None, baseline, False, None)
-    huge = _write(str(tmp_path / "huge.txt"), b"torch==2.9.1\n" * (2 << 20))
-    with pytest.raises(_dist.DistError, match="^baseline %s cannot be read: %s is larger than 16777216 bytes" % (huge, huge)):
-        _dist.inventory(env, None, huge, False, None)
-    bad = _write(str(tmp_path / "bad.txt"), "torch===\n")
-    with pytest.raises(_dist.DistError, match="bad.txt"):
-        _dist.inventory(env, None, bad, False, None)

@@ -24,7 +24,7 @@ from hostilefiles import replace, timed
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _files
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options, _readiness
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _inventory, _venv
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.modules import cuda_contamination, pip_inventory
 
@@ -55,7 +55,7 @@ def seeded(tmp_path, seed_wheels):
     """A real venv with torch cu128, its CUDA 12 family and one CUDA 13 contaminant."""
     venv = make_venv(str(tmp_path / "venv"), UV)
     install(UV, venv, seed_wheels, pins(SEED_BASE) + ["sglang-kernel==0.4.2.post2+cu130"])
-    return venv, _dist.venv_site_dirs(venv)[0]
+    return venv, _venv.venv_site_dirs(venv)[0]
 
 
 def dist_info(site, key):
@@ -87,7 +87,7 @@ def test_hostile_metadata_or_record_is_a_problem_not_a_hang(seeded, which, how):
     name = os.path.basename(info) + "/" + which
     assert [p for p in result["problems"] if p.startswith(name)], result["problems"]
     assert result["reference"]["cuda_version"] == "12.8"
-    inv, _seconds = timed(_dist.inventory, venv, None, None, True, run)
+    inv, _seconds = timed(_inventory.inventory, venv, None, None, True, run)
     assert any(p.startswith(name) for p in inv["problems"])
 
 
@@ -104,7 +104,7 @@ def test_fifo_as_a_shared_object_listed_in_record(seeded):
     rewrite(os.path.join(labelled.replace("+cu130", ""), "METADATA"), lambda data: data.replace(b"+cu130", b""))
     result, _seconds = timed(lambda: Contamination(venv, run).scan()[0])
     assert "sgl_kernel/evil.so is a FIFO, not a regular file: not read" in result["problems"]
-    inv, _seconds = timed(_dist.inventory, venv, None, None, True, run)  # verify_files hashes it: skipped too
+    inv, _seconds = timed(_inventory.inventory, venv, None, None, True, run)  # verify_files hashes it: skipped too
     [bad] = [p for p in inv["integrity"]["packages"] if p["name"] == "sglang-kernel"]
     assert "sgl_kernel/evil.so" in bad["modified"]
 
@@ -218,7 +218,7 @@ def test_the_python_option_of_a_venv_reads_the_venv_without_running_it(run_modul
     venv, marker = hostile_venv(reachable, seed_wheels, system_site=True)
     inv = run_module(pip_inventory.main, dict(python=os.path.join(venv, "bin", "python")))
     assert not inv.get("failed") and {"torch", "sglang-kernel"} <= {p["name"] for p in inv["packages"]}, inv
-    assert ran_as(marker) == [] and inv["site_dirs"][0] == _dist.venv_site_dirs(venv)[0]
+    assert ran_as(marker) == [] and inv["site_dirs"][0] == _venv.venv_site_dirs(venv)[0]
 
 
 def test_another_users_interpreter_is_asked_as_that_user(run_module, reachable):
@@ -275,7 +275,7 @@ def test_removal_runs_the_venv_own_programs_as_its_owner(run_module, reachable, 
     result = run_module(cuda_contamination.main, dict(venv=venv, remove=True))
     assert not result.get("failed"), result.get("msg")
     assert [r["name"] for r in result["removed"]] == ["sglang-kernel"]
-    site = _dist.venv_site_dirs(venv)[0]
+    site = _venv.venv_site_dirs(venv)[0]
     assert not [n for n in os.listdir(site) if n.startswith("sglang_kernel")]
     # uv starts the venv's interpreter to learn about it: as its owner, never as root.
     uids = ran_as(marker)
@@ -285,7 +285,7 @@ def test_removal_runs_the_venv_own_programs_as_its_owner(run_module, reachable, 
 def test_a_root_venv_others_can_write_is_refused_before_running_anything(run_module, reachable, seed_wheels):
     venv, marker = hostile_venv(reachable, seed_wheels, system_site=False)
     subprocess.run(["chown", "-R", "0:0", venv], check=True)
-    site = _dist.venv_site_dirs(venv)[0]
+    site = _venv.venv_site_dirs(venv)[0]
     os.chmod(site, 0o777)
     result = run_module(cuda_contamination.main, dict(venv=venv, remove=True))
     assert result["failed"] and "%s is writable by its group or by others" % site in result["msg"]
@@ -309,7 +309,7 @@ def plant(site):
 def test_a_hostile_dist_info_name_is_named_and_what_can_go_goes(run_module, tmp_path, seed_wheels, seed_pip):
     venv = make_venv(str(tmp_path / "venv"), UV, seed_pip=seed_pip)
     install(UV, venv, seed_wheels, ["torch==2.8.0+cu128", "sglang-kernel==0.4.2.post2+cu130"])
-    site = _dist.venv_site_dirs(venv)[0]
+    site = _venv.venv_site_dirs(venv)[0]
     hostile = plant(site)
     result = run_module(cuda_contamination.main, dict(venv=venv, remove=True))
     left = os.listdir(site)

@@ -23,7 +23,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors im
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _evcache
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._cuda import reference, scan
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import Venv
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._venv import Venv
 from ansible_collections.gpufleet.hygiene.plugins.modules import cuda_contamination
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the cache is root's: these tests run as root")

@@ -15,7 +15,8 @@ import tomllib
 from cuda_fixtures import UV, install, make_venv
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._checks import check_packages
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError, parse_requirements
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._dist import DistError
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._inventory import parse_requirements
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._lockfile import MAX_BYTES, BaselineError, parse_lock
 from ansible_collections.gpufleet.hygiene.plugins.modules import pip_inventory
 

@@ -26,7 +26,7 @@ from plainvenv import (
     root_only,
 )
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist, _restore
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _restore, _venv
 
 pytestmark = pytest.mark.usefixtures("state_dir", "_no_collection_within_a_test")
 
@@ -363,7 +363,7 @@ def test_unrestored_names_what_is_not_installed_and_the_files_not_back(tmp_path)
     os.remove(os.path.join(w.site, "broken", "a.py"))
     _write(os.path.join(w.site, "broken", "b.py"), b"BBB\n")  # same size, other bytes
     _write(os.path.join(w.site, "broken", "d.py"), b"longer\n")
-    dists = _dist.Venv(w.venv, None).distributions
+    dists = _venv.Venv(w.venv, None).distributions
     assert _restore.unrestored(dists, [("gone", "3.0"), ("intact", "0.9"), ("broken-pkg", "9")]) == [
         {"name": "gone", "version": "3.0", "installed": False, "missing": [], "modified": []},
         {"name": "Broken_Pkg", "version": "2.0", "installed": True, "missing": ["broken/a.py"], "modified": ["broken/b.py", "broken/d.py"]},

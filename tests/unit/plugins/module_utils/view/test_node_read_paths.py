@@ -137,9 +137,9 @@ def test_the_node_read_opens_every_file_of_a_container_through_its_root(containe
 
 
 def test_a_reader_that_opens_a_path_itself_is_caught(container, monkeypatch):
-    """The watch above is no formality: a reader that asks os for a path (here venv/_dist, given
+    """The watch above is no formality: a reader that asks os for a path (here venv/_venv, given
     os.path's functions instead of fs/_root's) is seen, and named."""
-    from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _dist
+    from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _venv
 
     class Bypass(object):
         def __getattr__(self, name):
@@ -149,14 +149,14 @@ def test_a_reader_that_opens_a_path_itself_is_caught(container, monkeypatch):
     view = _view.ContainerView(321, 1, root_fd, {}, {}, [], [], None)
     options = dict((name, spec.get("default")) for name, spec in _options.ARGUMENT_SPEC.items())
     options.update(venv="/opt/venv", evidence_cache=False, caches=False)
-    monkeypatch.setattr(_dist, "_root", Bypass())
+    monkeypatch.setattr(_venv, "_root", Bypass())
     calls = watched_calls(monkeypatch)
     try:
         result = _view.run(view, lambda: _readiness.read(options, _refuse_run, _no_tool), 60)
     finally:
         monkeypatch.undo()
         view.close()
-    assert ("stat", "/opt/venv", "venv/_dist.py:%d" % _line(_dist.venv_python, "_root.exists(venv)")) in calls
+    assert ("stat", "/opt/venv", "venv/_venv.py:%d" % _line(_venv.venv_python, "_root.exists(venv)")) in calls
     # And on the node, that path is not the container's venv: the read fails as it should not.
     assert result["cuda_contamination"]["msg"] == "venv /opt/venv does not exist"
 
