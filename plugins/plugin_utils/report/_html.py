@@ -244,6 +244,8 @@ def _cards(run):
             cards.append(("job", s["checks_warned"], "checks warned"))
     else:
         cards += [("job", s["running_job"], "running jobs left alone"), ("fix", s["remediated"], "remediated this run")]
+        if s["repair_failed"]:
+            cards.append(("err", s["repair_failed"], "repairs failed"))
     return cards
 
 

@@ -721,6 +721,7 @@ def test_a_failed_repair_is_said_in_every_format(run_action, tmp_path):
     parser.feed(page)
     text = "".join(parser.text)
     assert "repair failed" in text and "repair failed: " + why in text.replace("repair failed:\n", "repair failed: ")
+    assert re.search(r"\b1\s*repairs failed", text), text  # the count on top
     assert "remediate.yml --limit train-c1,localhost --check --diff" in text
 
 
