@@ -211,7 +211,7 @@ def test_a_hygiene_run_whose_every_repair_fails_writes_its_report_then_fails_the
     assert prom.count("gpufleet_hygiene_host_repair_failed{") == len(fleet["cts"]), prom
     assert not re.search(r"^gpufleet_hygiene_host_repair_failed\{.*\} 0$", prom, re.MULTILINE), prom
     # then each container fails, after the report, with what its repair left
-    part = flat(out).split("PLAY [Hygiene - fail the containers whose repair failed]", 1)[1]
+    part = flat(out).split("PLAY [Hygiene - count the unreachable, fail the containers whose repair failed]", 1)[1]
     for host in fleet["cts"]:
         assert "fatal: [%s]: FAILED! %s" % (host, NO_REFERENCE) in part, part
     rows = recap(out)
@@ -343,6 +343,11 @@ def test_preflight_counts_an_unreachable_node_and_its_containers_unreachable(fle
         assert rows[host]["unreachable"] == 1 and rows[host]["failed"] == 0, rows
     for host in ("pve2",):
         assert rows[host]["unreachable"] == 0 and rows[host]["failed"] == 0, rows
+    # pve2's containers are not ready (no torch, no expected_cuda): their verdict is given too. It
+    # used not to be: the play of the unreachable lost all its hosts, and Ansible ran no later play.
+    for host in ("train-200", "train-201"):
+        assert rows[host]["unreachable"] == 0 and rows[host]["failed"] == 1, rows
+    assert re.search(r"^fatal: \[train-200\]: FAILED! train-200 is not ready: ", out, re.MULTILINE), out
     lines = summary(out)
     for host in ("train-100", "train-101"):
         assert any(line.startswith("%s - NOT READY, not read: reading through node pve1 could not be reached" % host)
@@ -368,6 +373,24 @@ def test_hygiene_reports_an_unreachable_node_s_containers_then_counts_them_unrea
     for host in ("pve1", "train-100", "train-101"):
         assert rows[host]["unreachable"] == 1 and rows[host]["failed"] == 0, rows
     assert rows["pve2"]["unreachable"] == 0, rows
+
+
+def test_hygiene_with_a_node_down_and_repairs_that_fail_reports_then_counts_and_fails_each(fleet, pve1_down, tmp_path):
+    """Read by node, repairs on: pve2's containers' repairs fail (no reference CUDA), pve1's are not
+    read. The report has them all; then pve1 and its containers are unreachable and pve2's failed -
+    in one play, since a play of the failed alone would lose all its hosts and end the run."""
+    rc, out = run(fleet, "ansible-playbook", HYGIENE, "-e", "gpufleet_report_dir=%s" % tmp_path, *QUICK)
+    assert rc == 4, out
+    with open(tmp_path / "report.json") as f:
+        hosts = {h["host"]: h for h in json.load(f)["hosts"]}
+    assert set(hosts) == set(fleet["cts"]), hosts.keys()
+    for host in ("train-200", "train-201"):
+        assert hosts[host]["repair_error"].startswith(NO_REFERENCE), hosts[host]
+    rows = recap(out)
+    for host in ("pve1", "train-100", "train-101"):
+        assert rows[host]["unreachable"] == 1 and rows[host]["failed"] == 0, rows
+    for host in ("train-200", "train-201"):
+        assert rows[host]["unreachable"] == 0 and rows[host]["failed"] == 1, rows
 
 
 def test_hygiene_repairs_nothing_on_containers_whose_node_is_down(fleet, pve1_down, tmp_path):
