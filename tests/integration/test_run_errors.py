@@ -393,6 +393,23 @@ def test_hygiene_with_a_node_down_and_repairs_that_fail_reports_then_counts_and_
         assert rows[host]["unreachable"] == 0 and rows[host]["failed"] == 1, rows
 
 
+def test_a_hygiene_run_whose_job_is_misconfigured_everywhere_writes_its_report_then_fails_them(fleet, tmp_path):
+    """A configuration error stops the repair before anything changes (no repair would start the
+    job again); in hygiene it is recorded like a failed repair, so that the report is written."""
+    rc, out = run(fleet, "ansible-playbook", HYGIENE, "-e", "gpufleet_venv=/opt/venv-typo",
+                  "-e", "gpufleet_report_dir=%s" % tmp_path, *QUICK)
+    assert rc == 2, out
+    with open(tmp_path / "report.json") as f:
+        hosts = {h["host"]: h for h in json.load(f)["hosts"]}
+    assert set(hosts) == set(fleet["cts"]), hosts.keys()
+    for host, h in hosts.items():
+        assert h["repair_error"].startswith("%s: nothing was stopped or changed: the job's configuration is wrong" % host), h
+        assert "gpufleet_venv=/opt/venv-typo" in h["repair_error"], h
+    rows = recap(out)
+    for host in fleet["cts"]:
+        assert rows[host]["failed"] == 1 and rows[host]["changed"] == 0, rows
+
+
 def test_hygiene_repairs_nothing_on_containers_whose_node_is_down(fleet, pve1_down, tmp_path):
     """Read by container, repairs on: pve1's containers are not tried (no lock taken, nothing run
     through the node that is down), their rows are in the report, and they end unreachable."""
