@@ -188,7 +188,7 @@ def _finding(h):
         "checks": [(c["name"], check_state(c), c["summary"]) for c in h["checks"] if not c["ok"]],
         "contaminants": h["contaminants"],
         "stale_caches": [dict(c, size=human_bytes(c["size_bytes"])) for c in h["caches"] if c["fresh"] is False],
-        "warn_only": not h["error"] and all(c["ok"] or c["severity"] == "warn" for c in h["checks"]),
+        "warn_only": not h["error"] and not h["repair_error"] and all(c["ok"] or c["severity"] == "warn" for c in h["checks"]),
     }
     if not (f["error"] or f["repair_error"] or f["checks"] or f["contaminants"] or f["stale_caches"]):
         return None

@@ -155,6 +155,14 @@ def _check(where, k, c):
     return out
 
 
+def _cut(value, limit=TEXT_MAX):
+    """A text longer than ``limit`` cut to it, its end saying how much was left out; anything else as it is."""
+    if isinstance(value, str) and len(value) > limit:
+        tail = " ... (%d more characters)" % (len(value) - limit)
+        return value[:limit - len(tail)] + tail
+    return value
+
+
 def _shown(value, limit=80):
     """A value as an error message shows it: JSON, cut short."""
     try:
@@ -374,7 +382,8 @@ def normalize_host(index, raw):
         "running_job": where.bool("running_job", raw.get("running_job")),
         "remediated": where.bool("remediated", raw.get("remediated")),
         "error": where.text("error", raw.get("error")) or None,  # a reason: free text, as long as it is
-        "repair_error": where.text("repair_error", raw.get("repair_error")) or None,  # what a failed repair left
+        # what a failed repair left: an installer's or a drain's message may be long, and is cut rather than refused
+        "repair_error": where.text("repair_error", _cut(raw.get("repair_error"))) or None,
         "checks": [],
         "gpus": [],
         "contaminants": [],

@@ -725,6 +725,21 @@ def test_a_failed_repair_is_said_in_every_format(run_action, tmp_path):
     assert "remediate.yml --limit train-c1,localhost --check --diff" in text
 
 
+def test_a_long_repair_error_is_cut_not_refused(run_action, tmp_path):
+    """An installer's output in the message must not make the record unreadable (which would hide
+    the failure: no pill, host_repair_failed 0)."""
+    records = realistic_fleet()
+    long = "pip said: " + "x" * 40000
+    [rec] = [r for r in records if r["host"] == "train-c1"]
+    rec["repair_error"] = long
+    run_action(args(tmp_path, records=records))
+    rows, _junit, fams, _page = report_files(tmp_path)
+    cut = rows["train-c1"]["repair_error"]
+    assert rows["train-c1"]["error"] is None and len(cut) == 16384, rows["train-c1"]["error"]
+    assert cut.startswith("pip said: xxx") and cut.endswith(" ... (%d more characters)" % (len(long) - 16384))
+    assert sample(fams, "host_repair_failed", host="train-c1") == [1.0]
+
+
 def test_hosts_is_records_under_its_old_name_for_one_release(tmp_path, run_action):
     """The option was named hosts before 0.4.0: a playbook still giving it writes the same report."""
     new = run_action(args(tmp_path / "new"))
