@@ -47,7 +47,7 @@ options:
       - Whose reading this is. The result is then the verify role's record of it - the C(verify_result)
         that docs/reports.md describes and M(gpufleet.hygiene.fleet_report) reads - so that the reading
         can be registered as the record itself - the keys of O(brief=true) and RV(host), RV(node),
-        RV(vmid), RV(remediated) and RV(error). Implies O(brief=true).
+        RV(vmid), RV(remediated), RV(error) and RV(repair_error). Implies O(brief=true).
       - Its action records a container it cannot reach as well - not ready, no check (nothing was
         read), RV(error) set to the connection's message - and returns that as the host's
         unreachable result, so that every host of the play registers a record. Being returned, not
@@ -316,6 +316,13 @@ error:
   description: With O(record), null; the connection's message when the container could not be reached.
   returned: with O(record)
   type: str
+repair_error:
+  description:
+    - With O(record), null. The repair role sets it on the record of a host whose repair failed, when it is told not to fail
+      the host (C(repair_fail_on_error=false), as the hygiene playbook runs it).
+  returned: with O(record)
+  type: str
+  version_added: 0.4.0
 """
 
 from ansible.module_utils.basic import AnsibleModule
