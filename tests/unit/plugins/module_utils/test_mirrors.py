@@ -8,6 +8,7 @@ with the test files that import it."""
 
 from __future__ import annotations
 
+import ast
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -17,7 +18,7 @@ TESTS = os.path.join(HERE, "..", "..")
 # Tested through their module's tests, which exercise them as the module uses them.
 THROUGH = {
     "common/_hostlock.py": ["plugins/modules/test_host_lock_throughput.py"],
-    "fs/_root.py": ["plugins/module_utils/view/test_view.py", "plugins/module_utils/cache/test_roots.py"],
+    "fs/_root.py": ["plugins/module_utils/view/test_view.py", "plugins/module_utils/view/test_node_read_paths.py"],
     "fs/_tree.py": ["plugins/module_utils/cache/test_clear.py", "plugins/module_utils/cache/test_roots.py"],
     "gpu/_state.py": ["plugins/modules/test_gpu_state.py"],
 }
@@ -44,7 +45,20 @@ def test_the_files_tested_through_their_module_are_imported_there():
         assert rel in files, rel  # an entry for a file that is gone
         assert not os.path.isfile(os.path.join(HERE, os.path.dirname(rel), "test" + os.path.basename(rel))), (
             "%s has its mirror test file now: drop it from THROUGH" % rel)
-        module = os.path.basename(rel)[:-3]
+        dotted = "module_utils.%s.%s" % (os.path.dirname(rel), os.path.basename(rel)[:-3])
         for test in tests:
-            with open(os.path.join(TESTS, test)) as f:
-                assert module in f.read(), (rel, test)
+            assert dotted in imported(os.path.join(TESTS, test)), (rel, test)
+
+
+def imported(path):
+    """The modules a test file imports (``import a.b``, ``from a import b`` as a.b, ``from a.b import c`` as a.b)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update("%s.%s" % (node.module, alias.name) for alias in node.names)
+    return {name.split("plugins.", 1)[-1] for name in names}

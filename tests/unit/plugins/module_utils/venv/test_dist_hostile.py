@@ -5,8 +5,8 @@
 /dev/zero, huge files, and interpreters that are another user's scripts. Each read returns
 within a bound with a problem; nothing of the venv runs as root.
 
-Mostly venv/_dist (the venv resolved, METADATA and RECORD read, the interpreter asked as its
-owner), reached through the readers that use it: venv/_contamination's scan and removal (the
+Mostly venv/_venv (the venv resolved), venv/_dist (METADATA and RECORD read) and venv/_inventory
+(the interpreter asked as its owner), reached through the readers that use it: venv/_contamination's scan and removal (the
 cuda_contamination module), pip_inventory, and readiness/_readiness's read_timeout. The file
 layer under them alone (fs/_files) is tested in fs/test_files.py."""
 

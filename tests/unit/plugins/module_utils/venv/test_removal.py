@@ -71,6 +71,7 @@ def test_bad_options_are_refused_before_anything_is_read(tmp_path, kw, message):
     with pytest.raises(_removal.DistError) as exc:
         w.contamination(**kw)
     assert exc.value.msg == message
+    assert w.fake.calls == []  # nothing was run
 
 
 def test_options_are_kept_canonical_and_find_links_may_be_a_directory(tmp_path):
