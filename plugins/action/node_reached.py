@@ -36,7 +36,9 @@ class ActionModule(ActionBase):
             host, task_vars, task_vars.get("hostvars") or {}, task_vars.get("ansible_play_batch"), task_vars.get("groups"))
         result["changed"] = False
         if not read.get("unreachable"):
-            result["msg"] = "read through its node" if read else "no node read of this host in this run"
+            # Nothing to count: skipped, so that a play of the unreachable and the failed together
+            # (preflight's and hygiene's last) shows no extra ok for the others.
+            result.update(skipped=True, msg="read through its node" if read else "no node read of this host in this run")
             return result
         said = read.get("msg") or "no message"
         kept = task_vars.get("verify_results")

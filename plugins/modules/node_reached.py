@@ -16,7 +16,7 @@ description:
     containers gets its record, its summary line and its report row by name (its node read ignores unreachable).
     Run right after that read, this action gives each host the state the read found - V(unreachable), with the
     read's message - so that the recap counts it C(unreachable), the exit status says so and no later task or play
-    tries it. A host read through a node that answered is V(ok), unchanged.
+    tries it. A host read through a node that answered (or not read by a node in this run) is skipped, unchanged.
   - Which read is this host's - its own node read (a node that read its containers, or the container that read for
     its node), else that of the host of the play's batch that read for the same node (the group the read made), else
     its C(pve_node)'s when that node read it (the playbooks reading by node).

@@ -72,7 +72,7 @@ def test_a_container_read_by_its_node_follows_the_node():
     assert result["unreachable"] is True and "(read by pve2)" in result["msg"]
     # A node that did not read it says nothing of it.
     result = run_action({"inventory_hostname": "train-201", "pve_node": "pve2", "hostvars": hostvars})
-    assert "unreachable" not in result and result["msg"] == "no node read of this host in this run"
+    assert "unreachable" not in result and result["msg"] == "no node read of this host in this run" and result["skipped"]
 
 
 @pytest.mark.parametrize("read", [UP, {"failed": True, "msg": "nvidia-smi hung"}])
@@ -80,7 +80,7 @@ def test_a_node_that_answered_leaves_the_host_as_it_is(read):
     for host in ("train-200", "train-201"):
         result = run_action(container_vars(host, read))
         assert "unreachable" not in result and not result.get("failed") and result["changed"] is False, result
-        assert result["msg"] == "read through its node"
+        assert result["msg"] == "read through its node" and result["skipped"] is True
 
 
 def test_a_read_given_is_judged_instead():
