@@ -41,7 +41,7 @@ class ActionModule(ActionBase):
             result.update(skipped=True, msg="read through its node" if read else "no node read of this host in this run")
             return result
         said = read.get("msg") or "no message"
-        kept = task_vars.get("verify_results")
+        kept = task_vars.get("verify_records")
         if by == host and isinstance(kept, Mapping):
             # A node that read its containers itself (the play's hosts are the nodes).
             msg = "%s could not be reached to read its containers (%s): %s" % (host, ", ".join(sorted(kept)), said)

@@ -7,7 +7,7 @@ fleet_read_plan.yml, fleet_records.yml, fleet_summary.yml.
 
 The playbooks find their hosts one way: the host pattern of their first play, resolved with
 ansible.builtin.inventory_hostnames, then the hosts this run read (the ones with a
-verify_result). The records come from module_utils.readiness._record, the builder the readiness
+verify_record). The records come from module_utils.readiness._record, the builder the readiness
 action and the verify role use.
 """
 
@@ -63,9 +63,9 @@ def fleet_read_plan(selected, hostvars, limit=None, limit_file=False, read_by="a
 def fleet_records(hosts, hostvars=None, unread=False):
     """The record of every host this run read, from the hosts (their names, with hostvars, or each
     one's variables):
-    the verify role's verify_result, or, when its read failed before reading (a value refused, a
+    the verify role's verify_record (or verify_result, its name before 0.3.0, until 0.4.0), or, when its read failed before reading (a value refused, a
     template that failed), the record of a host not read, with the read's message. With hostvars,
-    a container read by its node (verify_results of its pve_node) has the record kept there. With
+    a container read by its node (verify_records of its pve_node) has the record kept there. With
     unread, a host without any record is recorded as not read (no result) instead of left out."""
     out = []
     for host in hosts:
@@ -75,7 +75,10 @@ def fleet_records(hosts, hostvars=None, unread=False):
             raise AnsibleFilterError("fleet_records: expects host names with hostvars, or each host's variables "
                                      "(hosts | map('extract', hostvars))")
         name = hv["inventory_hostname"]
-        if "verify_result" in hv:
+        if "verify_record" in hv:
+            registered = hv["verify_record"]
+        elif "verify_result" in hv:
+            # Registered by a playbook of yours under the record's name before 0.3.0 (until 0.4.0).
             registered = hv["verify_result"]
         elif hostvars is not None and name in _node_records(hostvars, hv.get("pve_node")):
             registered = _node_records(hostvars, hv.get("pve_node"))[name]
@@ -94,7 +97,7 @@ def _node_records(hostvars, node):
     """The records a node kept of the containers it read (roles/verify/tasks/read_nodes.yml), or {}."""
     if not node or node not in hostvars:
         return {}
-    kept = hostvars[node].get("verify_results")
+    kept = hostvars[node].get("verify_records")
     return kept if isinstance(kept, Mapping) else {}
 
 

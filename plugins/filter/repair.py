@@ -19,7 +19,7 @@ LEFTOVERS = ("repaired", "always")
 
 def repair_plan(record, allow_running_job=False, repair_stalled=False, leftovers="repaired", keep_healthy_job=False,
                 start_job=False):
-    """{repair, start, left, purge, failed, gpu_errors, config_errors, stalled, leftovers, leftover_pids} of a verify_result: a
+    """{repair, start, left, purge, failed, gpu_errors, config_errors, stalled, leftovers, leftover_pids} of a verify_record: a
     host is repaired unless it is ready, the job's configuration is wrong (a repair could stop what it
     cannot start again: ``config_errors``, job_config's problems), its GPUs cannot be read (a node fault no
     step repairs, and a repair could not be checked), or a job runs on it and running jobs are allowed
@@ -33,7 +33,7 @@ def repair_plan(record, allow_running_job=False, repair_stalled=False, leftovers
     not run is to have it started (``start``): nothing to repair, the job down is what differs from the
     desired state."""
     if not isinstance(record, Mapping) or "checks" not in record:
-        raise AnsibleFilterError("repair_plan: expects a verify_result (with its checks)")
+        raise AnsibleFilterError("repair_plan: expects a verify_record (with its checks)")
     flags = {}
     for name, value in (("allow_running_job", allow_running_job), ("repair_stalled", repair_stalled),
                         ("keep_healthy_job", keep_healthy_job), ("start_job", start_job)):

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The verify role's filters: the record and verdict of a readiness reading, and its node entry
-point's plan and readings (docs: verify_record.yml, verify_verdict.yml, verify_node_job.yml,
-verify_node_reading.yml).
+point's plan and readings, and the deprecated old names of the records (docs: verify_record.yml,
+verify_verdict.yml, verify_node_job.yml, verify_node_reading.yml, verify_alias.yml).
 
 Python rather than Jinja in the role: every task of the role runs once per container host, and
 ansible-core compiles each template again in each forked worker, so a large expression costs
@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.datatag import deprecate_value
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
@@ -27,9 +28,14 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._option
 # The connection that means "a container behind its Proxmox VE node".
 PCT_CONNECTIONS = ("gpufleet.hygiene.pct",)
 
+# The role's outputs renamed in 0.3.0 (a host's record, the records a node keeps): the old name
+# stays for one release, a deprecated alias, removed in this version.
+RENAMED = {"verify_result": "verify_record", "verify_results": "verify_records"}
+ALIASES_REMOVED_IN = "0.4.0"
+
 
 def verify_record(reading, host, node=None, vmid=None, args=None):
-    """The verify role's verify_result (docs/reports.md) of one host's readiness reading."""
+    """The verify role's verify_record (docs/reports.md) of one host's readiness reading."""
     if not isinstance(reading, Mapping):
         raise AnsibleFilterError("verify_record: the reading must be a readiness result (a dict), got %s" % type(reading).__name__)
     if not host:
@@ -37,6 +43,18 @@ def verify_record(reading, host, node=None, vmid=None, args=None):
     if args is not None and not isinstance(args, Mapping):
         raise AnsibleFilterError("verify_record: args must be the readiness options (a dict), got %s" % type(args).__name__)
     return _record.of_reading(reading, host, node, vmid, args)
+
+
+def verify_alias(value, old):
+    """value (the record, or a node's records) under its old name ``old``: tagged deprecated, so
+    that a template reading it warns, naming the new name; the value itself is the same."""
+    new = RENAMED.get(old)
+    if new is None:
+        raise AnsibleFilterError("verify_alias: %r is no old name of the verify role's outputs; one of: %s" % (old, ", ".join(sorted(RENAMED))))
+    if not isinstance(value, Mapping):
+        raise AnsibleFilterError("verify_alias: expects the %s (a dict), got %s" % (new, type(value).__name__))
+    return deprecate_value(value, "The verify role's %s is renamed %s." % (old, new), version=ALIASES_REMOVED_IN,
+                           collection_name="gpufleet.hygiene", help_text="Read %s instead." % new)
 
 
 def _flag(name, value):
@@ -51,7 +69,7 @@ def verify_verdict(record, fail=False, show=False):
     one-line summary of what is wrong; fail and show (the role's verify_fail and verify_show)
     come back as booleans, refused unless they are true or false."""
     if not isinstance(record, Mapping) or "checks" not in record:
-        raise AnsibleFilterError("verify_verdict: expects a verify_result (with its checks)")
+        raise AnsibleFilterError("verify_verdict: expects a verify_record (with its checks)")
     flags = {"fail": _flag("verify_fail", fail), "show": _flag("verify_show", show)}
     checks = record["checks"]
     lines = ["READY" if record.get("ready") else "NOT READY"]
@@ -223,4 +241,5 @@ class FilterModule(object):
     def filters(self):
         return {"verify_record": verify_record, "verify_verdict": verify_verdict,
                 "verify_node_job": verify_node_job, "verify_node_reading": verify_node_reading,
-                "verify_node_entries": verify_node_entries, "verify_node_records": verify_node_records}
+                "verify_node_entries": verify_node_entries, "verify_node_records": verify_node_records,
+                "verify_alias": verify_alias}

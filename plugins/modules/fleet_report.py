@@ -63,7 +63,7 @@ attributes:
 options:
   records:
     description:
-      - One record per host, as the C(verify) role produces it (C(verify_result), P(gpufleet.hygiene.fleet_records#filter)). Keys - C(host) (str), C(node)
+      - One record per host, as the C(verify) role produces it (C(verify_record), P(gpufleet.hygiene.fleet_records#filter)). Keys - C(host) (str), C(node)
         (str or null), C(vmid) (int or null), C(ready), C(running_job), C(remediated) (bools),
         C(checks) (list of C(name), C(ok), C(severity) V(fail) or V(warn), C(summary)), C(gpus)
         (list of C(index), C(name), C(uuid), C(memory_used_mib), C(memory_total_mib),
@@ -185,7 +185,7 @@ EXAMPLES = r"""
 
 - name: Write the fleet report
   gpufleet.hygiene.fleet_report:
-    records: "{{ ansible_play_hosts_all | map('extract', hostvars, 'verify_result') | select('defined') | selectattr('host', 'defined') | list }}"
+    records: "{{ ansible_play_hosts_all | map('extract', hostvars, 'verify_record') | select('defined') | selectattr('host', 'defined') | list }}"
     dest: /var/lib/gpufleet-hygiene/report
     title: Nightly GPU hygiene
     run_started: "{{ hygiene_run_started }}"

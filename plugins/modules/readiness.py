@@ -44,7 +44,7 @@ options:
     version_added: 0.1.0
   record:
     description:
-      - Whose reading this is. The result is then the verify role's record of it - the C(verify_result)
+      - Whose reading this is. The result is then the verify role's record of it - the C(verify_record)
         that docs/reports.md describes and M(gpufleet.hygiene.fleet_report) reads - so that the reading
         can be registered as the record itself - the keys of O(brief=true) and RV(host), RV(node),
         RV(vmid), RV(remediated), RV(error) and RV(repair_error). Implies O(brief=true).
@@ -104,9 +104,9 @@ EXAMPLES = r"""
       host: "{{ inventory_hostname }}"
       node: "{{ pve_node | default(none) }}"
       vmid: "{{ ansible_pct_vmid | default(none) }}"
-  register: verify_result
-  # A container that is not ready is data here, not a failure: its verdict is in verify_result.ready
-  # and verify_result.checks. Refused options still fail the task; an unreachable host stays unreachable.
+  register: verify_record
+  # A container that is not ready is data here, not a failure: its verdict is in verify_record.ready
+  # and verify_record.checks. Refused options still fail the task; an unreachable host stays unreachable.
   failed_when: false
 """
 

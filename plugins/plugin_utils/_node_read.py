@@ -37,7 +37,7 @@ def node_read(host, hv, hostvars, batch=(), groups=None):
     """(the node read that read ``host`` in this run, who ran it), ({}, None) when none did: the
     host's own (``hv``: its variables), else that of the first host of ``batch`` reading for the
     same node (the group of verify__node_job), else its pve_node's when that node read it (the node
-    keeps its record in verify_results)."""
+    keeps its record in verify_records)."""
     own = hv.get(READ_FACT)
     if ran(own):
         return own, host
@@ -50,7 +50,7 @@ def node_read(host, hv, hostvars, batch=(), groups=None):
                 return read, peer
     node = hv.get("pve_node")
     if node and node in hostvars:
-        kept = hostvars[node].get("verify_results")
+        kept = hostvars[node].get("verify_records")
         if isinstance(kept, Mapping) and host in kept:
             read = hostvars[node].get(READ_FACT)
             if ran(read):

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The verify role's read (one node_readiness run per node, each container read from its node) over
-the session's simulated fleet: the same verify_result as each container read inside itself, one
+the session's simulated fleet: the same verify_record as each container read inside itself, one
 module run per node, a stopped container reported by name, a node that cannot be reached; and
 how preflight and hygiene choose the play's hosts (the containers, or their nodes)."""
 
@@ -29,7 +29,7 @@ def containers(fleet, running):
 
 
 @pytest.mark.parametrize("method", ["pct", "lxc-attach"])
-def test_node_read_gives_the_same_verify_result_as_per_container(fleet, ansible_cli, tmp_path, method):
+def test_node_read_gives_the_same_verify_record_as_per_container(fleet, ansible_cli, tmp_path, method):
     running = [ct["name"] for ct in containers(fleet, True)]
     out = tmp_path / "compare.json"
     res = ansible_cli("ansible-playbook", "-i", INVENTORY, COMPARE, "--limit", ",".join(running + ["localhost"]),
@@ -48,12 +48,44 @@ def test_node_read_gives_the_same_verify_result_as_per_container(fleet, ansible_
         assert len(ran) == len(nodes_with_running), section
 
 
+OLD_NAMES = os.path.join(REPO, "tests", "integration", "targets", "node_readiness", "old_names.yml")
+
+
+def test_a_playbook_reading_the_records_by_their_names_before_0_3_gets_them_and_a_deprecation(fleet, ansible_cli, tmp_path):
+    """verify_result and verify_results, the names of the record and of a node's records before
+    0.3.0, still hold them for one release, read in a later play as a 0.2 playbook did; reading
+    each warns once, naming the new name. The collection's own plays read only the new names:
+    the read itself warns of nothing."""
+    running = [ct["name"] for ct in containers(fleet, True)]
+    nodes = sorted({node["name"] for node in fleet["nodes"] if any(ct["running"] for ct in node["containers"])})
+    out = tmp_path / "names.json"
+    res = ansible_cli("ansible-playbook", "-i", INVENTORY, OLD_NAMES, "--limit", ",".join(running + nodes + ["localhost"]),
+                      "-e", "old_names_out=%s" % out,
+                      "-e", json.dumps({"old_names_containers": running, "old_names_nodes": nodes}))
+    assert res.returncode == 0, res.stdout
+    names = json.loads(out.read_text())
+    assert sorted(names["record"]) == sorted(running)
+    assert names["result"] == names["record"]
+    assert names["results"] == names["records"]
+    # Read by node: every container of those nodes, the stopped one too (not ready, not read).
+    of_nodes = {ct["name"] for node in fleet["nodes"] if node["name"] in nodes for ct in node["containers"]}
+    assert {host for kept in names["records"].values() for host in kept} == of_nodes
+    assert all(r["host"] == host and "ready" in r and r["checks"] for host, r in names["record"].items())
+    warned = re.findall(r"\[DEPRECATION WARNING\]: (.*?)\. This feature will be removed from collection 'gpufleet.hygiene' version 0\.4\.0",
+                        res.stdout)
+    assert sorted(warned) == ["The verify role's verify_result is renamed verify_record",
+                              "The verify role's verify_results is renamed verify_records"], res.stdout
+    # Before the last play, nothing read an old name.
+    assert "DEPRECATION" not in res.stdout.split("PLAY [Read the outputs by both names]", 1)[0], res.stdout
+
+
 def test_a_stopped_container_is_not_ready_in_preflight_with_how_to_start_it(fleet, ansible_cli):
     """preflight reads each container from its node: a stopped one is not read, and fails by name
     with pct's reason and what to do; its node's other containers are read, nothing is unreachable."""
     [stopped] = containers(fleet, False)
     res = ansible_cli("ansible-playbook", "-i", INVENTORY, os.path.join(REPO, "playbooks", "preflight.yml"))
     assert res.returncode == 2, res.stdout
+    assert "DEPRECATION" not in res.stdout  # the collection's plays read no old name (verify_alias)
     assert ("%s is not ready: not read: container %d is not running (stopped); start it (pct start %d) and run again, or leave "
             "it out of the run (--limit)" % (stopped["name"], stopped["vmid"], stopped["vmid"])) in res.stdout.replace("\n        ", " ")
     recap = res.stdout.split("PLAY RECAP", 1)[1]

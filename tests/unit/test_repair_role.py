@@ -52,7 +52,7 @@ def test_the_sequence_is_written_once():
             assert step not in text, (name, step)
         [repair] = [t for t in first_play(name)["tasks"] if "ansible.builtin.include_role" in t]
         assert repair["ansible.builtin.include_role"] == {"name": "gpufleet.hygiene.repair"}
-        assert "not verify_result.ready" in repair["when"]
+        assert "not verify_record.ready" in repair["when"]
     main = load(ROLE, "tasks", "main.yml")
     assert all(set(t) <= {"name", "ansible.builtin.include_tasks", "when", "tags"} for t in main)  # a dispatcher
     # Its two includes run whatever --tags chooses: the steps inside carry their own tags.

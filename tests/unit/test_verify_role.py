@@ -51,9 +51,9 @@ def test_the_read_records_the_host_node_and_vmid():
     job = " ".join(job["ansible.builtin.set_fact"]["verify__node_job"].split())
     # The inventory's names: the node is pve_node, the container's id ansible_pct_vmid.
     assert "gpufleet.hygiene.verify_node_job( inventory_hostname, pve_node | default(none), ansible_pct_vmid | default(none)," in job, job
-    record = next(t for t in load("tasks", "read_host.yml") if "verify_result" in t.get("ansible.builtin.set_fact", {}))
+    record = next(t for t in load("tasks", "read_host.yml") if "verify_record" in t.get("ansible.builtin.set_fact", {}))
     assert "verify_record(inventory_hostname, verify__node_job.label.node, verify__node_job.label.vmid" in " ".join(
-        record["ansible.builtin.set_fact"]["verify_result"].split())
+        record["ansible.builtin.set_fact"]["verify_record"].split())
 
 
 def playbook_reads_without_validation():
@@ -92,7 +92,7 @@ def test_without_ansible_cores_validation_the_read_still_validates_every_variabl
         assert set(play_vars) <= set(specs[entry]["options"]), (name, entry)
     # The other two are taken strictly by the verdict's filter (true or false, or an error naming them).
     [verdict] = load("tasks", "fail.yml")
-    assert verdict["vars"]["verify__verdict"] == "{{ verify_result | gpufleet.hygiene.verify_verdict(verify_fail, verify_show) }}"
+    assert verdict["vars"]["verify__verdict"] == "{{ verify_record | gpufleet.hygiene.verify_verdict(verify_fail, verify_show) }}"
     assert "when" not in verdict  # a `when: verify_fail | bool` would take a wrong value for false
 
 

@@ -27,7 +27,7 @@ BRIEF = {"ready": False, "running_job": False, "checks": [GPU_HELD, CHECK_OK], "
 
 
 def registered(host, node="pve1", vmid=100, **extra):
-    """verify_result as the readiness action registers it: the record plus Ansible's keys."""
+    """verify_record as the readiness action registers it: the record plus Ansible's keys."""
     return dict(_record.record(dict(BRIEF, **extra), host, node, vmid), changed=False, failed=False, invocation={})
 
 
@@ -35,13 +35,25 @@ class HostVars(dict):
     """A host's hostvars as a filter sees them (a read-only mapping)."""
 
 
+def test_fleet_records_takes_a_record_registered_under_its_name_before_0_3_where_there_is_no_other():
+    """A 0.2 playbook registered readiness's record as verify_result: taken until 0.4.0; where a
+    host has both (the verify role sets the old name as an alias), verify_record is the record."""
+    old = registered("train-100")
+    both = dict(registered("train-101", vmid=101), ready=True)
+    hosts = [HostVars(inventory_hostname="train-100", pve_node="pve1", ansible_pct_vmid=100, verify_result=old),
+             HostVars(inventory_hostname="train-101", pve_node="pve1", ansible_pct_vmid=101, verify_record=both,
+                      verify_result={"failed": True, "msg": "stale"})]
+    records = _fleet.fleet_records(hosts)
+    assert records == [_record.record(BRIEF, "train-100", "pve1", 100), _record.record(dict(BRIEF, ready=True), "train-101", "pve1", 101)]
+
+
 def test_fleet_records_keeps_the_hosts_read_and_records_a_refused_read_as_not_read():
     hosts = [
-        HostVars(inventory_hostname="train-100", pve_node="pve1", ansible_pct_vmid=100, verify_result=registered("train-100")),
+        HostVars(inventory_hostname="train-100", pve_node="pve1", ansible_pct_vmid=100, verify_record=registered("train-100")),
         HostVars(inventory_hostname="train-101", pve_node="pve1", ansible_pct_vmid=101),  # --limit left it out
         HostVars(inventory_hostname="train-102", pve_node="pve1", ansible_pct_vmid=102,
-                 verify_result={"failed": True, "msg": "gpufleet.hygiene.readiness: argument 'require_gpu' is of type str"}),
-        HostVars(inventory_hostname="train-103", verify_result=dict(_record.unread("train-103", "pve2", 103, "unreachable: no route"),
+                 verify_record={"failed": True, "msg": "gpufleet.hygiene.readiness: argument 'require_gpu' is of type str"}),
+        HostVars(inventory_hostname="train-103", verify_record=dict(_record.unread("train-103", "pve2", 103, "unreachable: no route"),
                                                                     unreachable=True)),
     ]
     records = _fleet.fleet_records(hosts)
@@ -140,7 +152,7 @@ def test_repair_plan_purges_only_for_a_check_purging_fixes():
     assert _repair.repair_plan(broken)["gpu_errors"] == ["GPU is lost"]
     with pytest.raises(AnsibleFilterError, match="allow_running_job must be true or false"):
         _repair.repair_plan(BRIEF, "perhaps")
-    with pytest.raises(AnsibleFilterError, match="verify_result"):
+    with pytest.raises(AnsibleFilterError, match="verify_record"):
         _repair.repair_plan({"ready": False})
 
 

@@ -199,8 +199,8 @@ def test_a_node_keeps_each_containers_record_and_fleet_records_finds_it():
     assert kept["ct10"] == _verify.verify_record(BRIEF, "ct10", "pve1", 100)
     assert [c["name"] for c in kept["ct11"]["checks"]] == ["gpu_idle", "venv_clean", "caches_fresh"]
     assert {c["summary"] for c in kept["ct11"]["checks"]} == {"container 101 is not running"}
-    hostvars["pve1"]["verify_results"] = kept
-    hostvars["ct20"]["verify_result"] = dict(_verify.verify_record(BRIEF, "ct20", "pve2", 200), changed=False, failed=False)
+    hostvars["pve1"]["verify_records"] = kept
+    hostvars["ct20"]["verify_record"] = dict(_verify.verify_record(BRIEF, "ct20", "pve2", 200), changed=False, failed=False)
     records = _fleet.fleet_records([hostvars[n] for n in groups["pve_containers"]], hostvars)
     assert [r["host"] for r in records] == ["ct10", "ct11", "ct20"]  # ct12, ct21, ct22 were not read
     assert records[0] == kept["ct10"] and records[2] == _verify.verify_record(BRIEF, "ct20", "pve2", 200)
@@ -243,7 +243,7 @@ def test_the_plan_takes_host_names_not_a_pattern():
 
 def test_the_records_of_the_plans_containers_by_name():
     hostvars, _groups = fleet(n_nodes=1, per_node=2)
-    hostvars["ct10"]["verify_result"] = _verify.verify_record(BRIEF, "ct10", "pve1", 100)
+    hostvars["ct10"]["verify_record"] = _verify.verify_record(BRIEF, "ct10", "pve1", 100)
     records = _fleet.fleet_records(["ct10", "ct11"], hostvars)
     assert [r["host"] for r in records] == ["ct10"]  # ct11 was not read in this run
     assert records == _fleet.fleet_records([hostvars["ct10"], hostvars["ct11"]], hostvars)

@@ -60,14 +60,14 @@ def test_its_peers_are_unreachable_too_naming_who_read_them():
 
 
 def test_a_node_read_by_node_is_unreachable_naming_its_containers():
-    hv = {"inventory_hostname": "pve2", "verify__node_read": DOWN, "verify_results": {"train-201": {}, "train-200": {}}}
+    hv = {"inventory_hostname": "pve2", "verify__node_read": DOWN, "verify_records": {"train-201": {}, "train-200": {}}}
     result = run_action(hv)
     assert result["unreachable"] is True
     assert result["msg"].startswith("pve2 could not be reached to read its containers (train-200, train-201): gpufleet")
 
 
 def test_a_container_read_by_its_node_follows_the_node():
-    hostvars = {"pve2": {"verify__node_read": DOWN, "verify_results": {"train-200": {}}}}
+    hostvars = {"pve2": {"verify__node_read": DOWN, "verify_records": {"train-200": {}}}}
     result = run_action({"inventory_hostname": "train-200", "pve_node": "pve2", "hostvars": hostvars})
     assert result["unreachable"] is True and "(read by pve2)" in result["msg"]
     # A node that did not read it says nothing of it.

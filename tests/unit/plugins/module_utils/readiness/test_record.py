@@ -16,7 +16,7 @@ BRIEF = {"ready": False, "running_job": False, "checks": [GPU_HELD, CHECK_OK], "
 
 
 def registered(host, node="pve1", vmid=100, **extra):
-    """verify_result as the readiness action registers it: the record plus Ansible's keys."""
+    """verify_record as the readiness action registers it: the record plus Ansible's keys."""
     return dict(_record.record(dict(BRIEF, **extra), host, node, vmid), changed=False, failed=False, invocation={})
 
 
