@@ -19,7 +19,7 @@ from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._report im
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils.report._run import RUN_KINDS
 
 ARGUMENT_SPEC = dict(
-    # records: the one name of a host's record (hosts, its name before 0.4.0, an alias for one release).
+    # records: the one name of a host's record (hosts, its name before 0.3.0, an alias for one release).
     records=dict(type="list", elements="dict", aliases=["hosts"]),
     dest=dict(type="path", required=True),
     formats=dict(type="list", elements="str", choices=list(FORMATS), default=list(FORMATS)),

@@ -35,7 +35,7 @@ options:
       - Written at the end of a run that decided on at least one container (through a temporary file and a rename;
         the directory must exist). Not written otherwise, so an earlier run's file stays as it was.
     type: path
-    version_added: 0.4.0
+    version_added: 0.3.0
     env:
       - name: GPUFLEET_OUTCOME_FILE
     ini:

@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: fleet_plan
 short_description: Check a run's options and selection, and plan how it reads its containers
-version_added: 0.4.0
+version_added: 0.3.0
 author: gpufleet.hygiene maintainers (@gpufleet)
 description:
   - What C(playbooks/plan.yml) runs once, on localhost, before any host is read. First the run's checks - every

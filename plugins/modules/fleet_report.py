@@ -73,11 +73,11 @@ options:
         what a repair that failed left, the repair role records it with C(repair_fail_on_error=false)).
       - The full schema is in the collection's C(docs/reports.md).
       - Required unless O(merge_from) is given; with it, these records are merged with the slices'.
-      - Named O(hosts) before version 0.4.0; that name stays an alias for one release.
+      - Named O(hosts) before version 0.3.0; that name stays an alias for one release.
     type: list
     elements: dict
     aliases: [hosts]
-    version_added: 0.4.0
+    version_added: 0.3.0
   dest:
     description: Directory the report files are written to. Created when missing.
     type: path
@@ -143,7 +143,7 @@ options:
     type: str
     choices: [preflight, remediate, hygiene]
     default: hygiene
-    version_added: 0.4.0
+    version_added: 0.3.0
   phases:
     description:
       - Earlier runs of the same incident, shown on the page side by side with this one - a table with a row per
@@ -155,7 +155,7 @@ options:
         fails the task and names it. C(report.json) holds the phases under C(phases).
     type: list
     elements: dict
-    version_added: 0.4.0
+    version_added: 0.3.0
     suboptions:
       label:
         description: The phase's column heading, for example V(preflight found).
@@ -268,7 +268,7 @@ summary:
     repair_failed:
       description: Hosts whose repair failed in this run (their C(repair_error)).
       type: int
-      version_added: 0.4.0
+      version_added: 0.3.0
     checks_failed:
       description: Failed checks (severity V(fail)) over all hosts.
       type: int

@@ -322,7 +322,7 @@ repair_error:
       the host (C(repair_fail_on_error=false), as the hygiene playbook runs it).
   returned: with O(record)
   type: str
-  version_added: 0.4.0
+  version_added: 0.3.0
 """
 
 from ansible.module_utils.basic import AnsibleModule
