@@ -15,6 +15,8 @@ written once. From this table come:
 * the doc fragments ``gpufleet.hygiene.readiness_options`` and ``gpufleet.hygiene.gpu_read``;
 * the verify role's ``defaults/main.yml`` block, the ``read`` entry point's options in
   ``meta/argument_specs.yml`` and ``verify__readiness_args`` in ``vars/main.yml``;
+* the relaunch role's ``relaunch__readiness_args`` in its ``vars/main.yml``, the options of its
+  check of the libraries the new run maps (``tasks/confirm.yml``);
 * the options a node gives each container it reads (plugins/filter/verify.py).
 
 The files are written by ``scripts/readiness_options.py`` and checked by its ``--check`` (part
@@ -23,6 +25,11 @@ of ``make lint`` and of the unit tests): change a row here, run the script, comm
 ``given``: when the role passes the option to the read. ``always``: with its value, whatever it
 is; ``set``: only when not empty (so that the read's own default applies); ``positive``: only
 above 0. An option without ``role`` is the module's alone.
+
+``relaunch``: the relaunch role's variable that gives the option to its libraries check, given
+as ``given`` says (as the verify role gives it); the options that check fixes whatever the
+variables say (``allow_running_job``, ``caches``, ``job_libraries``) are written in its task. Any
+other option is not given by the relaunch role: the read's default applies.
 
 Each number option's range (``least``, ``more_than``) is in its row too: ``bad_option()`` checks
 every one, on the target (the read) and on the controller (the fleet plan's checks), which import
@@ -38,8 +45,8 @@ from collections import namedtuple
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import out_of_range
 
-_FIELDS = ("name", "type", "elements", "default", "role", "inventory", "given", "version_added", "group", "no_log",
-           "least", "more_than", "description")
+_FIELDS = ("name", "type", "elements", "default", "role", "inventory", "given", "relaunch", "version_added", "group",
+           "no_log", "least", "more_than", "description")
 _NONE = object()
 
 
@@ -48,10 +55,10 @@ class Option(namedtuple("Option", _FIELDS)):
 
     __slots__ = ()
 
-    def __new__(cls, name, type, elements=None, default=_NONE, role=None, inventory=None, given=None,
+    def __new__(cls, name, type, elements=None, default=_NONE, role=None, inventory=None, given=None, relaunch=None,
                 version_added=None, group="readiness", no_log=None, least=None, more_than=None, description=()):
-        return super(Option, cls).__new__(cls, name, type, elements, default, role, inventory, given, version_added,
-                                          group, no_log, least, more_than, tuple(description))
+        return super(Option, cls).__new__(cls, name, type, elements, default, role, inventory, given, relaunch,
+                                          version_added, group, no_log, least, more_than, tuple(description))
 
     @property
     def has_default(self):
@@ -80,6 +87,7 @@ OPTIONS = (
     Option(
         "job_patterns", "list", elements="str", default=[],
         role="verify_job_patterns", inventory="gpufleet_job.patterns", given="always",
+        relaunch="relaunch_patterns",
         description=(
             ("Python regular expressions searched in the command line of the training job's processes "
              "(M(gpufleet.hygiene.processes) O(gpufleet.hygiene.processes#module:scope.cmdline))."),
@@ -89,6 +97,7 @@ OPTIONS = (
     Option(
         "job_users", "list", elements="str", default=[],
         role="verify_job_users", inventory="gpufleet_job.users", given="always",
+        relaunch="relaunch_users",
         description=(
             ("The job's users, to narrow O(job_patterns) (M(gpufleet.hygiene.processes) "
              "O(gpufleet.hygiene.processes#module:scope.users))."),
@@ -110,6 +119,7 @@ OPTIONS = (
     Option(
         "require_gpu", "bool", default=True,
         role="verify_require_gpu", inventory="gpufleet_require_gpu", given="always",
+        relaunch="relaunch_require_gpu",
         group="gpu_read",
         description=(
             ("When V(false), a host without a usable GPU (no nvidia-smi, no devices, the driver not loaded, NVML "
@@ -128,6 +138,7 @@ OPTIONS = (
     Option(
         "nvidia_smi", "path",
         role="verify_nvidia_smi", inventory="gpufleet_nvidia_smi", given="set",
+        relaunch="relaunch_nvidia_smi",
         group="gpu_read",
         description=(
             "Path of nvidia-smi. Searched on C(PATH) (and the usual sbin directories) when unset.",
@@ -136,6 +147,7 @@ OPTIONS = (
     Option(
         "command_timeout", "float", default=15, more_than=0,
         role="verify_nvidia_smi_timeout", inventory="gpufleet_nvidia_smi_timeout", given="always",
+        relaunch="relaunch_nvidia_smi_timeout",
         group="gpu_read",
         description=(
             ("Seconds one nvidia-smi call may take before it is killed and the module fails (a GPU or driver in "
@@ -145,6 +157,7 @@ OPTIONS = (
     Option(
         "device_patterns", "list", elements="str", default=["/dev/nvidia*"],
         role="verify_gpu_device_patterns", inventory="gpufleet_gpu_device_patterns", given="set",
+        relaunch="relaunch_gpu_device_patterns",
         group="gpu_read",
         description=(
             ("Shell patterns of the device files whose open handles make a process a holder (in a container). A file "
@@ -155,6 +168,7 @@ OPTIONS = (
     Option(
         "venv", "path",
         role="verify_venv", inventory="gpufleet_venv", given="set",
+        relaunch="relaunch_venv",
         description=(
             ("The training venv. When unset, the venv, its packages and its caches are not read "
              "(RV(cuda_contamination), RV(pip_inventory) and RV(torch_cache) are skipped)."),
@@ -163,6 +177,7 @@ OPTIONS = (
     Option(
         "expected_cuda", "str",
         role="verify_expected_cuda", inventory="gpufleet_expected_cuda", given="set",
+        relaunch="relaunch_expected_cuda",
         description=(
             "As M(gpufleet.hygiene.cuda_contamination) O(gpufleet.hygiene.cuda_contamination#module:expected_cuda).",
         ),
@@ -380,3 +395,8 @@ def bad_option(p):
 def role_options():
     """The options the verify role gives the read, in the table's order."""
     return tuple(o for o in OPTIONS if o.role)
+
+
+def relaunch_options():
+    """The options the relaunch role's variables give its libraries check, in the table's order."""
+    return tuple(o for o in OPTIONS if o.relaunch)

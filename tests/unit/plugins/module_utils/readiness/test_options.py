@@ -27,6 +27,7 @@ def generator(root):
     script.ROOT = root
     script.TABLE = os.path.join(root, "plugins", "module_utils", "readiness", "_options.py")
     script.ROLE = os.path.join(root, "roles", "verify")
+    script.RELAUNCH = os.path.join(root, "roles", "relaunch")
     return script
 
 
@@ -35,7 +36,7 @@ def copy(tmp_path):
     """The table and every file made from it, in a copy of the checkout's layout."""
     for rel in ("plugins/module_utils/readiness/_options.py", "plugins/doc_fragments/gpu_read.py",
                 "plugins/doc_fragments/readiness_options.py", "roles/verify/defaults/main.yml",
-                "roles/verify/meta/argument_specs.yml", "roles/verify/vars/main.yml"):
+                "roles/verify/meta/argument_specs.yml", "roles/verify/vars/main.yml", "roles/relaunch/vars/main.yml"):
         os.makedirs(os.path.dirname(tmp_path / rel), exist_ok=True)
         shutil.copy(os.path.join(REPO, rel), tmp_path / rel)
     return tmp_path
@@ -57,6 +58,7 @@ def test_a_default_changed_in_the_table_alone_is_named_in_every_file_that_holds_
                 "roles/verify/meta/argument_specs.yml"):
         assert rel in err
     assert "roles/verify/vars/main.yml" not in err  # the option is passed by name, its default is not there
+    assert "roles/relaunch/vars/main.yml" not in err  # and the relaunch role does not give it
     assert script.main([]) == 0
     assert script.main(["--check"]) == 0
     defaults = yaml.safe_load((copy / "roles/verify/defaults/main.yml").read_text())
@@ -77,6 +79,51 @@ def test_an_option_added_to_the_table_reaches_the_role_and_the_read(copy):
     assert "'max_holders': verify_max_holders" in (copy / "roles/verify/vars/main.yml").read_text()
     fragment = (copy / "plugins/doc_fragments/readiness_options.py").read_text()
     assert "  max_holders:\n    description:\n      - \"At most this many holders.\"\n    type: int\n    default: 8\n" in fragment
+
+
+def test_the_relaunch_roles_options_are_checked_against_the_table_and_written_from_it(copy, capsys):
+    """relaunch__readiness_args (the relaunch role's libraries check) is one of the files made
+    from the table: edited by hand, or its rows changed alone, --check names it (and only it)."""
+    relaunch = copy / "roles/relaunch/vars/main.yml"
+    line = "     | combine({'expected_cuda': relaunch_expected_cuda | string} if relaunch_expected_cuda else {})"
+    assert line in relaunch.read_text()
+    relaunch.write_text(relaunch.read_text().replace(line, line.replace(" | string", "")))
+    script = generator(str(copy))
+    assert script.main(["--check"]) == 1
+    out, err = capsys.readouterr()
+    assert "roles/relaunch/vars/main.yml" in err and "roles/verify" not in err, err
+    assert "-" + line.replace(" | string", "") in out and "+" + line in out
+    assert script.main([]) == 0 and line in relaunch.read_text()
+    capsys.readouterr()
+    # A row that no longer names a relaunch variable: the block leaves it out, the verify role's
+    # files do not change.
+    table = copy / "plugins/module_utils/readiness/_options.py"
+    text = table.read_text()
+    assert text.count('        relaunch="relaunch_expected_cuda",\n') == 1
+    table.write_text(text.replace('        relaunch="relaunch_expected_cuda",\n', ""))
+    script = generator(str(copy))
+    assert script.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert "roles/relaunch/vars/main.yml" in err and "roles/verify" not in err, err
+    assert script.main([]) == 0
+    assert "expected_cuda" not in relaunch.read_text()
+    # Made, marks included, where the role has none.
+    relaunch.unlink()
+    assert script.main(["--check"]) == 1
+    assert script.main([]) == 0 and script.main(["--check"]) == 0
+    block = yaml.safe_load(relaunch.read_text())["relaunch__readiness_args"]
+    assert block.startswith("{{ {'job_patterns': relaunch_patterns,") and script.BEGIN in relaunch.read_text()
+
+
+def test_the_relaunch_roles_options_are_the_rows_that_name_a_relaunch_variable():
+    with open(os.path.join(REPO, "roles/relaunch/vars/main.yml")) as f:
+        block = yaml.safe_load(f)["relaunch__readiness_args"]
+    rows = _options.relaunch_options()
+    assert [row.name for row in rows] == [o.name for o in _options.OPTIONS if o.relaunch]
+    for row in rows:
+        assert "'%s': %s" % (row.name, row.relaunch) in block, row.name
+        # given as the verify role gives it: always, or combined in when set
+        assert ("combine({'%s': " % row.name in block) == (row.given != "always"), row.name
 
 
 def test_the_generated_yaml_parses_and_the_blocks_are_where_the_marks_are():
