@@ -186,14 +186,16 @@ def spec_block(table, indent=6):
     return out
 
 
-def args_block(table, rows=None, variable=lambda row: row.role, name="verify__readiness_args"):
+def args_block(table, rows=None, variable=lambda row: row.role, name="verify__readiness_args", cache_vars="verify__cache_vars"):
     """verify__readiness_args (or, given the relaunch role's rows, its variable for each and the
-    block's name, relaunch__readiness_args): the always-given options in one dict, each other
-    combined in when set, as its row's ``given`` says."""
+    block's name, relaunch__readiness_args): every option's value in one dict, turned into the
+    options the read is given by gpufleet.hygiene.verify_readiness_args - the one place that applies
+    each row's ``given`` and conversion, for a host read by itself and for a container its node reads."""
     rows = table.role_options() if rows is None else rows
-    always = [row for row in rows if row.given == "always"]
+    if cache_vars is None and any(row.name == "cache_environment" for row in rows):
+        raise SystemExit("cache_environment is given through verify__cache_vars, which only the verify role has")
     out = ["%s: >-" % name]
-    pairs = ["'%s': %s" % (row.name, variable(row)) for row in always]
+    pairs = ["'%s': %s" % (row.name, variable(row)) for row in rows]
     lines, line = [], ""
     for pair in pairs:
         if line and len(line) + len(pair) + 2 > WIDTH - 8:
@@ -203,24 +205,7 @@ def args_block(table, rows=None, variable=lambda row: row.role, name="verify__re
     lines.append(line + "}")
     out.append("  {{ {" + lines[0])
     out += ["      " + ln for ln in lines[1:]]
-    for row in rows:
-        if row.given == "always":
-            continue
-        var = variable(row)
-        value = var + (" | string" if row.type == "str" else "")
-        when = var
-        if row.given == "positive":
-            value, when = var + " | float", var + " | float > 0"
-        if row.name == "cache_environment":  # only the variables that place the caches (verify__cache_vars)
-            if name != "verify__readiness_args":
-                raise SystemExit("cache_environment is given through verify__cache_vars, which only the verify role has")
-            value = var + " | dict2items | selectattr('key', 'in', verify__cache_vars) | items2dict"
-            when = var + " | length > 0"
-        line = "     | combine({'%s': %s} if %s else {})" % (row.name, value, when)
-        if len(line) > WIDTH:
-            line = "     | combine({'%s': %s}\n               if %s else {})" % (row.name, value, when)
-        out.append(line)
-    out[-1] += " }}"
+    out.append("     | gpufleet.hygiene.verify_readiness_args%s }}" % ("(%s)" % cache_vars if cache_vars else ""))
     return out
 
 
@@ -231,16 +216,16 @@ def args_block(table, rows=None, variable=lambda row: row.role, name="verify__re
 RELAUNCH_VARS = """---
 # The readiness options the relaunch role's variables give the check of the libraries the new run
 # maps (tasks/confirm.yml, which adds the options that check fixes), as the verify role gives them
-# to its read: the options' names, when each is given and how it is converted come from the table
-# (plugins/module_utils/readiness/_options.py, its rows' `relaunch`). Empty values are left out, so
-# the read's defaults apply.
+# to its read: the options' names come from the table (plugins/module_utils/readiness/_options.py,
+# its rows' `relaunch`), when each is given and how it is converted from the same filter
+# (gpufleet.hygiene.verify_readiness_args). Empty values are left out, so the read's defaults apply.
 %s
 %s
 """ % (BEGIN, END)
 
 
 def relaunch_args_block(table):
-    return args_block(table, table.relaunch_options(), lambda row: row.relaunch, "relaunch__readiness_args")
+    return args_block(table, table.relaunch_options(), lambda row: row.relaunch, "relaunch__readiness_args", None)
 
 
 def replace_block(text, block, path, indent=""):

@@ -157,6 +157,8 @@ ALWAYS_GIVEN = tuple(_row(o) for o in role_options() if o.given == "always")
 # Left out when empty, so that the module's defaults apply; "positive": given only above 0.
 GIVEN_WHEN_SET = tuple(_row(o) for o in role_options() if o.given != "always")
 ROLE_DEFAULTS = ALWAYS_GIVEN + GIVEN_WHEN_SET
+_ROWS = {row[0]: row for row in ROLE_DEFAULTS}
+_ALWAYS = frozenset(row[0] for row in ALWAYS_GIVEN)
 
 
 def _convert(value, kind):
@@ -187,23 +189,43 @@ def _role_value(hv, overrides, role_var, inventory_var, default):
     return value.get(key, default) if isinstance(value, Mapping) else default
 
 
+def verify_readiness_args(values, cache_vars=None):
+    """The readiness options that the values of a role's variables give the read (values: {option:
+    value}, every option the role gives; verify__readiness_args, relaunch__readiness_args and
+    verify_container_args make it), by the table's rule for each: an option given always is given,
+    converted; one given when set only when not empty (the read's default applies otherwise); a
+    positive one only above 0; of cache_environment only the variables in cache_vars. The one place
+    these rules are applied, for a host that reads itself and for a container its node reads."""
+    if not isinstance(values, Mapping):
+        raise AnsibleFilterError("verify_readiness_args: expects {option: value}, got %s" % type(values).__name__)
+    args = {}
+    for option, value in values.items():
+        row = _ROWS.get(option)
+        if row is None:
+            raise AnsibleFilterError("verify_readiness_args: %r is no option a role gives the read; one of: %s"
+                                     % (option, ", ".join(sorted(_ROWS))))
+        _name, _role_var, _inventory_var, _default, kind = row
+        if kind == "positive" and value not in (None, ""):
+            value = _convert(value, kind)
+            value = value if not isinstance(value, float) or value > 0 else None
+        if option in _ALWAYS or value:
+            args[option] = _convert(value, kind)
+    if "cache_environment" in args:
+        if cache_vars is None:
+            raise AnsibleFilterError("verify_readiness_args: cache_environment needs cache_vars, the variables that place the caches")
+        args["cache_environment"] = {k: v for k, v in args["cache_environment"].items() if k in cache_vars}
+    return args
+
+
 def verify_container_args(hv, cache_vars, overrides=None):
     """The readiness options of one container from its variables, as the verify role's
     verify__readiness_args gives them on the container itself: overrides (the role's variables
-    the playbook sets), then the container's verify_* variables, then the gpufleet_* they default to."""
+    the playbook sets), then the container's verify_* variables, then the gpufleet_* they default
+    to - the precedence a node cannot leave to Ansible, since the containers are not its hosts."""
     overrides = overrides or {}
-    args = {}
-    for rows, always in ((ALWAYS_GIVEN, True), (GIVEN_WHEN_SET, False)):
-        for option, role_var, inventory_var, default, kind in rows:
-            value = _role_value(hv, overrides, role_var, inventory_var, default)
-            if kind == "positive" and value not in (None, ""):
-                value = _convert(value, kind)
-                value = value if not isinstance(value, float) or value > 0 else None
-            if always or value:
-                args[option] = _convert(value, kind)
-    if "cache_environment" in args:
-        args["cache_environment"] = {k: v for k, v in args["cache_environment"].items() if k in cache_vars}
-    return args
+    values = {option: _role_value(hv, overrides, role_var, inventory_var, default)
+              for option, role_var, inventory_var, default, _kind in ROLE_DEFAULTS}
+    return verify_readiness_args(values, cache_vars)
 
 
 def verify_node_entries(containers, cache_vars, overrides=None, container_python="/usr/bin/python3"):
@@ -242,4 +264,4 @@ class FilterModule(object):
         return {"verify_record": verify_record, "verify_verdict": verify_verdict,
                 "verify_node_job": verify_node_job, "verify_node_reading": verify_node_reading,
                 "verify_node_entries": verify_node_entries, "verify_node_records": verify_node_records,
-                "verify_alias": verify_alias}
+                "verify_alias": verify_alias, "verify_readiness_args": verify_readiness_args}

@@ -15,6 +15,7 @@ import re
 import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
@@ -90,7 +91,8 @@ def expected(variables):
     for row in _options.relaunch_options():
         value = variables[row.relaunch]
         if row.given == "always":
-            out[row.name] = value
+            # converted as the read takes it (a bool, a number)
+            out[row.name] = {"bool": lambda v: boolean(v, strict=True), "float": float, "int": int}.get(row.type, lambda v: v)(value)
         elif row.given == "positive" and float(value) > 0:
             out[row.name] = float(value)
         elif row.given == "set" and value:

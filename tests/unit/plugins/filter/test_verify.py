@@ -152,3 +152,29 @@ def test_the_old_names_are_the_same_value_tagged_deprecated_naming_the_new_one()
 def test_an_alias_of_an_unknown_name_or_of_no_record_is_refused(value, old, message):
     with pytest.raises(AnsibleFilterError, match=re.escape(message)):
         _filters.verify_alias(value, old)
+
+
+def test_the_role_variables_give_the_read_its_options_by_the_tables_rules():
+    args = _filters.verify_readiness_args({
+        "job_patterns": ["train"], "require_gpu": "no", "threshold_mib": "64", "command_timeout": "20",  # always: converted
+        "venv": "", "nvidia_smi": "", "device_patterns": [], "expected_cuda": 12.8,  # set: left out when empty
+        "job_baseline_tokens_per_s": "0",  # positive: only above 0
+        "cache_environment": {"HF_TOKEN": "secret", "TRITON_CACHE_DIR": "/c"},
+    }, ["TRITON_CACHE_DIR"])
+    assert args == {"job_patterns": ["train"], "require_gpu": False, "threshold_mib": 64, "command_timeout": 20.0,
+                    "expected_cuda": "12.8", "cache_environment": {"TRITON_CACHE_DIR": "/c"}}
+    assert _filters.verify_readiness_args({"job_baseline_tokens_per_s": "2000.5"}) == {"job_baseline_tokens_per_s": 2000.5}
+    assert _filters.verify_readiness_args({"job_baseline_tokens_per_s": -1}) == {}
+    # Not a value it can convert: given as it is, for the read to refuse naming the option.
+    assert _filters.verify_readiness_args({"require_gpu": "maybe", "job_baseline_tokens_per_s": "fast"}) == {
+        "require_gpu": "maybe", "job_baseline_tokens_per_s": "fast"}
+
+
+@pytest.mark.parametrize("values, cache_vars, message", [
+    ({"jb_patterns": []}, None, "'jb_patterns' is no option a role gives the read; one of: "),
+    ({"cache_environment": {"HOME": "/root"}}, None, "cache_environment needs cache_vars"),
+    (["job_patterns"], None, "expects {option: value}, got list"),
+])
+def test_values_the_rules_cannot_apply_to_are_refused(values, cache_vars, message):
+    with pytest.raises(AnsibleFilterError, match=re.escape(message)):
+        _filters.verify_readiness_args(values, cache_vars)

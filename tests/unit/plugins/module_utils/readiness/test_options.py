@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 
 import pytest
@@ -85,14 +86,15 @@ def test_the_relaunch_roles_options_are_checked_against_the_table_and_written_fr
     """relaunch__readiness_args (the relaunch role's libraries check) is one of the files made
     from the table: edited by hand, or its rows changed alone, --check names it (and only it)."""
     relaunch = copy / "roles/relaunch/vars/main.yml"
-    line = "     | combine({'expected_cuda': relaunch_expected_cuda | string} if relaunch_expected_cuda else {})"
+    line = "     | gpufleet.hygiene.verify_readiness_args }}"
     assert line in relaunch.read_text()
-    relaunch.write_text(relaunch.read_text().replace(line, line.replace(" | string", "")))
+    edited = "     | combine({'venv': '/opt/venv'}) | gpufleet.hygiene.verify_readiness_args }}"
+    relaunch.write_text(relaunch.read_text().replace(line, edited))
     script = generator(str(copy))
     assert script.main(["--check"]) == 1
     out, err = capsys.readouterr()
     assert "roles/relaunch/vars/main.yml" in err and "roles/verify" not in err, err
-    assert "-" + line.replace(" | string", "") in out and "+" + line in out
+    assert "-" + edited in out and "+" + line in out
     assert script.main([]) == 0 and line in relaunch.read_text()
     capsys.readouterr()
     # A row that no longer names a relaunch variable: the block leaves it out, the verify role's
@@ -122,8 +124,24 @@ def test_the_relaunch_roles_options_are_the_rows_that_name_a_relaunch_variable()
     assert [row.name for row in rows] == [o.name for o in _options.OPTIONS if o.relaunch]
     for row in rows:
         assert "'%s': %s" % (row.name, row.relaunch) in block, row.name
-        # given as the verify role gives it: always, or combined in when set
-        assert ("combine({'%s': " % row.name in block) == (row.given != "always"), row.name
+    # given as the verify role gives them: by the one filter that applies the table's rules
+    assert block.rstrip().endswith("| gpufleet.hygiene.verify_readiness_args }}") and "combine" not in block
+
+
+@pytest.mark.parametrize("role, name, rows", [("verify", "verify__readiness_args", _options.role_options),
+                                               ("relaunch", "relaunch__readiness_args", _options.relaunch_options)])
+def test_the_roles_give_their_variables_values_and_one_filter_applies_the_rules(role, name, rows):
+    """When an option is given and how it is converted is worked out once, in Python (the filter
+    verify_readiness_args, which the options a node gives each container go through too), not
+    again in the roles' Jinja: the generated blocks only name each option's variable."""
+    with open(os.path.join(REPO, "roles", role, "vars", "main.yml")) as f:
+        block = yaml.safe_load(f)[name]
+    values, _sep, rest = block.partition("}")
+    assert values.startswith("{{ {") and rest.split() == ["|", "gpufleet.hygiene.verify_readiness_args" + (
+        "(verify__cache_vars)" if role == "verify" else ""), "}}"], block
+    variable = (lambda row: row.role) if role == "verify" else (lambda row: row.relaunch)
+    pairs = dict(re.findall(r"'(\w+)': (\w+)", values))
+    assert pairs == {row.name: variable(row) for row in rows()}
 
 
 def test_the_generated_yaml_parses_and_the_blocks_are_where_the_marks_are():
