@@ -128,6 +128,7 @@ lint:
 	$(VENV)/bin/antsibull-changelog lint
 	$(VENV)/bin/python scripts/role_readme.py --check
 	$(VENV)/bin/python scripts/readiness_options.py --check
+	$(VENV)/bin/python scripts/ssh_options.py --check
 
 clean:
 	rm -rf build tests/output

@@ -29,6 +29,8 @@ description:
     TTY (it reads the password from stdin).
 author: gpufleet.hygiene maintainers (@gpufleet)
 version_added: 0.1.0
+extends_documentation_fragment:
+  - gpufleet.hygiene.ssh_options.CONNECTION
 options:
   node_host:
     description:
@@ -60,45 +62,6 @@ options:
     vars:
       - name: gpufleet_pve_node_addresses
     version_added: 0.3.0
-  node_port:
-    description: SSH port of the node.
-    type: int
-    default: 22
-    vars:
-      - name: ansible_port
-      - name: ansible_pct_node_port
-    env:
-      - name: GPUFLEET_PCT_NODE_PORT
-    ini:
-      - section: gpufleet_pct
-        key: node_port
-  node_user:
-    description:
-      - User to log in to the node as. It must be allowed to run C(pct exec) (normally root).
-      - A name ssh would read as an option (a leading C(-)) or with characters no user name has is refused.
-      - Commands inside the container start as root; use C(become) to run as another user there.
-    type: string
-    default: root
-    vars:
-      - name: ansible_user
-      - name: ansible_pct_node_user
-    env:
-      - name: GPUFLEET_PCT_NODE_USER
-    ini:
-      - section: gpufleet_pct
-        key: node_user
-  private_key_file:
-    description: Private key for the node's SSH login (C(ssh -i), with C(IdentitiesOnly=yes)).
-    type: path
-    vars:
-      - name: ansible_private_key_file
-      - name: ansible_ssh_private_key_file
-      - name: ansible_pct_private_key_file
-    env:
-      - name: GPUFLEET_PCT_PRIVATE_KEY_FILE
-    ini:
-      - section: gpufleet_pct
-        key: private_key_file
   vmid:
     description:
       - Proxmox VE ID of the container, an integer from 100 to 999999999.
@@ -152,17 +115,6 @@ options:
     ini:
       - section: gpufleet_pct
         key: lxc_path
-  connect_timeout:
-    description: Seconds to wait for the SSH connection to the node (C(ConnectTimeout)).
-    type: int
-    default: 10
-    vars:
-      - name: ansible_pct_connect_timeout
-    env:
-      - name: GPUFLEET_PCT_CONNECT_TIMEOUT
-    ini:
-      - section: gpufleet_pct
-        key: connect_timeout
   command_timeout:
     description:
       - Seconds one command (or one file transfer) may run before it is killed and the
@@ -179,30 +131,6 @@ options:
     ini:
       - section: gpufleet_pct
         key: command_timeout
-  control_persist:
-    description: Seconds the node's SSH master connection stays open when idle (C(ControlPersist)).
-    type: int
-    default: 60
-    vars:
-      - name: ansible_pct_control_persist
-    env:
-      - name: GPUFLEET_PCT_CONTROL_PERSIST
-    ini:
-      - section: gpufleet_pct
-        key: control_persist
-  control_path_dir:
-    description:
-      - Directory for the SSH master sockets. The socket is named after a hash of the node's
-        user, address and port, so every container of one node shares one master.
-    type: path
-    default: ~/.ansible/cp
-    vars:
-      - name: ansible_pct_control_path_dir
-    env:
-      - name: GPUFLEET_PCT_CONTROL_PATH_DIR
-    ini:
-      - section: gpufleet_pct
-        key: control_path_dir
   max_sessions:
     description:
       - Most sessions (commands, file transfers) open at once over one node's master connection,
@@ -246,57 +174,6 @@ options:
     ini:
       - section: gpufleet_pct
         key: refusal_retries
-  host_key_checking:
-    description:
-      - Check the node's SSH host key (C(StrictHostKeyChecking=yes)). On by default.
-      - When off, host keys are neither checked nor recorded.
-    type: bool
-    default: true
-    vars:
-      - name: ansible_host_key_checking
-      - name: ansible_pct_host_key_checking
-    env:
-      - name: ANSIBLE_HOST_KEY_CHECKING
-      - name: GPUFLEET_PCT_HOST_KEY_CHECKING
-    ini:
-      - section: defaults
-        key: host_key_checking
-      - section: gpufleet_pct
-        key: host_key_checking
-  known_hosts_file:
-    description: Known-hosts file holding the nodes' host keys (C(UserKnownHostsFile)); ssh's default when unset.
-    type: path
-    vars:
-      - name: ansible_pct_known_hosts_file
-    env:
-      - name: GPUFLEET_PCT_KNOWN_HOSTS_FILE
-    ini:
-      - section: gpufleet_pct
-        key: known_hosts_file
-  ssh_executable:
-    description: The OpenSSH client to run.
-    type: string
-    default: ssh
-    vars:
-      - name: ansible_pct_ssh_executable
-    env:
-      - name: GPUFLEET_PCT_SSH_EXECUTABLE
-    ini:
-      - section: gpufleet_pct
-        key: ssh_executable
-  ssh_extra_args:
-    description:
-      - Extra arguments for ssh, split like a shell would (for example C(-o ProxyJump=bastion)).
-      - They are passed as separate arguments, never through a shell.
-    type: string
-    default: ''
-    vars:
-      - name: ansible_pct_ssh_extra_args
-    env:
-      - name: GPUFLEET_PCT_SSH_EXTRA_ARGS
-    ini:
-      - section: gpufleet_pct
-        key: ssh_extra_args
   pipelining:
     description:
       - Send modules over stdin instead of copying them into the container first.

@@ -51,6 +51,7 @@ requirements:
 extends_documentation_fragment:
   - constructed
   - inventory_cache
+  - gpufleet.hygiene.ssh_options
 options:
   plugin:
     description: The name of this plugin; must be V(gpufleet.hygiene.proxmox_lxc).
@@ -116,128 +117,6 @@ options:
     type: int
     default: 10
     version_added: 0.3.0
-  user:
-    description:
-      - SSH user on the nodes (must be allowed to run C(pct)); a node's own C(user) in O(nodes) wins.
-      - Given to the containers as C(ansible_pct_node_user).
-    type: string
-    default: root
-    env:
-      - name: GPUFLEET_PCT_NODE_USER
-    ini:
-      - section: gpufleet_pct
-        key: node_user
-  port:
-    description:
-      - SSH port of the nodes; a node's own C(port) in O(nodes) wins.
-      - Given to the containers as C(ansible_pct_node_port).
-    type: int
-    default: 22
-    env:
-      - name: GPUFLEET_PCT_NODE_PORT
-    ini:
-      - section: gpufleet_pct
-        key: node_port
-  private_key_file:
-    description:
-      - Private key for the nodes (C(ssh -i), with C(IdentitiesOnly=yes)); ssh's own keys and agent when unset.
-      - Given to the containers as C(ansible_pct_private_key_file), and to the nodes as C(ansible_ssh_private_key_file).
-    type: path
-    env:
-      - name: GPUFLEET_PCT_PRIVATE_KEY_FILE
-    ini:
-      - section: gpufleet_pct
-        key: private_key_file
-  known_hosts_file:
-    description:
-      - Known-hosts file with the nodes' host keys (C(UserKnownHostsFile)); ssh's own (C(~/.ssh/known_hosts) and
-        C(/etc/ssh/ssh_known_hosts)) when unset.
-      - Given to the containers as C(ansible_pct_known_hosts_file).
-    type: path
-    env:
-      - name: GPUFLEET_PCT_KNOWN_HOSTS_FILE
-    ini:
-      - section: gpufleet_pct
-        key: known_hosts_file
-  host_key_checking:
-    description:
-      - Refuse nodes whose host key is unknown or does not match (C(StrictHostKeyChecking=yes)). On by default.
-      - When off, host keys are neither checked nor recorded (C(StrictHostKeyChecking=no),
-        C(UserKnownHostsFile=/dev/null)).
-      - Read from ansible's own C(host_key_checking) setting (C([defaults]) in ansible.cfg,
-        E(ANSIBLE_HOST_KEY_CHECKING)) as the connection does, unless this file sets it.
-      - Given to the containers as C(ansible_pct_host_key_checking).
-    type: bool
-    default: true
-    env:
-      - name: ANSIBLE_HOST_KEY_CHECKING
-      - name: GPUFLEET_PCT_HOST_KEY_CHECKING
-    ini:
-      - section: defaults
-        key: host_key_checking
-      - section: gpufleet_pct
-        key: host_key_checking
-  connect_timeout:
-    description:
-      - Seconds to wait for each node's SSH connection (C(ConnectTimeout)), and for each command's output.
-      - Given to the containers as C(ansible_pct_connect_timeout).
-    type: int
-    default: 10
-    env:
-      - name: GPUFLEET_PCT_CONNECT_TIMEOUT
-    ini:
-      - section: gpufleet_pct
-        key: connect_timeout
-  ssh_executable:
-    description:
-      - The OpenSSH client to run.
-      - Given to the containers as C(ansible_pct_ssh_executable).
-    type: string
-    default: ssh
-    env:
-      - name: GPUFLEET_PCT_SSH_EXECUTABLE
-    ini:
-      - section: gpufleet_pct
-        key: ssh_executable
-    version_added: 0.3.0
-  ssh_extra_args:
-    description:
-      - Extra arguments for ssh, split like a shell would (for example C(-o ProxyJump=bastion)), passed as
-        separate arguments, never through a shell.
-      - Given to the containers as C(ansible_pct_ssh_extra_args).
-    type: string
-    default: ''
-    env:
-      - name: GPUFLEET_PCT_SSH_EXTRA_ARGS
-    ini:
-      - section: gpufleet_pct
-        key: ssh_extra_args
-    version_added: 0.3.0
-  control_path_dir:
-    description:
-      - Directory of the nodes' SSH master sockets (C(ControlPath)), private to this user (0700, made when
-        missing); the connection's, so that the play's first tasks reuse the master the inventory opened.
-      - Given to the containers as C(ansible_pct_control_path_dir).
-    type: path
-    default: ~/.ansible/cp
-    env:
-      - name: GPUFLEET_PCT_CONTROL_PATH_DIR
-    ini:
-      - section: gpufleet_pct
-        key: control_path_dir
-    version_added: 0.3.0
-  control_persist:
-    description:
-      - Seconds a node's SSH master connection stays open when idle (C(ControlPersist)).
-      - Given to the containers as C(ansible_pct_control_persist).
-    type: int
-    default: 60
-    env:
-      - name: GPUFLEET_PCT_CONTROL_PERSIST
-    ini:
-      - section: gpufleet_pct
-        key: control_persist
-    version_added: 0.3.0
   max_workers:
     description: How many nodes are queried at the same time.
     type: int
@@ -262,9 +141,9 @@ options:
     description:
       - Variables set on every discovered container (literal values, not templated), for
         example C(ansible_pct_method) or C(ansible_pct_control_path_dir).
-      - An C(ansible_pct_*) variable here that names one of the SSH options above (C(ansible_pct_control_path_dir),
-        C(ansible_pct_ssh_extra_args), ...) is what the containers' connection uses, so the inventory uses it too
-        for its own SSH to the nodes.
+      - An C(ansible_pct_*) variable here that names one of the SSH options as the containers are given it
+        (C(ansible_pct_control_path_dir), C(ansible_pct_ssh_extra_args), ...) is what the containers' connection
+        uses, so the inventory uses it too for its own SSH to the nodes.
     type: dict
     default: {}
 """
@@ -315,7 +194,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
-from ansible_collections.gpufleet.hygiene.plugins.plugin_utils import _ssh
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils import _ssh, _ssh_options
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._preload import CONNECTION, preload_connection
 
 display = Display()
@@ -327,15 +206,12 @@ _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?", re.ASCI
 # Proxmox VE's boolean values (PVE::JSONSchema: 1|0, yes|no, on|off, true|false).
 _TRUE = ("1", "yes", "on", "true")
 
-# This plugin's SSH options by the connection's name of the same setting (plugin_utils/_ssh.py's
-# OPTIONS): the containers get each as ansible_pct_<connection's name>, and an ansible_pct_* of
-# container_vars among them is what the inventory uses too.
-SSH_OPTIONS = {"node_user": "user", "node_port": "port", "private_key_file": "private_key_file",
-               "known_hosts_file": "known_hosts_file", "host_key_checking": "host_key_checking",
-               "connect_timeout": "connect_timeout", "ssh_executable": "ssh_executable", "ssh_extra_args": "ssh_extra_args",
-               "control_path_dir": "control_path_dir", "control_persist": "control_persist"}
-_TYPES = {"node_port": "int", "host_key_checking": "bool", "connect_timeout": "int", "control_persist": "int",
-          "private_key_file": "path", "known_hosts_file": "path", "control_path_dir": "path"}
+# This plugin's SSH options by the connection's name of the same setting (plugin_utils/_ssh_options.py,
+# the table the gpufleet.hygiene.ssh_options fragment documents them from): the containers get each as
+# ansible_pct_<connection's name>, and an ansible_pct_* of container_vars among them is what the
+# inventory uses too.
+SSH_OPTIONS = {row.name: row.inventory_name for row in _ssh_options.OPTIONS}
+_TYPES = {row.name: row.type for row in _ssh_options.OPTIONS}
 
 
 class NodeSshError(GpufleetError, AnsibleError):
@@ -401,10 +277,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             var = "ansible_pct_" + name
             if var in given:
                 try:
-                    value = ensure_type(given[var], _TYPES.get(name, "string"))
+                    value = ensure_type(given[var], _TYPES[name])
                 except (TypeError, ValueError) as exc:
                     raise AnsibleParserError("proxmox_lxc: container_vars' %s must be a %s, got %r"
-                                             % (var, _TYPES.get(name, "string"), given[var])) from exc
+                                             % (var, _TYPES[name], given[var])) from exc
             policy[name] = value
         return policy
 

@@ -9,8 +9,10 @@ settings, so that a node one of them reaches the other reaches too, a host key i
 way (StrictHostKeyChecking, UserKnownHostsFile), and both share one master connection per node
 (ControlPath). Failures are named once (``failure``) with what to fix (``fix``).
 
-The settings, their sources (variables, ``[gpufleet_pct]`` in ansible.cfg, environment) and how to
-set them once for both plugins: docs/fleet.md, "One SSH policy".
+The settings, their sources (variables, ``[gpufleet_pct]`` in ansible.cfg, environment) and their
+documentation are one table, _ssh_options.py, which both plugins' docs are made from (the
+``gpufleet.hygiene.ssh_options`` doc fragment); how to set them once for both plugins: docs/fleet.md,
+"One SSH policy".
 """
 
 from __future__ import annotations
@@ -29,11 +31,6 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
-
-# The options both plugins take, by their name in the connection (the inventory names the first two
-# user and port); each with the same ini and env sources in both (a unit test holds them together).
-OPTIONS = ("node_user", "node_port", "private_key_file", "known_hosts_file", "host_key_checking", "connect_timeout",
-           "ssh_executable", "ssh_extra_args", "control_path_dir", "control_persist")
 
 
 def argv(host, remote_command, *, user, port, executable="ssh", connect_timeout=10, host_key_checking=True,

@@ -8,12 +8,17 @@ unknown or changed host key in the same words, with the same fix."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import socket
 import subprocess
+import sys
 
 import paramiko
 import pytest
+import yaml
+from ansible import constants as C
 from ansible.errors import AnsibleConnectionFailure
 from ansible.inventory.data import InventoryData
 from ansible.playbook.play_context import PlayContext
@@ -21,10 +26,13 @@ from ansible.plugins.loader import connection_loader, inventory_loader
 from loopback import loopback_server  # tests/lib, on pytest's pythonpath
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
-from ansible_collections.gpufleet.hygiene.plugins.plugin_utils import _ssh
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils import _ssh, _ssh_options
 
 LISTING = "%-10s %-10s %-12s %-20s\n" * 2 % ("VMID", "Status", "Lock", "Name", 100, "running", "", "train-100")
 CONFIG = "@@gpufleet-pct-config 100\nhostname: train-100\ndev0: /dev/nvidia0\n"
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+TABLE = "plugins/plugin_utils/_ssh_options.py"
+FRAGMENT = "plugins/doc_fragments/ssh_options.py"
 
 
 def inventory_plugin(**options):
@@ -114,25 +122,78 @@ def test_settings_left_at_their_defaults_are_not_given_to_the_containers(monkeyp
         "ansible_pct_node_user", "ansible_pct_vmid"]
 
 
-def test_each_ssh_option_is_set_in_the_same_places_for_both():
-    """Every SSH setting of the inventory reads the same ansible.cfg keys and environment variables
-    as the connection's option of that name (ansible's own host_key_checking among them), with the
-    same type and default: set once there, it holds for both."""
-    import yaml
+def generator(root):
+    """scripts/ssh_options.py, pointed at the checkout (or a copy of its table and fragment) in root."""
+    spec = importlib.util.spec_from_file_location("ssh_options_script", os.path.join(REPO, "scripts", "ssh_options.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.ROOT = str(root)
+    script.TABLE = os.path.join(str(root), TABLE)
+    script.FRAGMENT = os.path.join(str(root), FRAGMENT)
+    return script
 
-    def options(dotted):
-        module = __import__("ansible_collections.gpufleet.hygiene.plugins." + dotted, fromlist=["DOCUMENTATION"])
-        return yaml.safe_load(module.DOCUMENTATION)["options"]
 
-    inv, conn = options("inventory.proxmox_lxc"), options("connection.pct")
-    module = __import__(type(inventory_plugin(nodes=["x"])).__module__, fromlist=["SSH_OPTIONS"])
-    assert sorted(module.SSH_OPTIONS) == sorted(_ssh.OPTIONS)
-    for conn_name, inv_name in module.SSH_OPTIONS.items():
-        mine, theirs = inv[inv_name], conn[conn_name]
-        for key in ("ini", "env", "type", "default"):
-            assert mine.get(key) == theirs.get(key), (inv_name, key, mine.get(key), theirs.get(key))
-    assert {"section": "defaults", "key": "host_key_checking"} in inv["host_key_checking"]["ini"]
-    assert {"name": "ANSIBLE_HOST_KEY_CHECKING"} in inv["host_key_checking"]["env"]
+def test_the_ssh_options_fragment_is_the_one_the_table_makes(capsys):
+    """plugins/doc_fragments/ssh_options.py is what scripts/ssh_options.py writes from the table
+    (plugin_utils/_ssh_options.py): a hand edit of the fragment, or a row changed without running
+    the script, fails here with the diff."""
+    assert generator(REPO).main(["--check"]) == 0, capsys.readouterr().out
+
+
+def test_the_check_names_a_fragment_edited_by_hand_and_the_script_puts_it_back(tmp_path, capsys):
+    """In a copy of the table, the script writes the fragment; a default then edited there by hand
+    fails --check, which names the file and prints the diff; the script writes the table's text back."""
+    os.makedirs(os.path.dirname(str(tmp_path / TABLE)))
+    os.makedirs(os.path.dirname(str(tmp_path / FRAGMENT)))
+    shutil.copy(os.path.join(REPO, TABLE), str(tmp_path / TABLE))
+    script = generator(tmp_path)
+    assert script.main([]) == 0
+    fragment = tmp_path / FRAGMENT
+    text = fragment.read_text()
+    block = text.index('CONNECTION = r"""')
+    assert text[block:].count("    default: 60\n") == 1  # control_persist's
+    fragment.write_text(text[:block] + text[block:].replace("    default: 60\n", "    default: 90\n"))
+    capsys.readouterr()
+    assert script.main(["--check"]) == 1
+    out, err = capsys.readouterr()
+    assert FRAGMENT in err and "-    default: 90\n+    default: 60\n" in out, (out, err)
+    assert script.main([]) == 0
+    assert fragment.read_text() == text
+    assert script.main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("plugin", _ssh_options.PLUGINS)
+def test_each_plugin_takes_every_ssh_option_of_the_table(plugin):
+    """The options ansible loads for each plugin (its documentation with the fragment merged in,
+    what get_option reads) hold every row of the table with the table's type, default, ansible.cfg
+    keys, environment variables and, for the connection, host variables; the inventory takes no
+    host variables. Neither plugin documents one of these options itself: its own would replace
+    the fragment's whole."""
+    loader, name = {"connection": (connection_loader, "gpufleet.hygiene.pct"),
+                    "inventory": (inventory_loader, "gpufleet.hygiene.proxmox_lxc")}[plugin]
+    cls = loader.get(name, class_only=True)
+    loaded = C.config.get_configuration_definitions(plugin, cls._load_name)
+    for row in _ssh_options.OPTIONS:
+        option = row.name_in(plugin)
+        assert option in loaded, (plugin, option)
+        got = {key: loaded[option].get(key) for key in ("type", "default", "ini", "env", "vars")}
+        want = {"type": row.type, "default": row.default, "ini": [{"section": s, "key": k} for s, k in row.ini],
+                "env": [{"name": n} for n in row.env],
+                "vars": [{"name": n} for n in row.vars] if plugin == "connection" else None}
+        assert got == want, (plugin, option, got, want)
+    own = yaml.safe_load(sys.modules[cls.__module__].DOCUMENTATION)["options"]
+    assert sorted(set(own) & {row.name_in(plugin) for row in _ssh_options.OPTIONS}) == []
+
+
+def test_the_sources_that_win_are_the_plugins_own_named_after_the_option():
+    """Where several are set, ansible takes the last of an option's host variables, ansible.cfg keys
+    and environment variables: for every option those are the plugins' own, named after the
+    connection's option - ansible_pct_<name> (which the inventory also gives the containers and
+    reads from container_vars), [gpufleet_pct] <name>, GPUFLEET_PCT_<NAME>. ansible's own
+    (ansible_user, [defaults] host_key_checking, ...) apply only where these are unset."""
+    for row in _ssh_options.OPTIONS:
+        assert row.vars[-1] == row.container_var == "ansible_pct_" + row.name, row.name
+        assert row.ini[-1] == ("gpufleet_pct", row.name) and row.env[-1] == "GPUFLEET_PCT_" + row.name.upper(), row.name
 
 
 def test_no_ssh_client_fails_the_inventory_with_what_to_install(tmp_path):
