@@ -205,11 +205,12 @@ def verify_readiness_args(values, cache_vars=None):
             raise AnsibleFilterError("verify_readiness_args: %r is no option a role gives the read; one of: %s"
                                      % (option, ", ".join(sorted(_ROWS))))
         _name, _role_var, _inventory_var, _default, kind = row
+        given = value
         if kind == "positive" and value not in (None, ""):
-            value = _convert(value, kind)
-            value = value if not isinstance(value, float) or value > 0 else None
-        if option in _ALWAYS or value:
-            args[option] = _convert(value, kind)
+            given = _convert(value, kind)
+            given = given if not isinstance(given, float) or given > 0 else None
+        if option in _ALWAYS or given:
+            args[option] = _convert(given, kind)
     if "cache_environment" in args:
         if cache_vars is None:
             raise AnsibleFilterError("verify_readiness_args: cache_environment needs cache_vars, the variables that place the caches")
