@@ -12,16 +12,13 @@ plugins/modules/fleet_plan.py holds the documentation only.
 
 from __future__ import annotations
 
-from collections import ChainMap
-from collections.abc import Mapping
-
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import lookup_loader
 
 from ansible_collections.gpufleet.hygiene.plugins.filter.fleet import fleet_read_plan
-from ansible_collections.gpufleet.hygiene.plugins.filter.proxmox import proxmox_hosts
 from ansible_collections.gpufleet.hygiene.plugins.filter.run_checks import fleet_empty_selection, fleet_option_errors
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._community_proxmox import AdoptError, adopt
 
 ARGUMENT_SPEC = dict(
     hosts=dict(type="str", default="pve_containers"),
@@ -31,27 +28,23 @@ ARGUMENT_SPEC = dict(
 )
 
 
-class _Accepted(Mapping):
-    """hostvars as the plan sees them once community.proxmox's hosts are accepted: each accepted
-    host's variables (``accept``: host -> the variables it is given) over its own, looked up lazily
-    (nothing of a host is templated that the plan does not read)."""
+# Where a run names guests of community.proxmox's inventory that no source adopted, the fix.
+ADOPT = ("add the gpufleet.hygiene.proxmox_lxc inventory with source: inventory after that inventory (a later -i, or "
+         "a later file of its directory): inventory/example-community-proxmox.gpufleet.proxmox_lxc.yml, docs/fleet.md")
 
-    def __init__(self, hostvars, accept):
-        self._hostvars = hostvars
-        self._accept = accept
 
-    def __getitem__(self, host):
-        own = self._hostvars[host]
-        return ChainMap(self._accept[host], own) if host in self._accept else own
-
-    def __iter__(self):
-        return iter(self._hostvars)
-
-    def __len__(self):
-        return len(self._hostvars)
-
-    def __contains__(self, host):
-        return host in self._hostvars
+def unadopted(hostvars, hosts):
+    """What is wrong when some of ``hosts`` are LXC guests of community.proxmox's inventory without
+    what the plays read (the proxmox_lxc inventory's source: inventory gives it), or None."""
+    try:
+        missing = [c["host"] for c in adopt(hostvars, hosts)["containers"]]
+    except AdoptError as exc:
+        return "%s; %s" % (exc, ADOPT)
+    if not missing:
+        return None
+    named = ", ".join(missing[:5]) + (" and %d more" % (len(missing) - 5) if len(missing) > 5 else "")
+    return ("%s: LXC guest(s) of community.proxmox's inventory (proxmox_vmid, proxmox_node) without the variables the "
+            "plays read (pve_node, ansible_pct_vmid, ansible_pct_node_host); %s" % (named, ADOPT))
 
 
 class ActionModule(ActionBase):
@@ -78,11 +71,13 @@ class ActionModule(ActionBase):
             raise AnsibleError("the host pattern gpufleet_hosts=%s or --limit %s cannot be resolved: %s"
                                % (p["hosts"], limit_text or "(none)", exc.message)) from exc
         result["changed"] = False
-        # Hosts of community.proxmox's inventory that did not compose what the plays read: what
-        # they are given (the next play sets it, a play only when there are any), and the plan
-        # made as they will be.
-        accept = proxmox_hosts(hostvars, (task_vars.get("groups") or {}).get("all") or [])
-        given = dict((c["host"], dict((k, v) for k, v in c.items() if k != "host")) for c in accept["containers"] + accept["nodes"])
+        # Guests of community.proxmox's inventory are read once an inventory source has given them
+        # what the plays read; a run over any that none did stops here, saying which source to add.
+        # With nothing selected, any such guest of the inventory is the likelier cause.
+        adopting = unadopted(hostvars, selected or (task_vars.get("groups") or {}).get("all") or [])
+        if adopting:
+            result.update(failed=True, msg="configuration error, nothing was read or changed: " + adopting)
+            return result
         errors = fleet_option_errors(hostvars, selected, limit=limit)
         if errors:
             result.update(failed=True, msg="configuration error, nothing was read or changed: " + "; ".join(errors))
@@ -95,8 +90,6 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=nothing)
             return result
         # The plan is the result itself: registered as gpufleet_plan, no task of its own keeps it.
-        result.update(fleet_read_plan(selected, _Accepted(hostvars, given) if given else hostvars, limit=limit,
-                                      limit_file=limit_file, read_by=p["read_by"]))
-        result["accept"] = [dict(c) for c in accept["containers"] + accept["nodes"]]
+        result.update(fleet_read_plan(selected, hostvars, limit=limit, limit_file=limit_file, read_by=p["read_by"]))
         result["msg"] = "%d container(s), read by %s" % (len(result["containers"]), result["by"])
         return result

@@ -62,9 +62,23 @@ options:
     description:
       - Where the containers are listed from. V(ssh) runs C(pct) on every node of O(nodes) over SSH;
         V(api) asks the Proxmox VE API at O(api_url) with the token O(api_token_id) / O(api_token_secret).
+      - V(inventory) lists nothing itself - it adopts the LXC guests an inventory source parsed before it
+        listed with community.proxmox's C(proxmox) inventory's variables (C(proxmox_vmid), C(proxmox_node),
+        C(proxmox_vmtype) V(lxc)), giving each what the playbooks and roles read - C(pve_node), C(ansible_pct_vmid),
+        C(ansible_pct_node_host) (C(gpufleet_pve_node_addresses) of the guest's node, else the node host's
+        C(ansible_host), else the node's name) and the P(gpufleet.hygiene.pct#connection) connection (unless it has
+        another C(ansible_connection)) - and a node host without an C(ansible_host) the address
+        C(gpufleet_pve_node_addresses) gives it. Put it after that source - a later C(-i), or a later file of the
+        same inventory directory (they are parsed in name order). A guest that already has C(ansible_pct_vmid) and
+        C(ansible_pct_node_host) is left as it is. The variables seen are those of the inventory sources, their
+        groups' and the C(group_vars)/C(host_vars) beside them (as C(ansible.builtin.constructed) with
+        C(use_vars_plugins) sees them).
+      - With V(inventory), the adopted guests are in C(<prefix>containers) and C(<prefix>node_<node>), their nodes (when
+        they are hosts) in C(<prefix>nodes); O(container_vars), O(compose), O(groups) and O(keyed_groups) apply to them.
+        The options of the other sources (O(nodes), the API's, the SSH options, the cache) are not used.
     type: string
     default: ssh
-    choices: [ssh, api]
+    choices: [ssh, api, inventory]
     version_added: 0.3.0
   nodes:
     description:
@@ -149,6 +163,11 @@ options:
 """
 
 EXAMPLES = r"""
+# cluster.proxmox.yml (community.proxmox's inventory) first, then this file, gpufleet.proxmox_lxc.yml:
+# its LXC guests get what the playbooks read (ansible-playbook -i cluster.proxmox.yml -i gpufleet.proxmox_lxc.yml ...)
+plugin: gpufleet.hygiene.proxmox_lxc
+source: inventory
+---
 # cluster.proxmox_lxc.yml: every container of the cluster from its API, one call to list them
 plugin: gpufleet.hygiene.proxmox_lxc
 source: api
@@ -187,14 +206,18 @@ import urllib.parse
 
 from ansible.config.manager import ensure_type
 from ansible.errors import AnsibleError, AnsibleParserError
+from ansible.inventory.helpers import get_group_vars
 from ansible.module_utils.common.text.converters import to_text
 from ansible.module_utils.urls import open_url
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.display import Display
+from ansible.utils.vars import combine_vars
+from ansible.vars.plugins import get_vars_from_inventory_sources
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils import _ssh, _ssh_options
+from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._community_proxmox import AdoptError, adopt
 from ansible_collections.gpufleet.hygiene.plugins.plugin_utils._preload import CONNECTION, preload_connection
 
 display = Display()
@@ -552,12 +575,59 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     "pve_gpu_indices empty); gpufleet.hygiene.gpu_state on the node maps their holders"
                     % (node_name, ", ".join(str(v) for v in every_gpu), _pct.NVIDIA_MAJOR))
 
+    # ------------------------------------------------------------------ source: inventory
+
+    def _inventory_vars(self, host, sources):
+        """A host's variables as the inventory so far has them: its groups', the group_vars and
+        host_vars beside the sources, its own (as ansible.builtin.constructed sees them with
+        use_vars_plugins)."""
+        groups = host.get_groups()
+        out = combine_vars(get_group_vars(groups), get_vars_from_inventory_sources(self.loader, sources, groups, "all"))
+        out = combine_vars(out, host.get_vars())
+        return combine_vars(out, get_vars_from_inventory_sources(self.loader, sources, [host], "all"))
+
+    def _adopt(self):
+        """source: inventory - the LXC guests of community.proxmox's inventory, parsed before this
+        file, given what the playbooks read (plugin_utils/_community_proxmox.py)."""
+        prefix = self.get_option("group_prefix")
+        strict = self.get_option("strict")
+        sources = self.inventory.processed_sources
+        hostvars = {name: self._inventory_vars(host, sources) for name, host in self.inventory.hosts.items()}
+        try:
+            adopted = adopt(hostvars, sorted(hostvars))
+        except AdoptError as exc:
+            raise AnsibleParserError("proxmox_lxc (source: inventory): %s" % exc) from exc
+        if not adopted["containers"]:
+            display.warning("proxmox_lxc (source: inventory): no LXC guest of community.proxmox's inventory without "
+                            "ansible_pct_vmid and ansible_pct_node_host was found; put this file after that inventory")
+        for node in adopted["nodes"]:
+            self.inventory.set_variable(node["host"], "ansible_host", node["ansible_host"])
+        containers = self.inventory.add_group(prefix + "containers")
+        nodes = self.inventory.add_group(prefix + "nodes")
+        for guest in adopted["containers"]:
+            host = guest["host"]
+            self.inventory.add_child(containers, host)
+            self.inventory.add_child(self.inventory.add_group(self._sanitize_group_name("%snode_%s" % (prefix, guest["pve_node"]))), host)
+            if guest["pve_node"] in self.inventory.hosts:
+                self.inventory.add_child(nodes, guest["pve_node"])
+            given = {k: v for k, v in guest.items() if k != "host"}
+            given.update(self.get_option("container_vars") or {})
+            for key, value in given.items():
+                self.inventory.set_variable(host, key, value)
+            allvars = combine_vars(hostvars[host], given)
+            self._set_composite_vars(self.get_option("compose"), allvars, host, strict=strict)
+            self._add_host_to_composed_groups(self.get_option("groups"), allvars, host, strict=strict)
+            self._add_host_to_keyed_groups(self.get_option("keyed_groups"), allvars, host, strict=strict)
+
     def _host_name(self, node_name, row, names, node_names):
         return container_host_name(self.get_option("hostname"), node_name, row, names, node_names)
 
     def parse(self, inventory, loader, path, cache=True):
         super().parse(inventory, loader, path, cache)
         self._read_config_data(path)
+        if self.get_option("source") == "inventory":
+            self._adopt()
+            return
         api = self.get_option("source") == "api"
         if not api and not self.get_option("nodes"):
             raise AnsibleParserError("proxmox_lxc: nodes is required with source: ssh (or set source: api)")

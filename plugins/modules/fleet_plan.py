@@ -21,8 +21,11 @@ description:
     the read's play has the containers or their Proxmox VE nodes as its hosts - as the result itself (RV(by),
     RV(containers), RV(by_node), RV(container_hosts), RV(node_hosts)), which the playbooks register as
     C(gpufleet_plan) on localhost.
-  - Hosts of community.proxmox's inventory are planned as they will be once given what the plays read, and listed
-    in RV(accept) for C(playbooks/plan.yml) to give it them.
+  - A run over LXC guests of community.proxmox's C(proxmox) inventory (C(proxmox_vmid), C(proxmox_node)) that no
+    inventory source gave what the plays read (C(pve_node), C(ansible_pct_vmid), C(ansible_pct_node_host)) fails
+    here too, naming them and the source to add after that inventory -
+    P(gpufleet.hygiene.proxmox_lxc#inventory) with O(gpufleet.hygiene.proxmox_lxc#inventory:source=inventory)
+    (docs/fleet.md). With nothing selected, any such guest of the inventory is named.
   - The host pattern and the run's C(--limit) are resolved as P(ansible.builtin.inventory_hostnames#lookup) resolves
     them; a C(--limit) from a file (C(@retry)) is not resolved (read by container, every host named).
   - An action that runs on the controller; it opens no connection and runs nothing on any host.
@@ -54,8 +57,8 @@ seealso:
     plugin_type: filter
   - plugin: gpufleet.hygiene.fleet_option_errors
     plugin_type: filter
-  - plugin: gpufleet.hygiene.proxmox_hosts
-    plugin_type: filter
+  - plugin: gpufleet.hygiene.proxmox_lxc
+    plugin_type: inventory
 """
 
 EXAMPLES = r"""
@@ -99,18 +102,6 @@ node_hosts:
   type: list
   elements: str
   sample: [pve1]
-accept:
-  description:
-    - Hosts of community.proxmox's inventory (C(proxmox_vmid), C(proxmox_node)) whose inventory did not compose what
-      the plays read, each with the variables C(playbooks/plan.yml) then gives it
-      (P(gpufleet.hygiene.proxmox_hosts#filter)) - a container's C(pve_node), C(ansible_pct_vmid),
-      C(ansible_pct_node_host) and C(ansible_connection), a node's C(ansible_host). The plan is made as they will be.
-      Empty for this collection's inventory.
-  returned: success
-  type: list
-  elements: dict
-  sample:
-    - {host: ct-101, pve_node: pve1, ansible_pct_vmid: 101, ansible_pct_node_host: 10.0.0.11, ansible_connection: gpufleet.hygiene.pct}
 msg:
   description: How many containers the run reads, and how; or, on failure, what is wrong and what to change.
   returned: always

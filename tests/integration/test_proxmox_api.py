@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 
 import pveapi
 import pytest
@@ -21,6 +22,7 @@ from test_proxmox_lxc_inventory import discovery_config, inventory, plain
 PREFLIGHT = os.path.join(REPO, "playbooks", "preflight.yml")
 HYGIENE = os.path.join(REPO, "playbooks", "hygiene.yml")
 EXAMPLE = os.path.join(REPO, "inventory", "example-community-proxmox.yml")
+ADOPT = os.path.join(REPO, "inventory", "example-community-proxmox.gpufleet.proxmox_lxc.yml")
 COMMUNITY = os.path.join(REPO, ".ansible", "collections", "ansible_collections", "community", "proxmox", "MANIFEST.json")
 
 
@@ -60,9 +62,10 @@ def test_api_source_refuses_a_wrong_token_as_a_token_problem(ansible_cli, api, t
     assert "0" * 32 not in res.stdout
 
 
-def community_inventory(tmp_path, api, fleet):
+def community_inventory(tmp_path, api, fleet, adopt=True):
     """community.proxmox's inventory of the fleet as its users write it, and beside it what they keep
-    in their own variables: how to log in to the nodes, and this fleet's role variables."""
+    in their own variables: how to log in to the nodes, and this fleet's role variables; then (unless
+    not adopt) the proxmox_lxc source that gives its guests what the playbooks read, the example's."""
     assert os.path.exists(COMMUNITY), "community.proxmox is not installed: make setup"
     inv = tmp_path / "community"
     inv.mkdir()
@@ -90,6 +93,9 @@ def community_inventory(tmp_path, api, fleet):
     common["gpufleet_pve_node_addresses"] = {n["name"]: n["address"] for n in fleet["nodes"]}
     (inv / "site.yml").write_text(json.dumps({"all": {"vars": common, "hosts": hosts,
                                                       "children": {"proxmox_nodes": {"vars": node_vars}}}}))
+    if adopt:
+        # Parsed last (the directory's files in name order), as docs/fleet.md lays the files out.
+        shutil.copy(ADOPT, inv / "zz-gpufleet.proxmox_lxc.yml")
     return inv, {"REQUESTS_CA_BUNDLE": api["cafile"], "PROXMOX_TOKEN_SECRET": api["secret"]}
 
 
@@ -102,10 +108,10 @@ def test_community_proxmox_inventory_runs_preflight_unchanged(ansible_cli, api, 
     assert sorted(listed["proxmox_all_lxc"]["hosts"]) == ["train-100", "train-101", "train-200", "train-201"]
     assert listed["proxmox_all_stopped"]["hosts"] == ["train-101"]
     assert (hv["train-200"]["proxmox_vmid"], hv["train-200"]["proxmox_node"]) == (200, "pve2")
-    # How each guest is reached, from the inventory itself (its compose): what ansible-inventory shows.
-    assert (hv["train-200"]["ansible_connection"], hv["train-200"]["ansible_pct_vmid"], hv["train-200"]["pve_node"]) == \
-        ("gpufleet.hygiene.pct", 200, "pve2")
-    assert "ansible_pct_node_host" not in hv["train-200"]
+    # How each guest is reached, from the inventory itself (the proxmox_lxc source after it): what
+    # ansible-inventory shows, the node's address included (gpufleet_pve_node_addresses, given once).
+    assert (hv["train-200"]["ansible_connection"], hv["train-200"]["ansible_pct_vmid"], hv["train-200"]["pve_node"],
+            hv["train-200"]["ansible_pct_node_host"]) == ("gpufleet.hygiene.pct", 200, "pve2", "127.0.1.2")
     # The nodes keep ssh.
     assert hv["pve2"].get("ansible_connection", "ssh") == "ssh" and "ansible_pct_vmid" not in hv["pve2"]
     res = ansible_cli("ansible-inventory", "-i", str(inv), "--host", "train-200", env=env)
@@ -138,6 +144,20 @@ def test_community_proxmox_inventory_runs_preflight_unchanged(ansible_cli, api, 
     want = node_ssh("pve2", "pct exec 200 -- cat /proc/sys/kernel/hostname").stdout.decode().strip()
     assert want and re.search(r"^train-200 \| CHANGED \| rc=0 >>\n%s$" % re.escape(want), res.stdout, re.MULTILINE), \
         (want, res.stdout[-3000:])
+
+
+def test_community_proxmox_inventory_without_the_source_that_adopts_its_guests_stops_at_the_plan(ansible_cli, api, fleet, tmp_path):
+    """The same inventory without its second source: preflight reads nothing and says which
+    source to add, naming the guests, instead of reading them through their own ansible_host."""
+    inv, env = community_inventory(tmp_path, api, fleet, adopt=False)
+    res = ansible_cli("ansible-playbook", "-i", str(inv), PREFLIGHT, "-e", "gpufleet_hosts=proxmox_all_lxc", env=env)
+    assert res.returncode == 2, res.stdout[-4000:]
+    out = " ".join(res.stdout.split())
+    assert ("configuration error, nothing was read or changed: train-100, train-101, train-200, train-201: LXC guest(s) "
+            "of community.proxmox's inventory (proxmox_vmid, proxmox_node) without the variables the plays read") in out, out[-3000:]
+    assert "inventory/example-community-proxmox.gpufleet.proxmox_lxc.yml" in out
+    recap = res.stdout.split("PLAY RECAP", 1)[1]
+    assert not re.search(r"^(train|pve)", recap, re.MULTILINE), recap  # no task ran on any guest or node
 
 
 def conf_tags(node, vmid):

@@ -30,12 +30,12 @@ train-200 pve_node=pve2 ansible_pct_vmid=200 ansible_connection=gpufleet.hygiene
 """
 
 
-def fleet_of(path, text=INVENTORY):
-    """(loader, inventory, variable manager, source) of an inventory file holding ``text``, with
-    the hostvars the task queue manager gives a play's tasks."""
+def fleet_of(path, text=INVENTORY, after=()):
+    """(loader, inventory, variable manager, source) of an inventory file holding ``text`` (and the
+    sources ``after`` it), with the hostvars the task queue manager gives a play's tasks."""
     path.write_text(text)
     loader = DataLoader()
-    inventory = InventoryManager(loader=loader, sources=[str(path)])
+    inventory = InventoryManager(loader=loader, sources=[str(path)] + [str(p) for p in after])
     variables = VariableManager(loader=loader, inventory=inventory)
     variables._hostvars = HostVars(inventory=inventory, variable_manager=variables, loader=loader)
     return loader, inventory, variables, str(path)
@@ -108,16 +108,32 @@ def test_a_limit_from_a_file_is_not_resolved(fleet):
     assert result["by"] == "container" and result["containers"] == ["train-100", "train-101", "train-200"], result
 
 
-def test_community_proxmox_s_hosts_are_planned_as_they_will_be_and_listed_to_accept(tmp_path, fleet):
-    community = fleet_of(tmp_path / "community", (
-        "[pve]\npve1 ansible_host=127.0.1.1\n\n[lxc]\n"
-        "ct-101 proxmox_vmid=101 proxmox_node=pve1 proxmox_vmtype=lxc\n"
-        "ct-102 proxmox_vmid=102 proxmox_node=pve1 proxmox_vmtype=lxc ansible_pct_vmid=102 "
-        "ansible_pct_node_host=127.0.1.1 ansible_connection=gpufleet.hygiene.pct pve_node=pve1\n"))
+COMMUNITY = ("[pve]\npve1 ansible_host=127.0.1.1\n\n[lxc]\n"
+             "ct-101 proxmox_vmid=101 proxmox_node=pve1 proxmox_vmtype=lxc\n"
+             "ct-102 proxmox_vmid=102 proxmox_node=pve1 proxmox_vmtype=lxc ansible_pct_vmid=102 "
+             "ansible_pct_node_host=127.0.1.1 ansible_connection=gpufleet.hygiene.pct pve_node=pve1\n")
+
+
+def test_community_proxmox_s_guests_no_source_adopted_stop_the_run_naming_the_source(tmp_path):
+    result = run(fleet_of(tmp_path / "community", COMMUNITY), {"hosts": "lxc"})
+    assert result.get("failed") and result["msg"] == (
+        "configuration error, nothing was read or changed: ct-101: LXC guest(s) of community.proxmox's inventory "
+        "(proxmox_vmid, proxmox_node) without the variables the plays read (pve_node, ansible_pct_vmid, "
+        "ansible_pct_node_host); add the gpufleet.hygiene.proxmox_lxc inventory with source: inventory after that "
+        "inventory (a later -i, or a later file of its directory): "
+        "inventory/example-community-proxmox.gpufleet.proxmox_lxc.yml, docs/fleet.md"), result
+    # Nothing selected (no pve_containers group without that source): still the likelier cause, said.
+    assert "ct-101: LXC guest(s) of community.proxmox's inventory" in run(fleet_of(tmp_path / "c2", COMMUNITY))["msg"]
+
+
+def test_community_proxmox_s_guests_adopted_by_the_inventory_are_planned(tmp_path, fleet):
+    adopter = tmp_path / "gpufleet.proxmox_lxc.yml"
+    adopter.write_text("plugin: gpufleet.hygiene.proxmox_lxc\nsource: inventory\n")
+    community = fleet_of(tmp_path / "community", COMMUNITY, after=[adopter])
     result = run(community, {"hosts": "lxc"})
-    # ct-101 has no pct connection nor pve_node of its own yet: planned as the next play makes it.
+    assert not result.get("failed"), result
     assert result["by"] == "node" and result["by_node"] == {"pve1": ["ct-101", "ct-102"]}, result
-    assert result["accept"] == [{"host": "ct-101", "pve_node": "pve1", "ansible_pct_vmid": 101,
-                                 "ansible_pct_node_host": "127.0.1.1", "ansible_connection": "gpufleet.hygiene.pct"}]
-    # This collection's inventory (and a composed one) has nothing to accept.
-    assert run(fleet)["accept"] == []
+    # The guest it adopted is in pve_containers, the default pattern (ct-102 had what the plays read).
+    assert run(community)["by_node"] == {"pve1": ["ct-101"]}
+    # This collection's inventory is planned as before.
+    assert not run(fleet).get("failed")
