@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError
+
 PCT = "gpufleet.hygiene.pct"
 
 
-class AdoptError(ValueError):
+class AdoptError(GpufleetError):
     """A guest whose variables say something impossible (its message says what to fix)."""
 
 
