@@ -49,8 +49,9 @@ verdict|venv/_cuda.py|tests/unit/plugins/module_utils/venv/test_cuda.py tests/un
 record|venv/_dist.py|tests/unit/plugins/module_utils/venv/test_dist_functions.py tests/unit/plugins/module_utils/venv/test_dist.py tests/unit/plugins/module_utils/venv/test_dist_hostile.py tests/unit/plugins/modules/test_pip_inventory.py
 sites|venv/_venv.py|tests/unit/plugins/module_utils/venv/test_venv.py tests/unit/plugins/module_utils/venv/test_dist_hostile.py
 inventory|venv/_inventory.py|tests/unit/plugins/module_utils/venv/test_inventory.py tests/unit/plugins/modules/test_pip_inventory.py
-scope|proc/_proc.py|tests/unit/plugins/module_utils/proc/test_proc.py tests/unit/plugins/module_utils/view/test_view.py tests/unit/plugins/module_utils/proc/test_proc_scope.py tests/unit/plugins/modules/test_processes.py
-ordinary|proc/_ordinary.py|tests/unit/plugins/module_utils/proc/test_proc_scope.py
+proc|proc/_proc.py|tests/unit/plugins/module_utils/proc/test_proc.py tests/unit/plugins/module_utils/view/test_view.py tests/unit/plugins/module_utils/proc/test_scope.py tests/unit/plugins/modules/test_processes.py
+scope|proc/_scope.py|tests/unit/plugins/module_utils/proc/test_scope.py tests/unit/plugins/modules/test_processes.py
+ordinary|proc/_ordinary.py|tests/unit/plugins/module_utils/proc/test_scope.py
 throughput|job/_throughput.py|tests/unit/plugins/module_utils/job/test_throughput_since.py tests/unit/plugins/module_utils/job/test_throughput.py tests/unit/plugins/filter/test_log_search.py tests/unit/plugins/modules/test_host_lock_throughput.py
 liveness|job/_liveness.py|tests/unit/plugins/module_utils/job/test_liveness.py tests/unit/plugins/module_utils/job/test_liveness_thresholds.py tests/unit/plugins/module_utils/job/test_liveness_paths.py tests/unit/plugins/module_utils/job/test_liveness_leftovers.py
 xid|gpu/_xid.py|tests/unit/plugins/module_utils/gpu/test_xid.py tests/unit/plugins/module_utils/gpu/test_findings.py tests/unit/plugins/module_utils/gpu/test_health.py

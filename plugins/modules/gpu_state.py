@@ -371,7 +371,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._results i
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._waits import OPTIONS as WAIT_OPTIONS
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._waits import Slice
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, scope_options
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._scope import Scope, scope_options
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import argument_spec, bad_option
 
 

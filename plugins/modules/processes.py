@@ -192,13 +192,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._errors import GpufleetError, fail
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.common._results import diff_only_in_diff_mode, stopped_diff
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import (
-    STUCK_ADVICE,
-    Scope,
-    find_processes,
-    scope_options,
-    stuck_text,
-)
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import STUCK_ADVICE, find_processes, stuck_text
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._scope import Scope, scope_options
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._terminate import terminate
 
 

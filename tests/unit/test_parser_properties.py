@@ -10,7 +10,7 @@ RECORD, requirements and lock files, version labels and CUDA name families (_dis
 ELF DT_NEEDED (_elf), /proc's stat, status and cgroup files and the driver's information
 files (_proc), pyvenv.cfg and .pth files, the lock file (_hostlock), the cache
 fingerprint marker (cache/_marker), the training log's throughput lines (throughput), and
-the scope's patterns and tmux session names.
+the scope's patterns and tmux session names (_scope).
 
 No hang: every example runs under a deadline far above what it takes (milliseconds), so a
 parser that loops or backtracks catastrophically fails instead of stalling the suite; the
@@ -37,7 +37,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.common import _ho
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.fs import _files
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu import _query
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job import _throughput as throughput
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc, _scope
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proxmox import _pct
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv import _cuda, _dist, _elf, _inventory, _venv
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.view import _cgroup
@@ -503,8 +503,8 @@ def test_scope_patterns_and_session_names_any_text(patterns, session):
     """A pattern is compiled or refused with the reason; one that matches every process and a
     tmux session name that tmux would read as another target are refused."""
     try:
-        scope = _proc.Scope(cmdline=patterns, tmux_session=session)
-    except _proc.ProcError as exc:
+        scope = _scope.Scope(cmdline=patterns, tmux_session=session)
+    except _scope.ProcError as exc:
         msg = str(exc)
         assert msg.startswith(("scope has an invalid regular expression", "scope.cmdline pattern", "scope.tmux_session"))
         return

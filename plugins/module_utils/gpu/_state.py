@@ -20,7 +20,6 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._smi import N
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import (
     PROC,
     STUCK_ADVICE,
-    ProcError,
     ancestors,
     describe,
     detect_vantage,
@@ -30,6 +29,7 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
     scan_device_holders,
     stuck_text,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._scope import ProcError
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._terminate import terminate
 
 # Where a container's device files are (container_view); tests point it elsewhere.

@@ -7,8 +7,8 @@
 
 A PID is signalled only while its start time (field 22 of /proc/<pid>/stat, proc/_proc.py) is the
 one recorded when it was chosen, through a pidfd where the kernel has them (no window for PID
-reuse). Which processes are chosen, and which are never signalled, is proc/_proc.py's (scopes,
-protection); this module only ends the ones it is given.
+reuse). Which processes are chosen is proc/_scope.py's (scopes), and which are never signalled
+proc/_proc.py's (protection); this module only ends the ones it is given.
 
 Private to gpufleet.hygiene (leading underscore): not a public API. Standard library only.
 """

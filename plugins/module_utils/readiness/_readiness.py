@@ -25,7 +25,8 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._health impor
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.gpu._state import GpuState
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._libraries import VenvIndex, mapped_libraries
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.job._liveness import liveness, throughput
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import Scope, find_processes
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import find_processes
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._scope import Scope
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._checks import judge
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._options import BY_NAME, value
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.venv._contamination import Contamination

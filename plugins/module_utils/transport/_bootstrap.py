@@ -117,6 +117,7 @@ TRAVELS = (
     "job._throughput",
     "proc._ordinary",
     "proc._proc",
+    "proc._scope",
     "proc._terminate",
     "readiness._checks",
     "readiness._options",

@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _ordinary, _proc
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _ordinary, _scope
 
 ORDINARY = _ordinary.ORDINARY
 DAEMONS = _ordinary.DAEMONS
@@ -78,7 +78,7 @@ def test_bare_names_of_shells_interpreters_and_daemons_match_rows(pattern):
 
 
 @pytest.mark.parametrize("pattern", [
-    r"^\S*python3? \S*train\.py",  # the anchored pattern _proc's refusal suggests
+    r"^\S*python3? \S*train\.py",  # the anchored pattern _scope's refusal suggests
     r"train\.py",
     r"torchrun",
     r"torch\.distributed",
@@ -94,8 +94,8 @@ def test_a_job_s_own_pattern_matches_no_row(pattern):
     assert hits == []
 
 
-def test_proc_refuses_scopes_by_this_very_table():
-    assert _proc.ORDINARY is ORDINARY and _proc.DAEMONS is DAEMONS
+def test_scope_refuses_patterns_by_this_very_table():
+    assert _scope.ORDINARY is ORDINARY and _scope.DAEMONS is DAEMONS
 
 
 # ----------------------------------------------------------------------------- the machines it names

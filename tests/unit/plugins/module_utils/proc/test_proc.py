@@ -2,23 +2,20 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""proc/_proc: /proc reading (start time, NSpid), fd scans and scopes, on real processes too (the
-GPU stand-in's trainers: the gpu fixture, conftest.py). Their termination is test_terminate.py's."""
+"""proc/_proc: /proc reading (start time, NSpid), fd scans, protection and the walk below a
+process, on real processes too (the GPU stand-in's trainers: the gpu fixture, conftest.py);
+find_processes() with a proc/_scope Scope. The scopes themselves are test_scope.py's, the
+termination test_terminate.py's."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
-import time
 
 import pytest
+from procfiles import fake_proc
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import (
-    ProcError,
-    Scope,
     ancestors,
     describe,
     detect_vantage,
@@ -28,9 +25,8 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import
     parse_stat,
     parse_status,
     scan_device_holders,
-    tmux_name_problem,
-    tmux_pane_pids,
 )
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._scope import Scope
 from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
 
 STAT = ("48211 (pt_main (thread)) S 1 48211 48211 0 -1 4194560 1234 0 0 0 10 20 0 0 20 0 12 0 "
@@ -96,16 +92,22 @@ def test_flags_that_cannot_be_read_are_none(text):
     assert _proc.stat_flags(text) is None
 
 
+def test_kernel_thread_fallback_without_flags():
+    assert _proc.is_kernel_thread(None, "", 2) and _proc.is_kernel_thread(None, "", 0)
+    assert not _proc.is_kernel_thread(None, "python3 job.py", 2)  # a namespace's PID 2's child
+    assert not _proc.is_kernel_thread(0x400100, "", 2)           # the flags say no
+
+
 def test_a_job_s_workers_are_found_to_the_last_generation_but_not_inside_a_namespace_it_started(tmp_path, monkeypatch):
     """with_descendants: the job (100), its worker (101) and the worker's child (102); the init
     of a container the job started (103, NSpid ending in 1) is refused, and nothing below it
     (104) is walked."""
-    _fake_proc(tmp_path, 100, cmdline=b"python3\0train_dflash.py\0")
-    _fake_proc(tmp_path, 101, ppid=100, nspid=(), cmdline=b"python3\0-c\0worker\0")  # no NSpid entries
-    _fake_proc(tmp_path, 102, ppid=101, cmdline=b"python3\0-c\0loader\0")
-    _fake_proc(tmp_path, 103, ppid=100, nspid=(103, 1), cmdline=b"/sbin/init\0")
-    _fake_proc(tmp_path, 104, ppid=103, nspid=(104, 2), cmdline=b"python3\0other.py\0")
-    zombie = _fake_proc(tmp_path, 105, ppid=100)  # walked first (the highest PID): passed over, not the end
+    fake_proc(tmp_path, 100, cmdline=b"python3\0train_dflash.py\0")
+    fake_proc(tmp_path, 101, ppid=100, nspid=(), cmdline=b"python3\0-c\0worker\0")  # no NSpid entries
+    fake_proc(tmp_path, 102, ppid=101, cmdline=b"python3\0-c\0loader\0")
+    fake_proc(tmp_path, 103, ppid=100, nspid=(103, 1), cmdline=b"/sbin/init\0")
+    fake_proc(tmp_path, 104, ppid=103, nspid=(104, 2), cmdline=b"python3\0other.py\0")
+    zombie = fake_proc(tmp_path, 105, ppid=100)  # walked first (the highest PID): passed over, not the end
     (zombie / "stat").write_text("105 (python3) Z 100 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0")
     monkeypatch.setattr(_proc, "all_pids", lambda proc=None: sorted(int(e) for e in os.listdir(str(tmp_path))))
     refused = []
@@ -116,29 +118,15 @@ def test_a_job_s_workers_are_found_to_the_last_generation_but_not_inside_a_names
     assert [f["pid"] for f in _proc.find_processes(Scope(cmdline=["train_dflash"]), proc=str(tmp_path))] == [100]
     assert "its container's PID namespace" in refused[0]["reason"]
     # With scope.users, a descendant of another user met first is passed over, not the end of the walk.
-    other = _fake_proc(tmp_path, 106, ppid=100, uid=0, cmdline=b"python3\0-c\0helper\0")
+    other = fake_proc(tmp_path, 106, ppid=100, uid=0, cmdline=b"python3\0-c\0helper\0")
     (other / "status").write_text("Name:\tpython3\nUid:\t0\t0\t0\t0\nNSpid:\t106\t9\n")
     found = _proc.find_processes(Scope(cmdline=["train_dflash"], users=["100000"]), proc=str(tmp_path),
                                  with_descendants=True)
     assert [f["pid"] for f in found] == [100, 101, 102]
 
 
-def _fake_proc(root, pid, comm="python3", ppid=1, started=777, cgroup="0::/lxc/200/ns/init.scope\n",
-               uid=100000, nspid=(48211, 1731), cmdline=b"python3\0train_dflash.py\0"):
-    d = root / str(pid)
-    d.mkdir(parents=True)
-    (d / "stat").write_text("%d (%s) S %d 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0"
-                            % (pid, comm, ppid, started))
-    (d / "status").write_text("Name:\t%s\nUid:\t%d\t%d\t%d\t%d\nNSpid:\t%s\n"
-                              % (comm, uid, uid, uid, uid, "\t".join(str(n) for n in nspid)))
-    (d / "cgroup").write_text(cgroup)
-    (d / "cmdline").write_bytes(cmdline)
-    (d / "fd").mkdir()
-    return d
-
-
 def test_describe_on_a_node_names_container_and_inner_pid(tmp_path):
-    _fake_proc(tmp_path, 48211)
+    fake_proc(tmp_path, 48211)
     info = describe(48211, proc=str(tmp_path))
     assert info["vmid"] == 200 and info["container_pid"] == 1731
     assert info["start_time"] == 777 and info["uid"] == 100000
@@ -147,13 +135,13 @@ def test_describe_on_a_node_names_container_and_inner_pid(tmp_path):
 
 
 def test_scan_device_holders_fake_proc(tmp_path):
-    d = _fake_proc(tmp_path, 10)
+    d = fake_proc(tmp_path, 10)
     os.symlink("/dev/nvidia3", str(d / "fd" / "5"))
     os.symlink("/dev/nvidiactl", str(d / "fd" / "6"))
     os.symlink("/dev/null", str(d / "fd" / "7"))
-    e = _fake_proc(tmp_path, 11)
+    e = fake_proc(tmp_path, 11)
     os.symlink("/dev/nvidia0 (deleted)", str(e / "fd" / "3"))
-    _fake_proc(tmp_path, 12)
+    fake_proc(tmp_path, 12)
     holders, unreadable = scan_device_holders(["/dev/nvidia*"], proc=str(tmp_path))
     assert holders == {10: ["/dev/nvidia3", "/dev/nvidiactl"], 11: ["/dev/nvidia0"]}
     assert unreadable == 0
@@ -165,7 +153,7 @@ def test_mapped_files_are_the_maps_lines_that_name_a_path_and_no_others(tmp_path
     """/proc/<pid>/maps as the kernel writes it: an anonymous mapping has five fields (no name),
     a pseudo-mapping names itself in brackets, a path may hold spaces and end in " (deleted)".
     Only real paths count, whole; and only when mapped files are asked for."""
-    d = _fake_proc(tmp_path, 10)
+    d = fake_proc(tmp_path, 10)
     os.symlink("/dev/nvidia0", str(d / "fd" / "3"))
     os.symlink("/home/u/run", str(d / "cwd"))
     (d / "maps").write_bytes(
@@ -185,7 +173,7 @@ def test_mapped_files_are_the_maps_lines_that_name_a_path_and_no_others(tmp_path
 
 
 def test_maps_that_cannot_be_read_say_denied_only_when_permission_was_refused(tmp_path, monkeypatch):
-    d = _fake_proc(tmp_path, 10)
+    d = fake_proc(tmp_path, 10)
     (d / "maps").write_bytes(b"")
     real_read = _proc._read
 
@@ -199,7 +187,7 @@ def test_maps_that_cannot_be_read_say_denied_only_when_permission_was_refused(tm
 
 
 def test_fds_that_cannot_be_listed_say_denied_only_when_permission_was_refused(tmp_path, monkeypatch):
-    d = _fake_proc(tmp_path, 10)
+    d = fake_proc(tmp_path, 10)
     os.rmdir(str(d / "fd"))  # gone meanwhile: nothing to read, nothing refused
     assert list(open_files(str(tmp_path))) == [(10, [], False)]
     real_listdir = _proc._listdir
@@ -262,7 +250,7 @@ def test_the_walk_below_roots_gives_each_descendant_once_under_its_root_and_leav
     root, so it is walked as its own and 21 comes under it; 30 and its child 31 are left out.
     A pruned PID is given, its children are not."""
     for pid, ppid in ((10, 1), (11, 10), (12, 11), (20, 10), (21, 20), (30, 10), (31, 30)):
-        _fake_proc(tmp_path, pid, ppid=ppid)
+        fake_proc(tmp_path, pid, ppid=ppid)
     # In PID order, so that 10's children are popped 30 (skipped), 20 (a root), then 11: a PID
     # passed over must not end the walk of its siblings.
     monkeypatch.setattr(_proc, "all_pids", lambda proc=None: sorted(int(e) for e in os.listdir(str(tmp_path))))
@@ -275,29 +263,6 @@ def test_the_walk_below_roots_gives_each_descendant_once_under_its_root_and_leav
     assert sorted(_proc.walk_descendants([10, 20], str(tmp_path), skip=[20])) == [(11, 10), (12, 10), (21, 20), (30, 10), (31, 10)]
 
 
-def test_everyday_rows_take_roots_daemons_past_a_process_gone_meanwhile(tmp_path, monkeypatch):
-    """A process that ended between the listing and the read of its name is passed over, not
-    the end of the list: root's sshd listed after it still gives its row."""
-    gone = _fake_proc(tmp_path, 40, comm="sshd")
-    (gone / "comm").mkdir()  # reading it fails, as a vanished process's does
-    _fake_proc(tmp_path, 41, comm="sshd", uid=0, cmdline=b"sshd: /etc/ssh/sshd_config [listener]\0")
-    (tmp_path / "41" / "comm").write_text("sshd\n")
-    _fake_proc(tmp_path, 42, comm="sshd", uid=1000, cmdline=b"sshd: fake [listener]\0")  # not root's
-    (tmp_path / "42" / "comm").write_text("sshd\n")
-    monkeypatch.setattr(_proc, "all_pids", lambda proc=None: [40, 41, 42])
-    rows = _proc.ordinary_processes(str(tmp_path))
-    assert rows[:len(_proc.ORDINARY)] == list(_proc.ORDINARY)
-    assert rows[len(_proc.ORDINARY):] == [("sshd", "sshd: /etc/ssh/sshd_config [listener]")]
-
-
-def test_pid_1_is_no_everyday_row_even_under_a_daemon_s_name(tmp_path, monkeypatch):
-    """In a one-process container PID 1 may be the job itself; a pattern that names it is right."""
-    _fake_proc(tmp_path, 1, comm="sshd", ppid=0, uid=0, cmdline=b"sshd: /etc/ssh/sshd_config [listener]\0")
-    (tmp_path / "1" / "comm").write_text("sshd\n")
-    monkeypatch.setattr(_proc, "all_pids", lambda proc=None: [1])
-    assert _proc.ordinary_processes(str(tmp_path)) == list(_proc.ORDINARY)
-
-
 def test_user_names():
     import pwd
     assert _proc.user_name(None) is None
@@ -307,23 +272,13 @@ def test_user_names():
     assert _proc.user_name(unknown) == str(unknown)
 
 
-def test_everyday_rows_end_with_this_module_s_own_process():
-    """This process's own (comm, command line) is a row, so that no scope pattern matches the
-    module that reads it."""
-    with open("/proc/self/comm") as f:
-        comm = f.read().rstrip("\n")
-    with open("/proc/self/cmdline", "rb") as f:
-        cmdline = " ".join(a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a)
-    assert _proc.ordinary_processes()[-1] == (comm, cmdline)
-
-
 @pytest.mark.parametrize("wchan_text, where, stuck", [
     ("nfs_wait_bit_killable", "nfs_wait_bit_killable", "state D (uninterruptible sleep, in nfs_wait_bit_killable)"),
     ("0", None, "state D (uninterruptible sleep)"),  # the kernel's "no symbol"
     ("", None, "state D (uninterruptible sleep)"),
 ])
 def test_a_stuck_process_names_where_it_waits_only_when_the_kernel_says(tmp_path, wchan_text, where, stuck):
-    d = _fake_proc(tmp_path, 10)
+    d = fake_proc(tmp_path, 10)
     (d / "stat").write_text("10 (python3) D 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0")
     (d / "wchan").write_text(wchan_text)
     assert _proc.wchan(10, str(tmp_path)) == where
@@ -339,8 +294,8 @@ def test_ancestors_contain_self_and_parent():
 def test_ancestors_end_on_a_loop_that_a_reused_pid_can_make(tmp_path):
     """The chain is read one /proc file at a time: a parent that ended and whose PID was taken by
     a descendant makes a loop, which must end the walk."""
-    _fake_proc(tmp_path, 10, ppid=11)
-    _fake_proc(tmp_path, 11, ppid=10)
+    fake_proc(tmp_path, 10, ppid=11)
+    fake_proc(tmp_path, 11, ppid=10)
     assert ancestors(10, str(tmp_path)) == {10, 11}
 
 
@@ -355,142 +310,6 @@ def test_scan_sees_real_standin_handles(gpu):
     assert holders[a.pid] == [gpu_standin.device(state, 0)]
     assert holders[b.pid] == [gpu_standin.device(state, 1)]
     assert os.getpid() not in holders
-
-
-@pytest.mark.parametrize("cmdline, pattern, hit", [
-    ("/opt/venv/bin/dflash-train run.py --steps 9", "^dflash-train$", True),  # argv[0]'s basename
-    ("/opt/venv/bin/dflash-train run.py --steps 9", "^9$", False),            # the last argument is no name
-    ("/opt/venv/bin/dflash-train run.py --steps 9", "^run.py$", False),
-])
-def test_a_name_is_searched_in_comm_and_argv_0_s_basename_only(cmdline, pattern, hit):
-    info = {"pid": 4200, "comm": "pt_main_thread", "cmdline": cmdline}
-    assert Scope(name=[pattern]).matches(info)[0] is hit
-
-
-def test_scope_criteria_are_anded(gpu):
-    _state, trainers = gpu
-    p = trainers.start(tag="run-a")
-    info = describe(p.pid)
-    me = str(os.getuid())
-    assert Scope(cmdline=["train_dflash"]).matches(info) == (True, "in scope")
-    assert Scope(cmdline=["train_dflash"], users=[me]).matches(info)[0]
-    ok, why = Scope(cmdline=["train_dflash"], users=["no-such-user"]).matches(info)
-    assert not ok and "scope.users" in why
-    assert not Scope(cmdline=["--tag run-b"]).matches(info)[0]
-    assert Scope(name=["^python"], allow_broad=True).matches(info)[0]
-    with pytest.raises(ProcError, match="matches ordinary system processes"):
-        Scope(name=["^python"])  # every Python process, this module's own among them
-    assert not Scope(vmids=[200]).matches(info)[0]
-    assert Scope().matches(info) == (False, "the scope is empty")
-    with pytest.raises(ProcError, match="invalid regular expression"):
-        Scope(cmdline=["("])
-
-
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-@pytest.mark.parametrize("entry", [{"pid": 5}, {"start_time": 9}, {"pid": "five", "start_time": 9}, None, [5, 9]],
-                         ids=["no_start_time", "no_pid", "pid_not_a_number", "null", "a_list"])
-def test_a_pids_entry_without_an_integer_pid_and_start_time_is_refused_naming_it(entry):
-    with pytest.raises(ProcError) as err:
-        Scope(pids=[{"pid": 4, "start_time": 8}, entry])
-    assert str(err.value) == "scope.pids: each entry needs an integer pid and start_time, got %r" % (entry,)
-
-
-@pytest.mark.parametrize("entry", [{"pid": 0, "start_time": 9}, {"pid": 5, "start_time": -1}])
-def test_a_pids_entry_out_of_range_is_refused_naming_it(entry):
-    with pytest.raises(ProcError) as err:
-        Scope(pids=[entry])
-    assert str(err.value) == "scope.pids: pid must be at least 1 and start_time at least 0, got %r" % (entry,)
-
-
-def test_a_start_time_of_0_is_a_start_time():
-    """Clock ticks since boot: a process started in the boot's first tick has 0."""
-    assert Scope(pids=[{"pid": 5, "start_time": 0}]).pids == {5: 0}
-
-
-def fake_tmux(tmp_path, monkeypatch, script):
-    """A tmux first on PATH that runs ``script`` (sh)."""
-    fake = tmp_path / "bin" / "tmux"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\n" + script)
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", "%s:%s" % (fake.parent, os.environ["PATH"]))
-
-
-@pytest.mark.parametrize("name, bad", [
-    ("train", None), ("train-2_b", None), ("tr\u00e4ning", None),  # letters beyond ASCII are a name's own
-    ("train run", None),  # a space is no separator: the target is one argument
-    ("train:0", "':'"), ("train.1", "'.'"), ("train\x7f", "'\\x7f'"), ("train\t", "'\\t'"), ("a\x1fb", "'\\x1f'"),
-])
-def test_a_tmux_name_is_refused_for_separators_and_control_characters_only(name, bad):
-    why = tmux_name_problem(name)
-    if bad is None:
-        assert why is None
-    else:
-        assert why.startswith("contains %s, which tmux reads" % bad), why
-
-
-def test_a_tmux_that_does_not_answer_is_named_with_its_timeout(tmp_path, monkeypatch):
-    fake_tmux(tmp_path, monkeypatch, "exec sleep 30\n")
-    started = time.monotonic()
-    with pytest.raises(ProcError) as err:
-        tmux_pane_pids("train", timeout=0.3)
-    assert str(err.value) == "tmux did not answer within 0.3s"
-    assert time.monotonic() - started < 10
-
-
-def test_a_tmux_session_with_no_tmux_installed_is_an_error_that_says_so(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path))  # no tmux anywhere on it
-    with pytest.raises(ProcError) as err:
-        tmux_pane_pids("train")
-    assert str(err.value) == "scope.tmux_session is set but tmux is not installed on the target"
-
-
-def test_a_tmux_killed_by_a_signal_gives_no_panes(tmp_path, monkeypatch):
-    """What a tmux that died printed is not trusted: its exit status is not 0 (a signal's is
-    negative), so the session holds nothing."""
-    fake_tmux(tmp_path, monkeypatch, "echo 4242\nkill -KILL $$\n")
-    assert tmux_pane_pids("train") is None
-
-
-def test_a_tmux_session_that_is_not_there_holds_nothing_and_says_so(tmp_path, monkeypatch):
-    fake_tmux(tmp_path, monkeypatch, "echo 'no server running' >&2\nexit 1\n")
-    scope = Scope(tmux_session="train")
-    assert scope.matches(describe(os.getpid())) == (False, "not in tmux session train")
-    assert scope.notes == ["tmux session 'train' was not found: nothing is in it"]
-
-
-def test_a_user_not_listed_is_named_out_of_scope():
-    assert Scope(users=["alice"]).matches({"pid": 5, "uid": 1001, "user": "bob"}) == (False, "user bob is not in scope.users")
-
-
-def test_a_pid_not_listed_is_named_out_of_scope():
-    scope = Scope(pids=[{"pid": 4, "start_time": 8}])
-    assert scope.matches({"pid": 5, "start_time": 8}) == (False, "pid 5 is not in scope.pids")
-
-
-def test_scope_tmux_session(gpu, tmp_path):
-    state, trainers = gpu
-    sock = str(tmp_path / "tmux.sock")
-    outside = trainers.start(tag="outside")
-    cmd = "%s %s --state %s --gpu 1 --mib 10 --tag inside" % (sys.executable, gpu_standin.TRAINER, state)
-    subprocess.run(["tmux", "-S", sock, "new-session", "-d", "-s", "train", cmd], check=True)
-    try:
-        inside = None
-        for _i in range(100):
-            holders, _u = scan_device_holders([gpu_standin.device(state, 1)])
-            if holders:
-                inside = list(holders)[0]
-                break
-            time.sleep(0.05)
-        assert inside is not None
-        scope = Scope(tmux_session="train", tmux_socket=sock)
-        assert scope.matches(describe(inside))[0]
-        assert not scope.matches(describe(outside.pid))[0]
-        missing = Scope(tmux_session="nope", tmux_socket=sock)
-        assert not missing.matches(describe(inside))[0]
-        assert "was not found" in missing.notes[0]
-    finally:
-        subprocess.run(["tmux", "-S", sock, "kill-server"], check=False)
 
 
 def _fake_stat_proc(tmp_path, pid, state, wchan):

@@ -2,14 +2,15 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""What a scope may never reach: broad patterns (checked against this machine's real
-processes, not the implementation's table), a PID namespace's init, kernel threads; and a
-namespace's PID 2, which is an ordinary process there. Real processes, a real PID namespace
-(``unshare --pid --fork --mount-proc``), real signals.
+"""proc/_scope: a scope's criteria (all must match), its listed PIDs, its tmux session and the
+everyday processes its patterns may not match; and what a scope may never reach: broad patterns
+(checked against this machine's real processes, not the implementation's table), a PID
+namespace's init, kernel threads; and a namespace's PID 2, which is an ordinary process there.
+Real processes, a real PID namespace (``unshare --pid --fork --mount-proc``), real signals.
 
-proc/_proc's Scope, with the table of everyday processes it refuses to match (proc/_ordinary; the
-table itself is tested in test_ordinary.py), also through the processes and gpu_state modules and
-the kill role."""
+The Scope with the table of everyday processes it refuses to match (proc/_ordinary; the table
+itself is tested in test_ordinary.py), also through the processes and gpu_state modules and the
+kill role; proc/_proc reads the processes, applies the scope and its protection."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from procfiles import fake_proc
 
-from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc import _proc, _scope
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._proc import describe, scan_device_holders
+from ansible_collections.gpufleet.hygiene.plugins.module_utils.proc._scope import ProcError, Scope, tmux_name_problem, tmux_pane_pids
 from ansible_collections.gpufleet.hygiene.plugins.modules import gpu_state, processes
 from ansible_collections.gpufleet.hygiene.tests.standins import gpu_standin
 
@@ -36,6 +40,178 @@ MODULES = os.path.dirname(os.path.abspath(processes.__file__))
 COLLECTIONS = MODULES.rsplit(os.sep + "ansible_collections" + os.sep, 1)[0]  # where ansible_collections/ lies
 NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"),
                                 reason="a PID namespace needs root, unshare and nsenter")
+
+
+# --------------------------------------------------------------------------- criteria, pids, tmux, everyday rows
+
+
+def test_everyday_rows_take_roots_daemons_past_a_process_gone_meanwhile(tmp_path, monkeypatch):
+    """A process that ended between the listing and the read of its name is passed over, not
+    the end of the list: root's sshd listed after it still gives its row."""
+    gone = fake_proc(tmp_path, 40, comm="sshd")
+    (gone / "comm").mkdir()  # reading it fails, as a vanished process's does
+    fake_proc(tmp_path, 41, comm="sshd", uid=0, cmdline=b"sshd: /etc/ssh/sshd_config [listener]\0")
+    (tmp_path / "41" / "comm").write_text("sshd\n")
+    fake_proc(tmp_path, 42, comm="sshd", uid=1000, cmdline=b"sshd: fake [listener]\0")  # not root's
+    (tmp_path / "42" / "comm").write_text("sshd\n")
+    monkeypatch.setattr(_scope, "all_pids", lambda proc=None: [40, 41, 42])
+    rows = _scope.ordinary_processes(str(tmp_path))
+    assert rows[:len(_scope.ORDINARY)] == list(_scope.ORDINARY)
+    assert rows[len(_scope.ORDINARY):] == [("sshd", "sshd: /etc/ssh/sshd_config [listener]")]
+
+
+def test_pid_1_is_no_everyday_row_even_under_a_daemon_s_name(tmp_path, monkeypatch):
+    """In a one-process container PID 1 may be the job itself; a pattern that names it is right."""
+    fake_proc(tmp_path, 1, comm="sshd", ppid=0, uid=0, cmdline=b"sshd: /etc/ssh/sshd_config [listener]\0")
+    (tmp_path / "1" / "comm").write_text("sshd\n")
+    monkeypatch.setattr(_scope, "all_pids", lambda proc=None: [1])
+    assert _scope.ordinary_processes(str(tmp_path)) == list(_scope.ORDINARY)
+
+
+def test_everyday_rows_end_with_this_module_s_own_process():
+    """This process's own (comm, command line) is a row, so that no scope pattern matches the
+    module that reads it."""
+    with open("/proc/self/comm") as f:
+        comm = f.read().rstrip("\n")
+    with open("/proc/self/cmdline", "rb") as f:
+        cmdline = " ".join(a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a)
+    assert _scope.ordinary_processes()[-1] == (comm, cmdline)
+
+
+@pytest.mark.parametrize("cmdline, pattern, hit", [
+    ("/opt/venv/bin/dflash-train run.py --steps 9", "^dflash-train$", True),  # argv[0]'s basename
+    ("/opt/venv/bin/dflash-train run.py --steps 9", "^9$", False),            # the last argument is no name
+    ("/opt/venv/bin/dflash-train run.py --steps 9", "^run.py$", False),
+])
+def test_a_name_is_searched_in_comm_and_argv_0_s_basename_only(cmdline, pattern, hit):
+    info = {"pid": 4200, "comm": "pt_main_thread", "cmdline": cmdline}
+    assert Scope(name=[pattern]).matches(info)[0] is hit
+
+
+def test_scope_criteria_are_anded(gpu):
+    _state, trainers = gpu
+    p = trainers.start(tag="run-a")
+    info = describe(p.pid)
+    me = str(os.getuid())
+    assert Scope(cmdline=["train_dflash"]).matches(info) == (True, "in scope")
+    assert Scope(cmdline=["train_dflash"], users=[me]).matches(info)[0]
+    ok, why = Scope(cmdline=["train_dflash"], users=["no-such-user"]).matches(info)
+    assert not ok and "scope.users" in why
+    assert not Scope(cmdline=["--tag run-b"]).matches(info)[0]
+    assert Scope(name=["^python"], allow_broad=True).matches(info)[0]
+    with pytest.raises(ProcError, match="matches ordinary system processes"):
+        Scope(name=["^python"])  # every Python process, this module's own among them
+    assert not Scope(vmids=[200]).matches(info)[0]
+    assert Scope().matches(info) == (False, "the scope is empty")
+    with pytest.raises(ProcError, match="invalid regular expression"):
+        Scope(cmdline=["("])
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize("entry", [{"pid": 5}, {"start_time": 9}, {"pid": "five", "start_time": 9}, None, [5, 9]],
+                         ids=["no_start_time", "no_pid", "pid_not_a_number", "null", "a_list"])
+def test_a_pids_entry_without_an_integer_pid_and_start_time_is_refused_naming_it(entry):
+    with pytest.raises(ProcError) as err:
+        Scope(pids=[{"pid": 4, "start_time": 8}, entry])
+    assert str(err.value) == "scope.pids: each entry needs an integer pid and start_time, got %r" % (entry,)
+
+
+@pytest.mark.parametrize("entry", [{"pid": 0, "start_time": 9}, {"pid": 5, "start_time": -1}])
+def test_a_pids_entry_out_of_range_is_refused_naming_it(entry):
+    with pytest.raises(ProcError) as err:
+        Scope(pids=[entry])
+    assert str(err.value) == "scope.pids: pid must be at least 1 and start_time at least 0, got %r" % (entry,)
+
+
+def test_a_start_time_of_0_is_a_start_time():
+    """Clock ticks since boot: a process started in the boot's first tick has 0."""
+    assert Scope(pids=[{"pid": 5, "start_time": 0}]).pids == {5: 0}
+
+
+def fake_tmux(tmp_path, monkeypatch, script):
+    """A tmux first on PATH that runs ``script`` (sh)."""
+    fake = tmp_path / "bin" / "tmux"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (fake.parent, os.environ["PATH"]))
+
+
+@pytest.mark.parametrize("name, bad", [
+    ("train", None), ("train-2_b", None), ("tr\u00e4ning", None),  # letters beyond ASCII are a name's own
+    ("train run", None),  # a space is no separator: the target is one argument
+    ("train:0", "':'"), ("train.1", "'.'"), ("train\x7f", "'\\x7f'"), ("train\t", "'\\t'"), ("a\x1fb", "'\\x1f'"),
+])
+def test_a_tmux_name_is_refused_for_separators_and_control_characters_only(name, bad):
+    why = tmux_name_problem(name)
+    if bad is None:
+        assert why is None
+    else:
+        assert why.startswith("contains %s, which tmux reads" % bad), why
+
+
+def test_a_tmux_that_does_not_answer_is_named_with_its_timeout(tmp_path, monkeypatch):
+    fake_tmux(tmp_path, monkeypatch, "exec sleep 30\n")
+    started = time.monotonic()
+    with pytest.raises(ProcError) as err:
+        tmux_pane_pids("train", timeout=0.3)
+    assert str(err.value) == "tmux did not answer within 0.3s"
+    assert time.monotonic() - started < 10
+
+
+def test_a_tmux_session_with_no_tmux_installed_is_an_error_that_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no tmux anywhere on it
+    with pytest.raises(ProcError) as err:
+        tmux_pane_pids("train")
+    assert str(err.value) == "scope.tmux_session is set but tmux is not installed on the target"
+
+
+def test_a_tmux_killed_by_a_signal_gives_no_panes(tmp_path, monkeypatch):
+    """What a tmux that died printed is not trusted: its exit status is not 0 (a signal's is
+    negative), so the session holds nothing."""
+    fake_tmux(tmp_path, monkeypatch, "echo 4242\nkill -KILL $$\n")
+    assert tmux_pane_pids("train") is None
+
+
+def test_a_tmux_session_that_is_not_there_holds_nothing_and_says_so(tmp_path, monkeypatch):
+    fake_tmux(tmp_path, monkeypatch, "echo 'no server running' >&2\nexit 1\n")
+    scope = Scope(tmux_session="train")
+    assert scope.matches(describe(os.getpid())) == (False, "not in tmux session train")
+    assert scope.notes == ["tmux session 'train' was not found: nothing is in it"]
+
+
+def test_a_user_not_listed_is_named_out_of_scope():
+    assert Scope(users=["alice"]).matches({"pid": 5, "uid": 1001, "user": "bob"}) == (False, "user bob is not in scope.users")
+
+
+def test_a_pid_not_listed_is_named_out_of_scope():
+    scope = Scope(pids=[{"pid": 4, "start_time": 8}])
+    assert scope.matches({"pid": 5, "start_time": 8}) == (False, "pid 5 is not in scope.pids")
+
+
+def test_scope_tmux_session(gpu, tmp_path):
+    state, trainers = gpu
+    sock = str(tmp_path / "tmux.sock")
+    outside = trainers.start(tag="outside")
+    cmd = "%s %s --state %s --gpu 1 --mib 10 --tag inside" % (sys.executable, gpu_standin.TRAINER, state)
+    subprocess.run(["tmux", "-S", sock, "new-session", "-d", "-s", "train", cmd], check=True)
+    try:
+        inside = None
+        for _i in range(100):
+            holders, _u = scan_device_holders([gpu_standin.device(state, 1)])
+            if holders:
+                inside = list(holders)[0]
+                break
+            time.sleep(0.05)
+        assert inside is not None
+        scope = Scope(tmux_session="train", tmux_socket=sock)
+        assert scope.matches(describe(inside))[0]
+        assert not scope.matches(describe(outside.pid))[0]
+        missing = Scope(tmux_session="nope", tmux_socket=sock)
+        assert not missing.matches(describe(inside))[0]
+        assert "was not found" in missing.notes[0]
+    finally:
+        subprocess.run(["tmux", "-S", sock, "kill-server"], check=False)
 
 
 # --------------------------------------------------------------------------- real command lines
@@ -108,8 +284,8 @@ SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[Heal
 
 def _refused(key, pattern, **kw):
     try:
-        _proc.Scope(**{key: [pattern]}, **kw)
-    except _proc.ProcError as exc:
+        _scope.Scope(**{key: [pattern]}, **kw)
+    except _scope.ProcError as exc:
         assert str(exc).startswith("scope.%s pattern %r matches" % (key, pattern)), str(exc)
         return str(exc)
     return None
@@ -232,12 +408,6 @@ def test_kernel_threads_are_told_by_their_flag_and_never_in_scope(run_module):
     for scope in ({"name": ["^kthreadd$"]}, {"name": ["^kworker/"]}, {"name": ["^ksoftirqd"]}):
         res = run_module(processes.main, {"scope": scope})
         assert (res["count"], res["processes"], res["protected"]) == (0, [], []), scope
-
-
-def test_kernel_thread_fallback_without_flags():
-    assert _proc.is_kernel_thread(None, "", 2) and _proc.is_kernel_thread(None, "", 0)
-    assert not _proc.is_kernel_thread(None, "python3 job.py", 2)  # a namespace's PID 2's child
-    assert not _proc.is_kernel_thread(0x400100, "", 2)           # the flags say no
 
 
 # --------------------------------------------------------------------------- a real PID namespace
