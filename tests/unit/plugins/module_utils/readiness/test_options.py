@@ -128,8 +128,10 @@ def test_the_relaunch_roles_options_are_the_rows_that_name_a_relaunch_variable()
     assert block.rstrip().endswith("| gpufleet.hygiene.verify_readiness_args }}") and "combine" not in block
 
 
-@pytest.mark.parametrize("role, name, rows", [("verify", "verify__readiness_args", _options.role_options),
-                                               ("relaunch", "relaunch__readiness_args", _options.relaunch_options)])
+@pytest.mark.parametrize("role, name, rows", [
+    ("verify", "verify__readiness_args", _options.role_options),
+    ("relaunch", "relaunch__readiness_args", _options.relaunch_options),
+])
 def test_the_roles_give_their_variables_values_and_one_filter_applies_the_rules(role, name, rows):
     """When an option is given and how it is converted is worked out once, in Python (the filter
     verify_readiness_args, which the options a node gives each container go through too), not
