@@ -29,9 +29,8 @@ from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness._option
 PCT_CONNECTIONS = ("gpufleet.hygiene.pct",)
 
 # The role's outputs renamed in 0.3.0 (a host's record, the records a node keeps): the old name
-# stays for one release, a deprecated alias, removed in this version.
+# stays for one release, a deprecated alias, removed in 0.4.0 (verify_alias).
 RENAMED = {"verify_result": "verify_record", "verify_results": "verify_records"}
-ALIASES_REMOVED_IN = "0.4.0"
 
 
 def verify_record(reading, host, node=None, vmid=None, args=None):
@@ -53,7 +52,7 @@ def verify_alias(value, old):
         raise AnsibleFilterError("verify_alias: %r is no old name of the verify role's outputs; one of: %s" % (old, ", ".join(sorted(RENAMED))))
     if not isinstance(value, Mapping):
         raise AnsibleFilterError("verify_alias: expects the %s (a dict), got %s" % (new, type(value).__name__))
-    return deprecate_value(value, "The verify role's %s is renamed %s." % (old, new), version=ALIASES_REMOVED_IN,
+    return deprecate_value(value, "The verify role's %s is renamed %s." % (old, new), version="0.4.0",
                            collection_name="gpufleet.hygiene", help_text="Read %s instead." % new)
 
 

@@ -29,8 +29,8 @@ COMMUNITY = {"all": {"children": {
 ADOPT = "plugin: gpufleet.hygiene.proxmox_lxc\nsource: inventory\n"
 
 
-def inventory(tmp_path, community=COMMUNITY, adopt=ADOPT, group_vars=None):
-    (tmp_path / "1-cluster.yml").write_text(json.dumps(community))
+def inventory(tmp_path, community=None, adopt=ADOPT, group_vars=None):
+    (tmp_path / "1-cluster.yml").write_text(json.dumps(community or COMMUNITY))
     if adopt is not None:
         (tmp_path / "2-gpufleet.proxmox_lxc.yml").write_text(adopt)
     if group_vars is not None:
