@@ -30,7 +30,8 @@ ARGUMENT_SPEC = dict(
 
 # Where a run names guests of community.proxmox's inventory that no source adopted, the fix.
 ADOPT = ("add the gpufleet.hygiene.proxmox_lxc inventory with source: inventory after that inventory (a later -i, or "
-         "a later file of its directory): inventory/example-community-proxmox.gpufleet.proxmox_lxc.yml, docs/fleet.md")
+         "a later file of its directory): inventory/example-community-proxmox.gpufleet.proxmox_lxc.yml, docs/fleet.md; "
+         "where it is there already, it failed to parse: its warning above says why")
 
 
 def unadopted(hostvars, hosts):
@@ -73,8 +74,8 @@ class ActionModule(ActionBase):
         result["changed"] = False
         # Guests of community.proxmox's inventory are read once an inventory source has given them
         # what the plays read; a run over any that none did stops here, saying which source to add.
-        # With nothing selected, any such guest of the inventory is the likelier cause.
-        adopting = unadopted(hostvars, selected or (task_vars.get("groups") or {}).get("all") or [])
+        chosen = [h for h in selected if limit is None or h in limit]
+        adopting = unadopted(hostvars, chosen)
         if adopting:
             result.update(failed=True, msg="configuration error, nothing was read or changed: " + adopting)
             return result
@@ -87,7 +88,9 @@ class ActionModule(ActionBase):
                                         sources=task_vars.get("ansible_inventory_sources") or (),
                                         groups=task_vars.get("groups"))
         if nothing and not p["allow_empty"]:
-            result.update(failed=True, msg=nothing)
+            # No pve_containers without the source that adopts community.proxmox's guests: say so too.
+            adopting = unadopted(hostvars, (task_vars.get("groups") or {}).get("all") or [])
+            result.update(failed=True, msg=nothing + ("; and " + adopting if adopting else ""))
             return result
         # The plan is the result itself: registered as gpufleet_plan, no task of its own keeps it.
         result.update(fleet_read_plan(selected, hostvars, limit=limit, limit_file=limit_file, read_by=p["read_by"]))

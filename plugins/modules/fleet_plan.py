@@ -25,7 +25,8 @@ description:
     inventory source gave what the plays read (C(pve_node), C(ansible_pct_vmid), C(ansible_pct_node_host)) fails
     here too, naming them and the source to add after that inventory -
     P(gpufleet.hygiene.proxmox_lxc#inventory) with O(gpufleet.hygiene.proxmox_lxc#inventory:source=inventory)
-    (docs/fleet.md). With nothing selected, any such guest of the inventory is named.
+    (docs/fleet.md). Only the run's containers (the pattern within C(--limit)) count; a run that selects nothing
+    names such guests beside the empty selection.
   - The host pattern and the run's C(--limit) are resolved as P(ansible.builtin.inventory_hostnames#lookup) resolves
     them; a C(--limit) from a file (C(@retry)) is not resolved (read by container, every host named).
   - An action that runs on the controller; it opens no connection and runs nothing on any host.

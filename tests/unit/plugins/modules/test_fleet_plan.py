@@ -121,9 +121,18 @@ def test_community_proxmox_s_guests_no_source_adopted_stop_the_run_naming_the_so
         "(proxmox_vmid, proxmox_node) without the variables the plays read (pve_node, ansible_pct_vmid, "
         "ansible_pct_node_host); add the gpufleet.hygiene.proxmox_lxc inventory with source: inventory after that "
         "inventory (a later -i, or a later file of its directory): "
-        "inventory/example-community-proxmox.gpufleet.proxmox_lxc.yml, docs/fleet.md"), result
-    # Nothing selected (no pve_containers group without that source): still the likelier cause, said.
-    assert "ct-101: LXC guest(s) of community.proxmox's inventory" in run(fleet_of(tmp_path / "c2", COMMUNITY))["msg"]
+        "inventory/example-community-proxmox.gpufleet.proxmox_lxc.yml, docs/fleet.md; where it is there already, it "
+        "failed to parse: its warning above says why"), result
+    # Nothing selected (no pve_containers group without that source): said beside the empty selection.
+    nothing = run(fleet_of(tmp_path / "c2", COMMUNITY))
+    assert nothing["msg"].startswith("nothing to do: no container selected by the host pattern gpufleet_hosts=pve_containers")
+    assert "; and ct-101: LXC guest(s) of community.proxmox's inventory" in nothing["msg"], nothing
+    # Only the run's containers count: one left out by --limit stops nothing, nor does a slice that
+    # may select nothing.
+    community = fleet_of(tmp_path / "c3", COMMUNITY)
+    limited = run(community, {"hosts": "lxc"}, limit="ct-102")
+    assert not limited.get("failed") and limited["containers"] == ["ct-102"], limited
+    assert not run(community, {"allow_empty": True}).get("failed")
 
 
 def test_community_proxmox_s_guests_adopted_by_the_inventory_are_planned(tmp_path, fleet):
