@@ -72,7 +72,10 @@ options:
         same inventory directory (they are parsed in name order). A guest that already has C(ansible_pct_vmid) and
         C(ansible_pct_node_host) is left as it is. The variables seen are those of the inventory sources, their
         groups' and the C(group_vars)/C(host_vars) beside them (as C(ansible.builtin.constructed) with
-        C(use_vars_plugins) sees them).
+        C(use_vars_plugins) sees them), and the extra vars (C(-e)) with O(use_extra_vars); not the playbooks' own
+        variables, and not templated. Give C(gpufleet_pve_node_addresses) there.
+      - Ansible Automation Platform / AWX syncs each inventory source of an inventory on its own, so no source sees
+        another's hosts there - compose the same variables in community.proxmox's own source instead (docs/fleet.md).
       - With V(inventory), the adopted guests are in C(<prefix>containers) and C(<prefix>node_<node>), their nodes (when
         they are hosts) in C(<prefix>nodes); O(container_vars), O(compose), O(groups) and O(keyed_groups) apply to them.
         The options of the other sources (O(nodes), the API's, the SSH options, the cache) are not used.
@@ -584,7 +587,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         groups = host.get_groups()
         out = combine_vars(get_group_vars(groups), get_vars_from_inventory_sources(self.loader, sources, groups, "all"))
         out = combine_vars(out, host.get_vars())
-        return combine_vars(out, get_vars_from_inventory_sources(self.loader, sources, [host], "all"))
+        out = combine_vars(out, get_vars_from_inventory_sources(self.loader, sources, [host], "all"))
+        # -e (gpufleet_pve_node_addresses given on the command line), as compose takes it.
+        return combine_vars(out, self._vars) if self.get_option("use_extra_vars") else out
 
     def _adopt(self):
         """source: inventory - the LXC guests of community.proxmox's inventory, parsed before this
@@ -597,9 +602,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             adopted = adopt(hostvars, sorted(hostvars))
         except AdoptError as exc:
             raise AnsibleParserError("proxmox_lxc (source: inventory): %s" % exc) from exc
-        if not adopted["containers"]:
-            display.warning("proxmox_lxc (source: inventory): no LXC guest of community.proxmox's inventory without "
-                            "ansible_pct_vmid and ansible_pct_node_host was found; put this file after that inventory")
+        if not any(hv.get("proxmox_vmid") is not None for hv in hostvars.values()):
+            display.warning("proxmox_lxc (source: inventory): no host of the inventory so far has proxmox_vmid (no guest of "
+                            "community.proxmox's inventory); put this file after that inventory")
         for node in adopted["nodes"]:
             self.inventory.set_variable(node["host"], "ansible_host", node["ansible_host"])
         containers = self.inventory.add_group(prefix + "containers")
@@ -618,6 +623,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self._set_composite_vars(self.get_option("compose"), allvars, host, strict=strict)
             self._add_host_to_composed_groups(self.get_option("groups"), allvars, host, strict=strict)
             self._add_host_to_keyed_groups(self.get_option("keyed_groups"), allvars, host, strict=strict)
+        if adopted["containers"]:
+            preload_connection()  # as for the other sources: loaded once, before the forks
 
     def _host_name(self, node_name, row, names, node_names):
         return container_host_name(self.get_option("hostname"), node_name, row, names, node_names)

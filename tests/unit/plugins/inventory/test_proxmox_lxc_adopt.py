@@ -30,6 +30,7 @@ ADOPT = "plugin: gpufleet.hygiene.proxmox_lxc\nsource: inventory\n"
 
 
 def inventory(tmp_path, community=None, adopt=ADOPT, group_vars=None):
+    tmp_path.mkdir(exist_ok=True)
     (tmp_path / "1-cluster.yml").write_text(json.dumps(community or COMMUNITY))
     if adopt is not None:
         (tmp_path / "2-gpufleet.proxmox_lxc.yml").write_text(adopt)
@@ -92,3 +93,27 @@ def test_a_guest_whose_variables_contradict_fails_the_source_saying_what(tmp_pat
     # What ansible-core prints of the source's failure: what is wrong, by this plugin.
     assert re.search(r"proxmox_lxc \(source: inventory\): ct (has )?%s" % re.escape(said.replace("has ", "")),
                      " ".join(capsys.readouterr().err.split())), said
+
+
+def test_a_guests_own_connection_is_kept_and_a_node_the_inventory_lacks_is_reached_by_name(tmp_path):
+    community = {"all": {"hosts": {
+        "train-100": {"proxmox_vmid": 100, "proxmox_node": "pve9", "proxmox_vmtype": "lxc"},
+        "train-101": {"proxmox_vmid": 101, "proxmox_node": "pve9", "proxmox_vmtype": "lxc",
+                      "ansible_connection": "community.proxmox.proxmox_pct_remote"},
+    }}}
+    inv, variables = inventory(tmp_path, community=community)
+    ct = host_vars(inv, variables, "train-100")
+    assert (ct["ansible_pct_node_host"], ct["ansible_connection"]) == ("pve9", "gpufleet.hygiene.pct")
+    assert host_vars(inv, variables, "train-101")["ansible_connection"] == "community.proxmox.proxmox_pct_remote"
+    assert not inv.get_groups_dict().get("pve_nodes")  # pve9 is no host of the inventory
+
+
+def test_the_node_addresses_given_with_e_count_with_use_extra_vars(tmp_path, monkeypatch):
+    from ansible import context
+    from ansible.module_utils.common.collections import ImmutableDict
+
+    monkeypatch.setattr(context, "CLIARGS", ImmutableDict(extra_vars=('{"gpufleet_pve_node_addresses": {"pve2": "192.0.2.9"}}',)))
+    inv, variables = inventory(tmp_path / "with", adopt=ADOPT + "use_extra_vars: true\n")
+    assert host_vars(inv, variables, "train-200")["ansible_pct_node_host"] == "192.0.2.9"
+    inv, variables = inventory(tmp_path / "without")
+    assert host_vars(inv, variables, "train-200")["ansible_pct_node_host"] == "pve2"
