@@ -169,6 +169,10 @@ def _convert(value, kind):
             return boolean(value, strict=True)
         if kind == "positive":
             return float(value)
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            return value  # 1.5 is no int: int() would cut it to 1
+        if kind is dict and not isinstance(value, Mapping):
+            return value
         return kind(value) if kind else value
     except (TypeError, ValueError):
         return value
@@ -210,7 +214,7 @@ def verify_readiness_args(values, cache_vars=None):
             given = given if not isinstance(given, float) or given > 0 else None
         if option in _ALWAYS or given:
             args[option] = _convert(given, kind)
-    if "cache_environment" in args:
+    if isinstance(args.get("cache_environment"), Mapping):
         if cache_vars is None:
             raise AnsibleFilterError("verify_readiness_args: cache_environment needs cache_vars, the variables that place the caches")
         args["cache_environment"] = {k: v for k, v in args["cache_environment"].items() if k in cache_vars}

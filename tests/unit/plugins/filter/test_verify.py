@@ -178,3 +178,10 @@ def test_the_role_variables_give_the_read_its_options_by_the_tables_rules():
 def test_values_the_rules_cannot_apply_to_are_refused(values, cache_vars, message):
     with pytest.raises(AnsibleFilterError, match=re.escape(message)):
         _filters.verify_readiness_args(values, cache_vars)
+
+
+def test_a_value_the_read_would_refuse_is_not_made_acceptable_on_the_way():
+    """1.5 is no int (int() would cut it to 1) and a cache_environment that is no dict is no
+    environment: both are given as they are, for the read to refuse naming the option."""
+    assert _filters.verify_readiness_args({"threshold_mib": 1.5, "stall_after": 2.0}) == {"threshold_mib": 1.5, "stall_after": 2}
+    assert _filters.verify_readiness_args({"cache_environment": "HOME=/root"}, ["HOME"]) == {"cache_environment": "HOME=/root"}
