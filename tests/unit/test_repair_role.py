@@ -94,3 +94,58 @@ def test_the_lock_is_given_back_whatever_happens():
     assert block["block"][0]["gpufleet.hygiene.host_lock"]["owner"] == "{{ repair_lock_owner }}"
     [release] = block["always"]
     assert release["gpufleet.hygiene.host_lock"]["state"] == "absent" and release["when"] == "repair__lock.owner is defined"
+
+
+def _tasks(items):
+    """Every task of a task list, those of its blocks, rescues and always sections included, in order."""
+    for task in items or ():
+        yield task
+        for section in ("block", "rescue", "always"):
+            yield from _tasks(task.get(section))
+
+
+def _expr(value):
+    return " ".join(str(value).split())
+
+
+def alias_problems(files):
+    """Where a task list sets a record (verify_record, verify_records) without its old name (verify_result,
+    verify_results) following it through gpufleet.hygiene.verify_alias: in the same set_fact, from the same
+    expression, or in a later set_fact of the file from the record itself."""
+    problems = []
+    for path in files:
+        facts = [t["ansible.builtin.set_fact"] for t in _tasks(load(path)) if isinstance(t.get("ansible.builtin.set_fact"), dict)]
+        for i, fact in enumerate(facts):
+            for new, old in (("verify_record", "verify_result"), ("verify_records", "verify_results")):
+                if new not in fact:
+                    continue
+                if old in fact:
+                    want = _expr(fact[new])[:-2].rstrip() + " | gpufleet.hygiene.verify_alias('%s') }}" % old
+                    if _expr(fact[old]) != want:
+                        problems.append("%s: %s is not %s" % (os.path.relpath(path, REPO), _expr(fact[old]), want))
+                elif not any(_expr(later.get(old)) == "{{ %s | gpufleet.hygiene.verify_alias('%s') }}" % (new, old) for later in facts[i + 1:]):
+                    problems.append("%s: %s set without %s" % (os.path.relpath(path, REPO), new, old))
+    return problems
+
+
+def test_the_old_names_of_the_record_follow_every_update_of_it():
+    """verify_result and verify_results (deprecated aliases until 0.4.0) hold what verify_record and
+    verify_records hold after every task that sets them: the read, the repair's three updates."""
+    files = [os.path.join(REPO, "roles", role, "tasks", name) for role in ("verify", "repair")
+             for name in sorted(os.listdir(os.path.join(REPO, "roles", role, "tasks")))]
+    setting = []
+    for path in files:
+        with open(path) as f:
+            if "verify_record" in f.read():
+                setting.append(path)
+    assert len(setting) >= 5 and alias_problems(setting) == []
+
+
+def test_a_record_update_without_its_alias_is_found(tmp_path):
+    path = tmp_path / "tasks.yml"
+    path.write_text(yaml.safe_dump([{"block": [{"ansible.builtin.set_fact": {
+        "verify_record": "{{ verify_record | combine({'repair_error': 'x'}) }}",
+        "verify_result": "{{ verify_record | gpufleet.hygiene.verify_alias('verify_result') }}"}}]}]))
+    assert len(alias_problems([str(path)])) == 1  # the alias misses the update
+    path.write_text(yaml.safe_dump([{"ansible.builtin.set_fact": {"verify_records": "{{ x }}"}}]))
+    assert alias_problems([str(path)]) == ["%s: verify_records set without verify_results" % os.path.relpath(str(path), REPO)]

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """No plugin, option or return value says it was added in a version after the one galaxy.yml
-builds: the version being made is the newest a `version_added` (or a deprecation's removal
-note, "before X") may name, so that what ansible-doc shows matches the release that brings it."""
+builds: the version being made is the newest a `version_added` may name, so that what ansible-doc
+shows matches the release that brings it."""
 
 from __future__ import annotations
 

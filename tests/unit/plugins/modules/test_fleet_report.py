@@ -741,7 +741,7 @@ def test_a_long_repair_error_is_cut_not_refused(run_action, tmp_path):
 
 
 def test_hosts_is_records_under_its_old_name_for_one_release(tmp_path, run_action):
-    """The option was named hosts before 0.4.0: a playbook still giving it writes the same report."""
+    """The option was named hosts before 0.3.0: a playbook still giving it writes the same report."""
     new = run_action(args(tmp_path / "new"))
     a = args(tmp_path / "old")
     a["hosts"] = a.pop("records")
