@@ -130,7 +130,8 @@ def alias_problems(files):
 
 def test_the_old_names_of_the_record_follow_every_update_of_it():
     """verify_result and verify_results (deprecated aliases until 0.4.0) hold what verify_record and
-    verify_records hold after every task that sets them: the read, the repair's three updates."""
+    verify_records hold after every task that sets them: the read, and the verify role's note entry
+    point, through which the repair's three updates go - the repair role sets neither itself."""
     files = [os.path.join(REPO, "roles", role, "tasks", name) for role in ("verify", "repair")
              for name in sorted(os.listdir(os.path.join(REPO, "roles", role, "tasks")))]
     setting = []
@@ -139,6 +140,14 @@ def test_the_old_names_of_the_record_follow_every_update_of_it():
             if "verify_record" in f.read():
                 setting.append(path)
     assert len(setting) >= 5 and alias_problems(setting) == []
+    for path in files:
+        if os.sep + "repair" + os.sep in path:
+            for task in _tasks(load(path)):
+                assert not set(task.get("ansible.builtin.set_fact") or {}) & {"verify_record", "verify_result"}, path
+    notes = [t for f in files if os.sep + "repair" + os.sep in f for t in _tasks(load(f))
+             if (t.get("ansible.builtin.import_role") or {}).get("tasks_from") == "note"]
+    assert sorted(str(t["vars"]["verify_note"]) for t in notes) == [
+        "{'remediated': True}", "{'repair_error': '{{ repair__config_error }}'}", "{'repair_error': '{{ repair__error }}'}"]
 
 
 def test_a_record_update_without_its_alias_is_found(tmp_path):

@@ -79,8 +79,10 @@ def test_without_ansible_cores_validation_the_read_still_validates_every_variabl
     assert spec == in_read | NODE_PLAY_VARS | {"verify_fail", "verify_show"}
     # The entry points the playbooks use: the read alone, the verdict alone; no other.
     # read_host and read_nodes: the read's two files, which the playbooks import directly (they know
-    # their plays' hosts), with the read's options.
-    assert set(specs) == {"main", "read", "read_host", "read_nodes", "fail"}
+    # their plays' hosts), with the read's options. note: the repair role's one way to change a
+    # record (tests/unit/test_repair_role.py), its one option a dict that role writes.
+    assert set(specs) == {"main", "read", "read_host", "read_nodes", "fail", "note"}
+    assert set(specs["note"]["options"]) == {"verify_note"}
     assert set(specs["read"]["options"]) == in_read | NODE_PLAY_VARS and set(specs["fail"]["options"]) == {"verify_fail", "verify_show"}
     assert specs["read_host"]["options"] == specs["read_nodes"]["options"] == specs["read"]["options"]
     found = playbook_reads_without_validation()
