@@ -52,7 +52,11 @@ def adopt(hostvars, hosts):
         addresses = hv.get("gpufleet_pve_node_addresses") or {}
         if not isinstance(addresses, Mapping):
             raise AdoptError("gpufleet_pve_node_addresses of %s must map node names to addresses, got %r" % (host, addresses))
-        node_vars = hostvars[node] if node in hostvars else {}  # noqa: SIM401 - HostVars has no KeyError
+        # Not hostvars.get(node, {}): ansible-core's HostVars answers a host it lacks with an
+        # Undefined, not a KeyError, so get() would not fall back.
+        node_vars = {}
+        if node in hostvars:
+            node_vars = hostvars[node]
         address = addresses.get(node) or node_vars.get("ansible_host") or node
         vmid = _vmid(host, hv["proxmox_vmid"])
         composed = hv.get("ansible_pct_vmid")
