@@ -107,7 +107,6 @@ def test_scope_criteria_are_anded(gpu):
         Scope(cmdline=["("])
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 @pytest.mark.parametrize("entry", [{"pid": 5}, {"start_time": 9}, {"pid": "five", "start_time": 9}, None, [5, 9]],
                          ids=["no_start_time", "no_pid", "pid_not_a_number", "null", "a_list"])
 def test_a_pids_entry_without_an_integer_pid_and_start_time_is_refused_naming_it(entry):
