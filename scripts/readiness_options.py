@@ -24,13 +24,13 @@ few fixed shapes.
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib.util
 import json
 import os
 import re
 import sys
-import textwrap
+
+import _generate  # scripts/_generate.py, beside this file (on sys.path as the script's directory)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(ROOT, "plugins", "module_utils", "readiness", "_options.py")
@@ -50,7 +50,7 @@ FRAGMENTS = {
     "gpu_read": ("gpu_read.py", "How the GPUs are read: the options gpu_state and the readiness read share."),
     "readiness": ("readiness_options.py", "The readiness read's options (the readiness module, node_readiness for each container)."),
 }
-WIDTH = 118
+WIDTH = _generate.WIDTH
 ROLE_TYPES = {"path": "str"}
 EMPTY = {"str": "''", "path": "''", "list": "[]", "dict": "{}", "float": "0", "int": "0"}
 
@@ -77,15 +77,6 @@ def yaml_scalar(value):
         plain = value and re.match(r"^[A-Za-z0-9/_.][^:#'\"{}\[\],&*!|>%@`]*$", value) and not value.endswith(" ")
         return value if plain and value.lower() not in ("true", "false", "yes", "no", "null", "on", "off") else json.dumps(value)
     return json.dumps(value)
-
-
-def yaml_text(text, indent):
-    """A description paragraph as a YAML list item at indent, folded at WIDTH (a double-quoted
-    scalar: its line breaks fold to spaces)."""
-    lines = textwrap.wrap(text, WIDTH - indent - 4, break_long_words=False, break_on_hyphens=False)
-    quoted = [json.dumps(line)[1:-1] for line in lines]
-    pad = " " * (indent + 3)
-    return "%s- \"%s\"" % (" " * indent, ("\n" + pad).join(quoted))
 
 
 def role_text(text, table):
@@ -125,7 +116,7 @@ def fragment(table, group):
             continue
         out.append("  %s:" % row.name)
         out.append("    description:")
-        out += [yaml_text(para, 6) for para in list(row.description) + range_text(row)]
+        out += [_generate.yaml_text(para, 6) for para in list(row.description) + range_text(row)]
         out.append("    type: %s" % row.type)
         if row.elements:
             out.append("    elements: %s" % row.elements)
@@ -182,7 +173,7 @@ def spec_block(table, indent=6):
             paras.append("Given to the read only above V(0).")
         if row.inventory:
             paras.append("Set from C(%s) when the inventory has it." % row.inventory)
-        out += [yaml_text(p, indent + 4) for p in paras]
+        out += [_generate.yaml_text(p, indent + 4) for p in paras]
     return out
 
 
@@ -263,28 +254,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="change nothing; fail when a file differs from the table")
     args = ap.parse_args(argv)
-    stale = []
-    for path, text in sorted(outputs(load_table()).items()):
-        current = None
-        if os.path.exists(path):
-            with open(path) as f:
-                current = f.read()
-        if current == text:
-            continue
-        rel = os.path.relpath(path, ROOT)
-        if args.check:
-            stale.append(rel)
-            sys.stdout.writelines(difflib.unified_diff((current or "").splitlines(True), text.splitlines(True), rel, rel + " (from the table)"))
-        else:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(text)
-            print("wrote %s" % rel)
-    if stale:
-        print("\nout of step with plugins/module_utils/readiness/_options.py: %s\n"
-              "run: python scripts/readiness_options.py" % ", ".join(stale), file=sys.stderr)
-        return 1
-    return 0
+    return _generate.write_or_check(outputs(load_table()), args.check, ROOT, "plugins/module_utils/readiness/_options.py", "scripts/readiness_options.py")
 
 
 if __name__ == "__main__":

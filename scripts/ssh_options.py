@@ -23,18 +23,18 @@ the other fragments' descriptions are double-quoted paragraphs folded at a fixed
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib.util
 import json
 import os
 import re
 import sys
-import textwrap
+
+import _generate  # scripts/_generate.py, beside this file (on sys.path as the script's directory)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(ROOT, "plugins", "plugin_utils", "_ssh_options.py")
 FRAGMENT = os.path.join(ROOT, "plugins", "doc_fragments", "ssh_options.py")
-WIDTH = 118
+WIDTH = _generate.WIDTH
 HEADER = """# -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.hygiene contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -78,15 +78,6 @@ def yaml_scalar(value):
     raise SystemExit("scripts/ssh_options.py: no YAML written for a default of type %s (%r)" % (type(value).__name__, value))
 
 
-def yaml_text(text, indent):
-    """A description paragraph as a YAML list item at indent, folded at WIDTH (a double-quoted
-    scalar: its line breaks fold to spaces)."""
-    lines = textwrap.wrap(text, WIDTH - indent - 4, break_long_words=False, break_on_hyphens=False)
-    quoted = [json.dumps(line)[1:-1] for line in lines]
-    pad = " " * (indent + 3)
-    return "%s- \"%s\"" % (" " * indent, ("\n" + pad).join(quoted))
-
-
 def option_lines(row, plugin, each):
     """One option of the table as plugin documents it."""
     out = ["  %s:" % row.name_in(plugin), "    description:"]
@@ -96,7 +87,7 @@ def option_lines(row, plugin, each):
         if row.node_var:
             given += ", and to the nodes as C(%s)" % row.node_var
         paragraphs.append(given + ".")
-    out += [yaml_text(para, 6) for para in paragraphs]
+    out += [_generate.yaml_text(para, 6) for para in paragraphs]
     out.append("    type: %s" % row.type)
     if row.default is not None:
         out.append("    default: %s" % yaml_scalar(row.default))
@@ -136,27 +127,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="change nothing; fail when the fragment differs from the table")
     args = ap.parse_args(argv)
-    stale = []
-    for path, text in sorted(outputs(load_table(TABLE)).items()):
-        current = None
-        if os.path.exists(path):
-            with open(path) as f:
-                current = f.read()
-        if current == text:
-            continue
-        rel = os.path.relpath(path, ROOT)
-        if args.check:
-            stale.append(rel)
-            sys.stdout.writelines(difflib.unified_diff((current or "").splitlines(True), text.splitlines(True), rel, rel + " (from the table)"))
-        else:
-            with open(path, "w") as f:
-                f.write(text)
-            print("wrote %s" % rel)
-    if stale:
-        print("\nout of step with plugins/plugin_utils/_ssh_options.py: %s\n"
-              "run: python scripts/ssh_options.py" % ", ".join(stale), file=sys.stderr)
-        return 1
-    return 0
+    return _generate.write_or_check(outputs(load_table(TABLE)), args.check, ROOT, "plugins/plugin_utils/_ssh_options.py", "scripts/ssh_options.py")
 
 
 if __name__ == "__main__":
