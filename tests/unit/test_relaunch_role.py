@@ -18,6 +18,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from trustedvars import trusted
 
 from ansible_collections.gpufleet.hygiene.plugins.module_utils.readiness import _options
 
@@ -27,17 +28,6 @@ READER = "Name the reader of the new run's libraries"
 # What the check fixes, whatever the role's variables say (confirm.yml): the job's own GPU
 # holders pass, the caches are not read, the libraries are judged.
 FIXED = {"allow_running_job": True, "caches": False, "job_libraries": True}
-
-
-def trusted(value):
-    """A role file's values as ansible-core loads them: their templates trusted."""
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {k: trusted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [trusted(v) for v in value]
-    return value
 
 
 def load(*parts):

@@ -18,7 +18,8 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.lookup import inventory_hostnames
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
+from trustedvars import trusted
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 ROLE = os.path.join(REPO, "roles", "verify")
@@ -27,17 +28,6 @@ _node = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.mo
 _verify = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.verify")
 _fleet = importlib.import_module("ansible_collections.gpufleet.hygiene.plugins.filter.fleet")
 PCT = "gpufleet.hygiene.pct"
-
-
-def trusted(value):
-    """A role file's values as ansible-core loads them: their templates trusted."""
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {k: trusted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [trusted(v) for v in value]
-    return value
 
 
 def role_file(*parts):
