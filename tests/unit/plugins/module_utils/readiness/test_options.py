@@ -47,14 +47,21 @@ def test_every_file_made_from_the_table_is_in_step_with_it(capsys):
     assert generator(REPO).main(["--check"]) == 0, capsys.readouterr().out
 
 
-def test_a_default_changed_in_the_table_alone_is_named_in_every_file_that_holds_it(copy, capsys):
+def checked_after_editing_the_table(copy, capsys, old, new):
+    """(the script, --check's stderr) once ``old``, found once in the copy's table, is ``new``:
+    the table changed alone, nothing written from it yet (--check fails)."""
     table = copy / "plugins/module_utils/readiness/_options.py"
     text = table.read_text()
-    assert text.count('"stall_after", "int", default=900,') == 1
-    table.write_text(text.replace('"stall_after", "int", default=900,', '"stall_after", "int", default=1800,'))
+    assert text.count(old) == 1
+    table.write_text(text.replace(old, new))
     script = generator(str(copy))
     assert script.main(["--check"]) == 1
-    err = capsys.readouterr().err
+    return script, capsys.readouterr().err
+
+
+def test_a_default_changed_in_the_table_alone_is_named_in_every_file_that_holds_it(copy, capsys):
+    script, err = checked_after_editing_the_table(copy, capsys, '"stall_after", "int", default=900,',
+                                                  '"stall_after", "int", default=1800,')
     for rel in ("plugins/doc_fragments/readiness_options.py", "roles/verify/defaults/main.yml",
                 "roles/verify/meta/argument_specs.yml"):
         assert rel in err
@@ -99,13 +106,7 @@ def test_the_relaunch_roles_options_are_checked_against_the_table_and_written_fr
     capsys.readouterr()
     # A row that no longer names a relaunch variable: the block leaves it out, the verify role's
     # files do not change.
-    table = copy / "plugins/module_utils/readiness/_options.py"
-    text = table.read_text()
-    assert text.count('        relaunch="relaunch_expected_cuda",\n') == 1
-    table.write_text(text.replace('        relaunch="relaunch_expected_cuda",\n', ""))
-    script = generator(str(copy))
-    assert script.main(["--check"]) == 1
-    err = capsys.readouterr().err
+    script, err = checked_after_editing_the_table(copy, capsys, '        relaunch="relaunch_expected_cuda",\n', "")
     assert "roles/relaunch/vars/main.yml" in err and "roles/verify" not in err, err
     assert script.main([]) == 0
     assert "expected_cuda" not in relaunch.read_text()
