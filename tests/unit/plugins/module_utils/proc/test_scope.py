@@ -14,6 +14,7 @@ kill role; proc/_proc reads the processes, applies the scope and its protection.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -309,32 +310,32 @@ def test_a_running_daemon_s_own_title_counts_as_everyday_but_only_root_s():
     shutil.copy(shutil.which("bash"), fake)
     marker = "gpufleet-%s/sshd_config" % uuid.uuid4().hex[:8]
     pattern = re.escape(marker)
-    as_nobody = subprocess.Popen([fake, "-c", "sleep 300; :", marker], user="nobody")
     try:
-        time.sleep(0.2)
-        assert _refused("cmdline", pattern) is None
+        with running([fake, "-c", "sleep 300; :", marker], user="nobody"):
+            assert _refused("cmdline", pattern) is None
+        with running([fake, "-c", "sleep 300; :", marker]):
+            assert marker in (_refused("cmdline", pattern) or "")
+            assert _refused("cmdline", pattern, allow_broad=True) is None
+        # Root's job under an interpreter's name is a job, not a daemon: its pattern stays accepted.
+        job = os.path.join(os.path.dirname(fake), "python3")
+        shutil.copy(fake, job)
+        with running([job, "-c", "sleep 300; :", marker]):
+            assert _refused("cmdline", pattern) is None
     finally:
-        as_nobody.kill()
-        as_nobody.wait()
-    as_root = subprocess.Popen([fake, "-c", "sleep 300; :", marker])
-    try:
-        time.sleep(0.2)
-        assert marker in (_refused("cmdline", pattern) or "")
-        assert _refused("cmdline", pattern, allow_broad=True) is None
-    finally:
-        as_root.kill()
-        as_root.wait()
-    # Root's job under an interpreter's name is a job, not a daemon: its pattern stays accepted.
-    job = os.path.join(os.path.dirname(fake), "python3")
-    shutil.copy(fake, job)
-    as_job = subprocess.Popen([job, "-c", "sleep 300; :", marker])
-    try:
-        time.sleep(0.2)
-        assert _refused("cmdline", pattern) is None
-    finally:
-        as_job.kill()
-        as_job.wait()
         shutil.rmtree(os.path.dirname(fake))
+
+
+@contextlib.contextmanager
+def running(argv, **popen):
+    """A process of argv for the with block (given 0.2 s to exec, so that /proc shows its command
+    line), killed and reaped after it."""
+    proc = subprocess.Popen(argv, **popen)
+    try:
+        time.sleep(0.2)
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @SETTINGS
